@@ -101,7 +101,9 @@ def response_masks(postprocessed: torch.Tensor, pad_token_id: int) -> tuple[torc
     """(sequence_lengths, R, V): last real position per row, response mask, value mask (one more)."""
     length = postprocessed.shape[1]
     is_pad = postprocessed == pad_token_id
-    first_pad = torch.where(is_pad.any(dim=1), is_pad.int().argmax(dim=1), torch.full_like(is_pad[:, 0], length, dtype=torch.long))
+    first_pad = torch.where(
+        is_pad.any(dim=1), is_pad.int().argmax(dim=1), torch.full_like(is_pad[:, 0], length, dtype=torch.long)
+    )
     sequence_lengths = first_pad - 1
     positions = torch.arange(length, device=postprocessed.device).unsqueeze(0)
     return sequence_lengths, positions <= sequence_lengths.unsqueeze(1), positions <= sequence_lengths.unsqueeze(1) + 1
@@ -118,7 +120,9 @@ def model_inputs(query_responses: torch.Tensor, pad_token_id: int) -> dict:
     }
 
 
-def policy_logits(policy: nn.Module, query_responses: torch.Tensor, context_length: int, pad_token_id: int, temperature: float) -> torch.Tensor:
+def policy_logits(
+    policy: nn.Module, query_responses: torch.Tensor, context_length: int, pad_token_id: int, temperature: float
+) -> torch.Tensor:
     """Temperature-scaled logits of the response positions, shape (B, T, V)."""
     out = policy(**model_inputs(query_responses, pad_token_id), return_dict=True)
     return out.logits[:, context_length - 1 : -1] / temperature
@@ -145,12 +149,20 @@ def sample_responses(policy: nn.Module, queries: torch.Tensor, config: PPOConfig
         pad_token_id=pad_token_id,
     )
     inputs = model_inputs(queries, pad_token_id)
-    out = policy.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], generation_config=generation)
+    out = policy.generate(
+        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], generation_config=generation
+    )
     responses = out[:, queries.shape[1] :]
     return F.pad(responses, (0, config.response_length - responses.shape[1]), value=pad_token_id)
 
 
-def sequence_scores(reward: Reward, queries: torch.Tensor, postprocessed: torch.Tensor, sequence_lengths: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+def sequence_scores(
+    reward: Reward,
+    queries: torch.Tensor,
+    postprocessed: torch.Tensor,
+    sequence_lengths: torch.Tensor,
+    pad_token_id: int,
+) -> torch.Tensor:
     """One score per sequence: a reward model's head at the last real token, or a callable's output."""
     if not isinstance(reward, nn.Module):
         return reward(queries, postprocessed).to(device=queries.device, dtype=torch.float32)
@@ -168,7 +180,9 @@ def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: 
     return -log_ratio if estimator == "k1" else log_ratio.exp() - 1 - log_ratio
 
 
-def compute_rewards(kl: torch.Tensor, scores: torch.Tensor, sequence_lengths: torch.Tensor, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_rewards(
+    kl: torch.Tensor, scores: torch.Tensor, sequence_lengths: torch.Tensor, kl_coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(rewards, non_score_reward): -kl_coef * KL per token, score added one past the last token."""
     non_score_reward = -kl_coef * kl
     rewards = non_score_reward.clone()
@@ -177,7 +191,9 @@ def compute_rewards(kl: torch.Tensor, scores: torch.Tensor, sequence_lengths: to
     return rewards, non_score_reward
 
 
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae(
+    rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) by generalised advantage estimation over the response positions."""
     length = rewards.shape[1]
     last_gae = torch.zeros_like(rewards[:, 0])
@@ -208,7 +224,13 @@ class Rollout:
     context_length: int
 
 
-def policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, cliprange: float):
+def policy_loss(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange: float,
+):
     """(pg_loss, ratio, log_ratio, clipped): clipped surrogate, token mean over `mask`."""
     log_ratio = (new_logprobs - old_logprobs) * mask
     ratio = torch.exp(log_ratio)
@@ -219,7 +241,9 @@ def policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantag
     return pg_loss, pg_clipfrac, ratio, log_ratio
 
 
-def value_loss(vpred: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange_value: float):
+def value_loss(
+    vpred: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange_value: float
+):
     """(vf_loss, vf_clipfrac): clipped value loss, token mean over `mask`."""
     vpred_clipped = torch.clamp(vpred, old_values - cliprange_value, old_values + cliprange_value)
     unclipped = torch.square(vpred - returns)
@@ -229,7 +253,9 @@ def value_loss(vpred: torch.Tensor, old_values: torch.Tensor, returns: torch.Ten
     return vf_loss, vf_clipfrac
 
 
-def microbatch_stats(pg_loss, pg_clipfrac, vf_loss, vf_clipfrac, log_ratio, ratio, entropy, r_mask, v_mask) -> torch.Tensor:
+def microbatch_stats(
+    pg_loss, pg_clipfrac, vf_loss, vf_clipfrac, log_ratio, ratio, entropy, r_mask, v_mask
+) -> torch.Tensor:
     """One row of STAT_FIELDS: float64 numerators (summed over the masks) and the two counts."""
     n_r, n_v = r_mask.sum().double(), v_mask.sum().double()
     return torch.stack(
@@ -360,9 +386,13 @@ class PPOTrainer:
             logprobs.append(logprob)
             ref_logprobs.append(ref_logprob)
             values.append(value)
-        return self.score_rollout(queries, responses, query_responses, torch.cat(logprobs), torch.cat(ref_logprobs), torch.cat(values))
+        return self.score_rollout(
+            queries, responses, query_responses, torch.cat(logprobs), torch.cat(ref_logprobs), torch.cat(values)
+        )
 
-    def score_rollout(self, queries, responses, query_responses, logprobs, ref_logprobs, values) -> tuple[Rollout, torch.Tensor]:
+    def score_rollout(
+        self, queries, responses, query_responses, logprobs, ref_logprobs, values
+    ) -> tuple[Rollout, torch.Tensor]:
         """Truncation, scores, KL penalty, GAE and whitening."""
         cfg, pad = self.config, self.pad_token_id
         postprocessed = truncate_at_stop(responses, cfg.stop_token_id, pad)
@@ -380,25 +410,33 @@ class PPOTrainer:
         per_sample = torch.stack(
             [kl.sum(1), masked_sum_rows(-logprobs, r_mask), non_score_reward.sum(1), scores.to(kl.dtype)], dim=1
         )
-        rollout = Rollout(query_responses, responses, logprobs, values, advantages, returns, r_mask, v_mask, queries.shape[1])
+        rollout = Rollout(
+            query_responses, responses, logprobs, values, advantages, returns, r_mask, v_mask, queries.shape[1]
+        )
         return rollout, per_sample
 
     # -- optimisation ----------------------------------------------------
 
-    def micro_step(self, ro: Rollout, rows: torch.Tensor, n_response: torch.Tensor, n_value: torch.Tensor) -> torch.Tensor:
+    def micro_step(
+        self, ro: Rollout, rows: torch.Tensor, n_response: torch.Tensor, n_value: torch.Tensor
+    ) -> torch.Tensor:
         """Forward and backward of one micro-batch; the loss is scaled to the minibatch's token mean."""
         cfg = self.config
         r_mask, v_mask = ro.response_mask[rows], ro.value_mask[rows]
         logits, vpred = self.model(ro.query_responses[rows], ro.context_length, self.pad_token_id, cfg.temperature)
         new_logprobs = selective_log_softmax(logits, ro.responses[rows])
-        pg_loss, pg_clipfrac, ratio, log_ratio = policy_loss(new_logprobs, ro.logprobs[rows], ro.advantages[rows], r_mask, cfg.cliprange)
+        pg_loss, pg_clipfrac, ratio, log_ratio = policy_loss(
+            new_logprobs, ro.logprobs[rows], ro.advantages[rows], r_mask, cfg.cliprange
+        )
         vf_loss, vf_clipfrac = value_loss(vpred, ro.values[rows], ro.returns[rows], v_mask, cfg.cliprange_value)
         world = self.accelerator.num_processes
         loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)
         self.accelerator.backward(loss)
         with torch.no_grad():
             entropy = entropy_from_logits(logits)
-            return microbatch_stats(pg_loss, pg_clipfrac, vf_loss, vf_clipfrac, log_ratio, ratio, entropy, r_mask, v_mask)
+            return microbatch_stats(
+                pg_loss, pg_clipfrac, vf_loss, vf_clipfrac, log_ratio, ratio, entropy, r_mask, v_mask
+            )
 
     def minibatch_step(self, ro: Rollout, rows: torch.Tensor) -> list[torch.Tensor]:
         """All micro-batches of one minibatch, then exactly one optimizer step."""
@@ -462,4 +500,3 @@ class PPOTrainer:
 def masked_sum_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per-row sum of `values` where `mask` is true."""
     return (values * mask).sum(dim=1)
-

@@ -1,0 +1,89 @@
+"""Gradient recorder: which backward passes reach which optimizer step.
+
+Hooks (no change to the trainer): a multi-grad hook counts backward passes, a
+tensor hook per parameter sums each backward's gradient contribution, and an
+optimizer step pre-hook snapshots `.grad` at every real step and compares it
+with the contributions since the previous step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Step:
+    """One real optimizer step: when it ran, the backward passes it saw, and the gradient it applied."""
+
+    clock: int
+    backward_ids: list[int]
+    grad: torch.Tensor
+    unexplained: float
+    """Relative size of .grad minus the contributions since the last step (0 when every one is there)."""
+
+
+@dataclass
+class GradRecorder:
+    """Records backward passes and optimizer steps of a run; use as a context manager."""
+
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    clock: Callable[[], int] = lambda: 0
+    backwards: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.params = [p for p in self.params if p.requires_grad]
+        if not self.params:
+            raise ValueError("GradRecorder: the target exposes no trainable parameters")
+        self._pending = [None] * len(self.params)
+        self._pending_ids: list[int] = []
+        self._handles: list = []
+
+    def __enter__(self) -> GradRecorder:
+        self._handles.append(torch.autograd.graph.register_multi_grad_hook(self.params, self._on_backward, mode="any"))
+        for i, p in enumerate(self.params):
+            self._handles.append(p.register_hook(self._contribution(i)))
+        self._handles.append(self.optimizer.register_step_pre_hook(self._on_step))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        return False
+
+    def _on_backward(self, grad) -> None:
+        self.backwards.append(self.clock())
+        self._pending_ids.append(len(self.backwards) - 1)
+
+    def _contribution(self, i: int):
+        def hook(grad: torch.Tensor) -> None:
+            g = grad.detach().to("cpu", torch.float64).flatten()
+            self._pending[i] = g if self._pending[i] is None else self._pending[i] + g
+
+        return hook
+
+    def _flat(self, tensors) -> torch.Tensor:
+        parts = [
+            torch.zeros(p.numel(), dtype=torch.float64) if t is None else t.detach().to("cpu", torch.float64).flatten()
+            for p, t in zip(self.params, tensors)
+        ]
+        return torch.cat(parts)
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        grad = self._flat([p.grad for p in self.params])
+        expected = self._flat(self._pending)
+        scale = max(grad.abs().max().item(), expected.abs().max().item(), 1e-30)
+        unexplained = (grad - expected).abs().max().item() / scale
+        self.steps.append(Step(self.clock(), list(self._pending_ids), grad, unexplained))
+        self._pending = [None] * len(self.params)
+        self._pending_ids = []
+
+    @property
+    def unapplied(self) -> list[int]:
+        """Backward passes whose gradient no step has applied (yet)."""
+        return list(self._pending_ids)

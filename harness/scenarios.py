@@ -1,0 +1,288 @@
+"""The named scenarios of the gate. Each returns a CheckResult; none can pass on what it did not see.
+
+Every scenario first checks that it saw what it expected (the micro-batch row
+counts, every metric present and finite, spy records where it needs them) and
+fails otherwise. The specs are plain `ScenarioSpec`s, so any target runs them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from . import oracle
+from .runner import Observation, ObservationCache
+from .spec import ScenarioSpec
+from .tolerances import close, tolerance
+
+POOLED = (
+    "loss/policy_avg",
+    "policy/clipfrac_avg",
+    "loss/value_avg",
+    "val/clipfrac_avg",
+    "policy/approxkl_avg",
+    "policy/entropy_avg",
+    "val/ratio",
+)
+OBJECTIVES = (
+    "objective/kl",
+    "objective/entropy",
+    "objective/non_score_reward",
+    "objective/rlhf_reward",
+    "objective/scores",
+)
+
+# The uneven split of the issue: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
+UNEVEN = ScenarioSpec(name="uneven_split", learning_rate=1e-3, total_updates=2)
+LR0 = UNEVEN.with_(name="lr0_ratio", learning_rate=0.0, total_updates=1)
+# Cuts of the same minibatches of 6 rows into micro-batches: 4+2, 2+2+2, 6, 3+3.
+GRADIENT_CUTS = ((4, 3), (2, 6), (6, 2), (3, 4))
+ALL_MASKED = UNEVEN.with_(
+    name="all_masked",
+    per_device_train_batch_size=1,
+    gradient_accumulation_steps=12,
+    pad_logit_bias=2.5,
+    total_updates=1,
+)
+PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one named check, with per-metric detail for the report."""
+
+    id: str
+    scenario: str
+    status: str = "pass"
+    message: str = ""
+    metrics: list = field(default_factory=list)
+
+    def fail(self, message: str) -> CheckResult:
+        self.status = "fail"
+        self.message = f"{self.message}; {message}" if self.message else message
+        return self
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def failure_lines(self) -> list[str]:
+        lines = [f"FAIL {self.scenario}: {self.message}"] if self.message else []
+        for m in self.metrics:
+            if m.status != "pass":
+                lines.append(oracle.failure_line(self.scenario, m))
+        return lines
+
+    def absorb(self, results: list) -> CheckResult:
+        """Add per-metric results; any that did not pass fails the check."""
+        self.metrics.extend(results)
+        bad = [m.name for m in results if m.status != "pass"]
+        if bad:
+            self.fail(f"{len(bad)} metric(s) disagree: {', '.join(bad)}")
+        return self
+
+
+def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:
+    """`base` with the run-wide settings (seed, device, dtype) of `run`."""
+    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype)
+
+
+def expected_rows(spec: ScenarioSpec) -> list[int]:
+    """Micro-batch row counts of one update, e.g. [4, 2, 4, 2] for 4, 3, 2 and one epoch."""
+    mini = spec.local_batch_size // spec.num_mini_batches
+    step = spec.per_device_train_batch_size
+    one_minibatch = [min(step, mini - start) for start in range(0, mini, step)]
+    return one_minibatch * spec.num_mini_batches * spec.num_ppo_epochs
+
+
+def logs_present(obs: Observation, names, result: CheckResult) -> bool:
+    """Every update logged every name as a finite number; otherwise the check fails."""
+    if len(obs.logs) != obs.spec.total_updates:
+        result.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(obs.logs)}")
+        return False
+    for i, logs in enumerate(obs.logs):
+        missing = [n for n in names if n not in logs]
+        bad = [n for n in names if n in logs and not math.isfinite(float(logs[n]))]
+        if missing or bad:
+            result.fail(f"update {i + 1}: missing {missing} non-finite {bad}")
+            return False
+    return True
+
+
+def updates_seen(obs: Observation, result: CheckResult) -> list | None:
+    """The oracle's per-update view of the spy records, after checking the geometry it saw."""
+    if not obs.records:
+        result.fail("the spy recorded no calls")
+        return None
+    updates = oracle.split_updates(obs.records)
+    if len(updates) != obs.spec.total_updates:
+        result.fail(f"spy saw {len(updates)} update(s), expected {obs.spec.total_updates}")
+        return None
+    want = expected_rows(obs.spec)
+    for i, update in enumerate(updates):
+        rows = oracle.observed_geometry(update)
+        if rows != want:
+            result.fail(f"update {i + 1}: micro-batch rows {rows}, expected {want}")
+            return None
+    return updates
+
+
+def pooled_against_oracle(obs: Observation, index: int, result: CheckResult, names=POOLED + ("val/ratio_var",)):
+    """Compare update `index`'s pooled metrics with the oracle fed that update's records alone."""
+    updates = updates_seen(obs, result)
+    if updates is None or not logs_present(obs, names, result):
+        return result
+    update = updates[index]
+    for problem in oracle.check_masks(update, obs.stop_token_id, obs.pad_token_id):
+        result.fail(f"update {index + 1}: {problem}")
+    expected = oracle.expected_metrics(
+        update, obs.stop_token_id, obs.pad_token_id, obs.spec.kl_coef, obs.spec.kl_estimator
+    )
+    logged = {n: obs.logs[index][n] for n in names}
+    return result.absorb(oracle.compare(logged, {n: expected[n] for n in names}, obs.spec.dtype))
+
+
+def uneven_split(cache: ObservationCache, run: ScenarioSpec, epochs: int) -> CheckResult:
+    """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=epochs))
+    result = CheckResult(f"uneven_split[epochs={epochs}]", "uneven_split")
+    if not any(oracle.padded_rows(u, obs.stop_token_id, obs.pad_token_id) for u in oracle.split_updates(obs.records)):
+        return result.fail("no response was padded: the scenario needs real padding")
+    return pooled_against_oracle(obs, 0, result)
+
+
+def freshness(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
+    """The second update's metrics equal an oracle fed only the second update's records."""
+    obs = cache.get(spec_for(UNEVEN, run))
+    result = CheckResult("freshness", "freshness")
+    return pooled_against_oracle(obs, 1, result)
+
+
+def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, base: ScenarioSpec = UNEVEN) -> CheckResult:
+    """`objective/*` of every update against the oracle (sums over R only, means over samples)."""
+    obs = cache.get(spec_for(base, run))
+    result = CheckResult(f"rollout_objectives[{base.name}]", "rollout_objectives")
+    updates = updates_seen(obs, result)
+    if updates is None or not logs_present(obs, OBJECTIVES, result):
+        return result
+    scores = obs.scores if obs.scores and len(obs.scores) == len(updates) else [None] * len(updates)
+    for i, update in enumerate(updates):
+        expected = oracle.expected_metrics(
+            update, obs.stop_token_id, obs.pad_token_id, obs.spec.kl_coef, obs.spec.kl_estimator, scores=scores[i]
+        )
+        logged = {n: obs.logs[i][n] for n in OBJECTIVES}
+        result.absorb(oracle.compare(logged, {n: expected[n] for n in OBJECTIVES}, obs.spec.dtype))
+    return result
+
+
+def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, epochs: int) -> CheckResult:
+    """At learning rate 0: val/ratio == 1, val/ratio_var == 0, approxkl == 0, clipfrac == 0. No spy needed."""
+    obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=epochs), spy=False)
+    result = CheckResult(f"lr0_ratio[epochs={epochs}]", "lr0_ratio")
+    identities = {"val/ratio": 1.0, "val/ratio_var": 0.0, "policy/approxkl_avg": 0.0, "policy/clipfrac_avg": 0.0}
+    if not logs_present(obs, identities, result):
+        return result
+    return result.absorb(oracle.compare(obs.logs[0], identities, obs.spec.dtype, kind="identity"))
+
+
+def partition_invariance(cache: ObservationCache, specs: list[ScenarioSpec]) -> CheckResult:
+    """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means."""
+    result = CheckResult("partition_invariance", "partition_invariance")
+    sizes = {s.local_batch_size for s in specs}
+    if len(specs) < 2 or len(sizes) != 1 or any(s.learning_rate != 0 for s in specs):
+        return result.fail("needs two or more LR-0 splits of one local batch size")
+    observed = [cache.get(s, spy=False) for s in specs]
+    if not all(logs_present(o, POOLED, result) for o in observed):
+        return result
+    first = observed[0]
+    for other in observed[1:]:
+        label = split_label(other.spec)
+        logged = {f"{n} @ {label}": other.logs[0][n] for n in POOLED}
+        reference = {f"{n} @ {label}": first.logs[0][n] for n in POOLED}
+        result.absorb(oracle.compare(logged, reference, other.spec.dtype, kind="partition"))
+    if not result.passed:
+        result.message += f" (reference split {split_label(first.spec)})"
+    return result
+
+
+def split_label(spec: ScenarioSpec) -> str:
+    return (
+        f"bs={spec.per_device_train_batch_size},gas={spec.gradient_accumulation_steps},"
+        f"mb={spec.num_mini_batches},epochs={spec.num_ppo_epochs}"
+    )
+
+
+def gradient_partition(cache: ObservationCache, run: ScenarioSpec, cuts=GRADIENT_CUTS) -> CheckResult:
+    """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
+    result = CheckResult("gradient_partition", "gradient_partition")
+    base = spec_for(LR0, run).with_(name="gradient_partition")
+    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g)) for b, g in cuts]
+    first = observed[0]
+    if not first.steps:
+        return result.fail("no optimizer step was seen")
+    for other in observed[1:]:
+        label = split_label(other.spec)
+        if len(other.steps) != len(first.steps):
+            result.fail(f"{label}: {len(other.steps)} optimizer steps, {split_label(first.spec)}: {len(first.steps)}")
+            continue
+        for k, (a, b) in enumerate(zip(first.steps, other.steps)):
+            gap = (a.grad - b.grad).abs().max().item()
+            scale = max(a.grad.abs().max().item(), 1e-30)
+            tol = tolerance("gradient", run.dtype)
+            if not close(gap / scale, 0.0, tol):
+                result.fail(f"{label}: step {k + 1} gradient differs by {gap:.3g} (relative {gap / scale:.3g})")
+    return result
+
+
+def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, epochs: int = 2) -> CheckResult:
+    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates."""
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=epochs))
+    result = CheckResult(f"every_microbatch_applied[epochs={epochs}]", "every_microbatch_applied")
+    starts = oracle.update_starts(obs.records)
+    if len(starts) != obs.spec.total_updates:
+        return result.fail(f"spy saw {len(starts)} update(s), expected {obs.spec.total_updates}")
+
+    def update_of(clock: int) -> int:
+        # `clock` counts the records made before the event: an event at the position where
+        # an update's first record lands happened before that update began
+        return sum(1 for start in starts[1:] if start < clock)
+
+    per_update = len(expected_rows(obs.spec))
+    steps_per_update = obs.spec.num_mini_batches * obs.spec.num_ppo_epochs
+    for u in range(obs.spec.total_updates):
+        n_back = sum(1 for c in obs.backwards if update_of(c) == u)
+        n_steps = sum(1 for s in obs.steps if update_of(s.clock) == u)
+        if n_back != per_update or n_steps != steps_per_update:
+            result.fail(
+                f"update {u + 1}: {n_back} backward passes and {n_steps} optimizer steps, "
+                f"expected {per_update} and {steps_per_update}"
+            )
+    for k, step in enumerate(obs.steps):
+        owners = {update_of(obs.backwards[i]) for i in step.backward_ids}
+        if owners != {update_of(step.clock)}:
+            result.fail(
+                f"step {k + 1} (update {update_of(step.clock) + 1}) applied backward passes of updates "
+                f"{sorted(o + 1 for o in owners)}"
+            )
+        if step.unexplained > 1e-4:
+            result.fail(
+                f"step {k + 1}: .grad differs from its micro-batches' gradients (relative {step.unexplained:.3g})"
+            )
+    if obs.unapplied:
+        result.fail(f"{len(obs.unapplied)} backward pass(es) never reached an optimizer step")
+    return result
+
+
+def all_masked(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
+    """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
+    obs = cache.get(spec_for(ALL_MASKED, run))
+    result = CheckResult("all_masked", "all_masked")
+    updates = oracle.split_updates(obs.records)
+    if not updates or not oracle.empty_microbatches(updates[0], obs.stop_token_id, obs.pad_token_id):
+        return result.fail("no all-masked micro-batch was seen: the scenario did not test what it should")
+    return pooled_against_oracle(obs, 0, result)
+
+
+def padding_rows(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
+    """A rollout cut into chunks that do not divide the batch: per-sequence means over real samples only."""
+    return rollout_objectives(cache, run, base=PADDING_ROWS)

@@ -1,0 +1,115 @@
+"""The default target: this project's reference trainer on the toy world."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import HarnessConfigError
+from ..spec import ScenarioSpec
+
+
+def scenario_reward(target_token: int = 7, length_penalty: float = 0.05):
+    """A deterministic reward on the truncated responses that records every score it gives."""
+    given: list[torch.Tensor] = []
+
+    def reward(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        hits = (responses == target_token).sum(dim=1).double()
+        score = hits - length_penalty * (responses != 0).sum(dim=1).double()
+        given.append(score.detach().cpu())
+        return score.float()
+
+    reward.given = given
+    return reward
+
+
+@dataclass
+class ReferenceRun:
+    """A reference PPOTrainer built for one scenario; satisfies the TargetRun protocol."""
+
+    spec: ScenarioSpec
+    trainer: object
+    module: types.ModuleType
+    pad_token_id: int
+    stop_token_id: int
+    reward: object = field(repr=False)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return getattr(self.trainer.optimizer, "optimizer", self.trainer.optimizer)
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.trainer.model.parameters() if p.requires_grad]
+
+    @property
+    def scores(self) -> list[torch.Tensor]:
+        """Scores handed to the trainer, one tensor per rollout (this rank's samples)."""
+        return list(self.reward.given)
+
+    def train(self) -> list[dict[str, float]]:
+        return [dict(m) for m in self.trainer.train()]
+
+
+def build_config(spec: ScenarioSpec, stop_token_id: int):
+    """The reference trainer's PPOConfig for a scenario."""
+    from reference_ppo import PPOConfig
+
+    return PPOConfig(
+        per_device_train_batch_size=spec.per_device_train_batch_size,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        num_mini_batches=spec.num_mini_batches,
+        num_ppo_epochs=spec.num_ppo_epochs,
+        total_updates=spec.total_updates,
+        learning_rate=spec.learning_rate,
+        response_length=spec.response_length,
+        temperature=spec.temperature,
+        stop_token_id=stop_token_id,
+        kl_coef=spec.kl_coef,
+        kl_estimator=spec.kl_estimator,
+        whiten_rewards=spec.whiten_rewards,
+        cliprange=spec.cliprange,
+        cliprange_value=spec.cliprange_value,
+        vf_coef=spec.vf_coef,
+        gamma=spec.gamma,
+        lam=spec.lam,
+        seed=spec.seed,
+        local_rollout_forward_batch_size=spec.rollout_chunk,
+    )
+
+
+def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
+    """Build the reference trainer, toy models and a recording reward for `spec`."""
+    from accelerate import Accelerator
+
+    from reference_ppo import ConfigError, toy, trainer
+
+    world = toy.build_world(
+        seed=spec.seed,
+        vocab_size=spec.vocab_size,
+        prompt_length=spec.prompt_length,
+        num_prompts=spec.num_prompts,
+        device=spec.device,
+        dtype=getattr(torch, spec.dtype),
+        independent_ref=True,
+        pad_logit_bias=spec.pad_logit_bias,
+    )
+    try:
+        config = build_config(spec, stop_token_id=world.stop_token_id)
+    except ConfigError as exc:
+        raise HarnessConfigError(f"reference target: {exc}") from None
+    reward = scenario_reward()
+    accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
+    ppo = trainer.PPOTrainer(
+        config,
+        world.policy,
+        world.ref_policy,
+        world.value_model,
+        reward,
+        world.prompts,
+        world.pad_token_id,
+        accelerator=accelerator,
+    )
+    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward)

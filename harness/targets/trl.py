@@ -1,0 +1,235 @@
+"""The `trl` target: TRL 1.12.0's PPOTrainer (`trl.experimental.ppo`) on the toy world.
+
+`factory(spec)` builds the toy models with `reference_ppo.toy.build_world`, maps the
+ScenarioSpec onto TRL's own `PPOConfig` and returns a `TrlRun` (the TargetRun protocol
+of docs/architecture.md). TRL is imported lazily so that the harness works without it.
+
+What TRL does that a caller of this target should know (TRL 1.12.0, accelerate 1.x):
+
+- The rollout `logprob` site receives the scores returned by `generate`, i.e. the
+  logits after the generation processors, which here is only the temperature warper:
+  `logits / (temperature + 1e-7)`. The `ref_logprob` and `new_logprobs` sites divide
+  by the same `temperature + 1e-7` explicitly.
+- The micro-batch loop runs inside `accelerator.accumulate(model)` with the
+  accelerator's own `gradient_accumulation_steps`; its counter is not reset at
+  minibatch boundaries, so the optimizer step does not line up with minibatches when
+  a minibatch does not hold exactly `gradient_accumulation_steps` micro-batches
+  (a micro-batch's gradient can be left in `.grad` at the end of an update and is
+  applied in the next one). On the update that draws the last batch of the prompt
+  dataloader, accelerate steps after every micro-batch and resets its counter.
+- `generate` stops when every row has produced the stop token, so the response
+  width can be shorter than `response_length`.
+- A micro-batch whose rows are all empty responses gives `masked_mean` 0/0 = nan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.errors import HarnessConfigError
+from harness.spec import ScenarioSpec
+
+TRL_VERSION = "1.12.0"
+_MISSING = f"trl target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
+
+
+def _import_trl():
+    """The PPO trainer module and config class, or HarnessConfigError."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from trl.experimental.ppo import ppo_config, ppo_trainer
+    except ImportError as exc:  # trl missing, or a trl without experimental.ppo
+        raise HarnessConfigError(_MISSING) from exc
+    return ppo_trainer, ppo_config.PPOConfig
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise HarnessConfigError(f"unknown dtype {name!r} in scenario")
+    return dtype
+
+
+def _world_size() -> int:
+    """Processes launched for this run (torchrun / accelerate launch set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence TRL's prints, transformers/accelerate info logs and Python warnings."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    accelerate_logger = logging.getLogger("accelerate")
+    previous_accelerate = accelerate_logger.level
+    hf_logging.set_verbosity_error()
+    accelerate_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(previous)
+        accelerate_logger.setLevel(previous_accelerate)
+
+
+@dataclass
+class TrlRun:
+    """One TRL PPO run, ready to `train()` once."""
+
+    module: types.ModuleType
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    pad_token_id: int
+    stop_token_id: int
+    trainer: object
+    spec: ScenarioSpec
+    _metrics: list[dict[str, float]] = field(default_factory=list)
+    _workdir: tempfile.TemporaryDirectory | None = None
+    _trained: bool = False
+
+    def train(self) -> list[dict[str, float]]:
+        """Run all updates; one dict of TRL's logged `group/name` metrics per update."""
+        if self._trained:
+            raise RuntimeError("a TrlRun trains once; build a new one with factory(spec)")
+        self._trained = True
+        try:
+            with _quiet():
+                self.trainer.train()
+        finally:
+            if self._workdir is not None:
+                self._workdir.cleanup()
+                self._workdir = None
+        if len(self._metrics) != self.spec.total_updates:
+            raise RuntimeError(f"TRL logged {len(self._metrics)} metric dicts for {self.spec.total_updates} updates")
+        return [dict(m) for m in self._metrics]
+
+
+def _metrics_callback(sink: list[dict[str, float]]):
+    from transformers import TrainerCallback
+
+    class _Capture(TrainerCallback):
+        """Keeps every `group/name` entry of each `log` call, as floats."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                sink.append({k: float(v) for k, v in logs.items() if "/" in k})
+
+    return _Capture()
+
+
+def factory(spec: ScenarioSpec) -> TrlRun:
+    """Build TRL's PPOTrainer for `spec` on the toy world (offline, no downloads)."""
+    ppo_trainer, PPOConfig = _import_trl()
+    import transformers
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from reference_ppo.toy import build_world
+
+    if spec.device.startswith("cuda") and not torch.cuda.is_available():
+        raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")
+    if spec.device != "cpu" and not spec.device.startswith("cuda"):
+        raise HarnessConfigError(f"trl target supports devices 'cpu' and 'cuda', not {spec.device!r}")
+    dtype = _torch_dtype(spec.dtype)
+
+    transformers.set_seed(spec.seed)
+    world = build_world(
+        seed=spec.seed,
+        vocab_size=spec.vocab_size,
+        prompt_length=spec.prompt_length,
+        num_prompts=spec.num_prompts,
+        device=spec.device,
+        dtype=dtype,
+        independent_ref=True,
+        pad_logit_bias=spec.pad_logit_bias,
+    )
+    dataset = Dataset.from_dict({"input_ids": world.prompts.tolist()})
+
+    workdir = tempfile.TemporaryDirectory(prefix="ppo-harness-trl-", ignore_cleanup_errors=True)
+    local_batch = spec.local_batch_size
+    with _quiet():
+        config = PPOConfig(
+            output_dir=workdir.name,
+            per_device_train_batch_size=spec.per_device_train_batch_size,
+            gradient_accumulation_steps=spec.gradient_accumulation_steps,
+            num_mini_batches=spec.num_mini_batches,
+            num_ppo_epochs=spec.num_ppo_epochs,
+            total_episodes=spec.total_updates * local_batch * _world_size(),
+            learning_rate=spec.learning_rate,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            seed=spec.seed,
+            response_length=spec.response_length,
+            temperature=spec.temperature,
+            stop_token_id=world.stop_token_id,
+            kl_coef=spec.kl_coef,
+            kl_estimator=spec.kl_estimator,
+            cliprange=spec.cliprange,
+            cliprange_value=spec.cliprange_value,
+            vf_coef=spec.vf_coef,
+            gamma=spec.gamma,
+            lam=spec.lam,
+            whiten_rewards=spec.whiten_rewards,
+            local_rollout_forward_batch_size=spec.rollout_chunk,
+            num_sample_generations=0,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=spec.device == "cpu",
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            logging_strategy="steps",
+            logging_steps=1,
+            dataloader_num_workers=0,
+            push_to_hub=False,
+        )
+        trainer = ppo_trainer.PPOTrainer(
+            args=config,
+            processing_class=world.tokenizer,
+            model=world.policy,
+            ref_model=world.ref_policy,
+            reward_model=world.reward_model,
+            train_dataset=dataset,
+            value_model=world.value_model,
+        )
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    metrics: list[dict[str, float]] = []
+    trainer.add_callback(_metrics_callback(metrics))
+
+    if trainer.args.num_total_batches != spec.total_updates:
+        raise HarnessConfigError(
+            f"TRL plans {trainer.args.num_total_batches} updates, the scenario asks for {spec.total_updates}"
+        )
+
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if {id(p) for p in params} != in_optimizer:
+        raise RuntimeError("TRL's optimizer does not hold exactly the trainable policy and value parameters")
+
+    return TrlRun(
+        module=ppo_trainer,
+        optimizer=optimizer,
+        params=params,
+        pad_token_id=world.pad_token_id,
+        stop_token_id=world.stop_token_id,
+        trainer=trainer,
+        spec=spec,
+        _metrics=metrics,
+        _workdir=workdir,
+    )
