@@ -20,7 +20,9 @@ def batches(draw, max_rows=4, max_len=7):
     rows = draw(st.integers(1, max_rows))
     length = draw(st.integers(1, max_len))
     floats = st.floats(-3, 3, allow_nan=False, width=32)
-    values = torch.tensor(draw(st.lists(st.lists(floats, min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    values = torch.tensor(
+        draw(st.lists(st.lists(floats, min_size=length, max_size=length), min_size=rows, max_size=rows))
+    )
     mask = torch.tensor(
         draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=rows, max_size=rows))
     )
@@ -151,8 +153,15 @@ def make_trainer(cfg: PPOConfig, seed: int = 0, reward=None, callbacks=()):
 
     world = toy.build_world(seed=seed, independent_ref=True)
     return T.PPOTrainer(
-        cfg, world.policy, world.ref_policy, world.value_model, reward or world.reward_model, world.prompts,
-        world.pad_token_id, callbacks=callbacks, accelerator=Accelerator(cpu=True),
+        cfg,
+        world.policy,
+        world.ref_policy,
+        world.value_model,
+        reward or world.reward_model,
+        world.prompts,
+        world.pad_token_id,
+        callbacks=callbacks,
+        accelerator=Accelerator(cpu=True),
     )
 
 
@@ -164,8 +173,16 @@ def uneven(**kw) -> PPOConfig:
 @pytest.mark.slow
 def test_it_learns_to_say_the_target_token():
     cfg = PPOConfig(
-        per_device_train_batch_size=8, gradient_accumulation_steps=2, num_mini_batches=2, num_ppo_epochs=2,
-        learning_rate=3e-3, total_updates=30, response_length=8, kl_coef=0.01, stop_token_id=1, seed=0,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        num_mini_batches=2,
+        num_ppo_epochs=2,
+        learning_rate=3e-3,
+        total_updates=30,
+        response_length=8,
+        kl_coef=0.01,
+        stop_token_id=1,
+        seed=0,
     )
     history = make_trainer(cfg, reward=toy.count_token_reward(7)).train()
     start = sum(m["objective/scores"] for m in history[:3]) / 3
@@ -216,7 +233,9 @@ def test_lr0_gradient_does_not_depend_on_the_cut():
     cuts = [(4, 3), (2, 6), (6, 2)]
     grads = []
     for bs, gas in cuts:
-        rec = record_steps(make_trainer(uneven(learning_rate=0.0, per_device_train_batch_size=bs, gradient_accumulation_steps=gas)))
+        rec = record_steps(
+            make_trainer(uneven(learning_rate=0.0, per_device_train_batch_size=bs, gradient_accumulation_steps=gas))
+        )
         grads.append([s.grad for s in rec.steps])
     for other in grads[1:]:
         assert len(other) == len(grads[0]) == 2
