@@ -69,16 +69,20 @@ class CheckResult:
     def failure_lines(self) -> list[str]:
         lines = [f"FAIL {self.scenario}: {self.message}"] if self.message else []
         for m in self.metrics:
-            if m.status != "pass":
+            if m.failed:
                 lines.append(oracle.failure_line(self.scenario, m))
         return lines
 
     def absorb(self, results: list) -> CheckResult:
         """Add per-metric results; any that did not pass fails the check."""
         self.metrics.extend(results)
-        bad = [m.name for m in results if m.status != "pass"]
+        bad = [m.name for m in results if m.failed]
         if bad:
             self.fail(f"{len(bad)} metric(s) disagree: {', '.join(bad)}")
+        unchecked = [m for m in results if not m.failed and m.status == "not_recomputable"]
+        if unchecked:
+            note = "; ".join(f"{m.name} not recomputable: {m.reason}" for m in unchecked)
+            self.message = f"{self.message}; {note}" if self.message else note
         return self
 
 
@@ -100,11 +104,15 @@ def logs_present(obs: Observation, names, result: CheckResult) -> bool:
     if len(obs.logs) != obs.spec.total_updates:
         result.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(obs.logs)}")
         return False
+    where = f" ({split_label(obs.spec)})"
     for i, logs in enumerate(obs.logs):
         missing = [n for n in names if n not in logs]
-        bad = [n for n in names if n in logs and not math.isfinite(float(logs[n]))]
+        bad = [f"{n}={logs[n]}" for n in names if n in logs and not math.isfinite(float(logs[n]))]
+        if missing:
+            result.fail(f"update {i + 1}{where}: the trainer never logged {', '.join(missing)}")
+        if bad:
+            result.fail(f"update {i + 1}{where}: non-finite logged values {', '.join(bad)}")
         if missing or bad:
-            result.fail(f"update {i + 1}: missing {missing} non-finite {bad}")
             return False
     return True
 
@@ -170,8 +178,10 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, base: Scenari
         expected = oracle.expected_metrics(
             update, obs.stop_token_id, obs.pad_token_id, obs.spec.kl_coef, obs.spec.kl_estimator, scores=scores[i]
         )
-        logged = {n: obs.logs[i][n] for n in OBJECTIVES}
-        result.absorb(oracle.compare(logged, {n: expected[n] for n in OBJECTIVES}, obs.spec.dtype))
+        suffix = f" @ update {i + 1}" if len(updates) > 1 else ""
+        logged = {n + suffix: obs.logs[i][n] for n in OBJECTIVES}
+        want = {n + suffix: expected[n] for n in OBJECTIVES}
+        result.absorb(oracle.compare(logged, want, obs.spec.dtype))
     return result
 
 

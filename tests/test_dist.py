@@ -1,0 +1,57 @@
+"""verify-dist on 2 CPU processes: passes on the reference trainer, fails on a mean of per-rank means."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.dist
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    path = tmp_path / "dist" / "verify.json"
+    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
+
+
+def test_reference_trainer_passes_across_two_processes(tmp_path):
+    code, report, output = verify_dist(tmp_path, "reference")
+    assert code == 0, output[-3000:]
+    assert {c["id"]: c["status"] for c in report["checks"]} == {
+        "uneven_split[ranks]": "pass",
+        "freshness[ranks]": "pass",
+        "lr0_ratio[ranks]": "pass",
+    }
+
+
+def test_mean_of_per_rank_means_fails(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.dist_variants:per_rank_mean")
+    assert code == 1, output[-3000:]
+    failed = {c["id"] for c in report["checks"] if c["status"] == "fail"}
+    assert {"uneven_split[ranks]", "freshness[ranks]"} <= failed
+    uneven = next(c for c in report["checks"] if c["id"] == "uneven_split[ranks]")
+    assert "policy/entropy_avg" in {m["name"] for m in uneven["metrics"] if m["status"] == "fail"}
+
+
+def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.dist_variants:hangs", "--timeout", "30")
+    assert code == 1
+    assert "timed out after 30s" in report["checks"][0]["message"]
+
+
+def test_unknown_target_is_a_usage_error(tmp_path):
+    code, _, output = verify_dist(tmp_path, "no_such_module:factory")
+    assert code == 2 and "cannot import" in output

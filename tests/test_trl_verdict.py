@@ -1,0 +1,110 @@
+"""The gate's verdict on TRL 1.12.0's PPOTrainer, and the reference trainer on the same scenarios.
+
+Runs `python -m harness verify` as a user would (a subprocess, its exit code, its JSON report).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.trl
+
+# What trl 1.12.0 gets wrong, by check id (see README "The gate on TRL 1.12.0").
+TRL_FAILS = {
+    "uneven_split[epochs=1]",
+    "uneven_split[epochs=2]",
+    "lr0_ratio[epochs=1]",
+    "lr0_ratio[epochs=2]",
+    "freshness",
+    "gradient_partition",
+    "every_microbatch_applied[epochs=2]",
+    "all_masked",
+    "partition_invariance",
+}
+TRL_PASSES = {"rollout_objectives[uneven_split]", "rollout_objectives[padding_rows]"}
+
+
+def verify(target: str, tmp_path_factory) -> tuple[int, dict, str]:
+    out = tmp_path_factory.mktemp(f"verify-{target}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify", "--target", target, "--report-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
+    return proc.returncode, report, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trl_verdict(tmp_path_factory):
+    if importlib.util.find_spec("trl") is None:
+        if os.environ.get("CI"):
+            pytest.fail("trl==1.12.0 is not installed in CI's test session (nox -s tests installs the trl extra)")
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    return verify("trl", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def reference_verdict(tmp_path_factory):
+    return verify("reference", tmp_path_factory)
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {check["id"]: check["status"] for check in report["checks"]}
+
+
+def metric(report: dict, check_id: str, name: str) -> dict:
+    (check,) = [c for c in report["checks"] if c["id"] == check_id]
+    (found,) = [m for m in check["metrics"] if m["name"] == name]
+    return found
+
+
+def test_trl_exits_1_and_fails_exactly_the_expected_checks(trl_verdict):
+    code, report, output = trl_verdict
+    assert code == 1, output[-3000:]
+    assert report["target"] == "trl" and report["status"] == "fail"
+    got = statuses(report)
+    assert {c for c, s in got.items() if s == "fail"} == TRL_FAILS
+    assert {c for c, s in got.items() if s == "pass"} == TRL_PASSES
+
+
+def test_trl_lr0_identities_are_the_known_numbers(trl_verdict):
+    _, report, _ = trl_verdict
+    ratio = metric(report, "lr0_ratio[epochs=1]", "val/ratio")
+    var = metric(report, "lr0_ratio[epochs=1]", "val/ratio_var")
+    assert ratio["logged"] == pytest.approx(2 / 3, abs=1e-4) and ratio["expected"] == 1.0
+    assert var["logged"] == pytest.approx(4 / 15, abs=1e-4) and var["expected"] == 0.0
+    assert ratio["status"] == var["status"] == "fail"
+
+
+def test_trl_uneven_split_names_each_pooled_mean_that_disagrees(trl_verdict):
+    _, report, _ = trl_verdict
+    failing = {
+        m["name"]
+        for m in next(c for c in report["checks"] if c["id"] == "uneven_split[epochs=1]")["metrics"]
+        if m["status"] == "fail"
+    }
+    # entropy, ratio and approxkl are plain means over pad positions; every mean is a mean of slot means
+    assert {"policy/entropy_avg", "val/ratio", "val/ratio_var", "policy/approxkl_avg", "loss/value_avg"} <= failing
+
+
+def test_trl_scores_are_reported_as_not_recomputable(trl_verdict):
+    _, report, _ = trl_verdict
+    scores = metric(report, "rollout_objectives[uneven_split]", "objective/scores @ update 1")
+    assert scores["status"] == "not_recomputable" and scores["reason"]
+
+
+def test_reference_passes_the_same_scenarios(reference_verdict):
+    code, report, output = reference_verdict
+    assert code == 0, output[-3000:]
+    got = statuses(report)
+    assert set(got) == TRL_FAILS | TRL_PASSES
+    assert set(got.values()) == {"pass"}
