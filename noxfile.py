@@ -53,7 +53,7 @@ def verify(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes)."""
-    install(session, "test", "trl")
+    install(session, "test", "trl", "mutation")
     session.run("python", "-m", "pytest", "tests", *session.posargs, env=CPU_THREADS)
 
 

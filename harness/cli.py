@@ -50,6 +50,12 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"error: --device {args.device} but torch {torch.__version__} sees no CUDA device", file=sys.stderr)
+            return 2
     pytest_args = [
         "--pyargs",
         SUITE,

@@ -86,6 +86,10 @@ class ObservationCache:
         self.factory = factory
         self._seen: dict[tuple[ScenarioSpec, bool], Observation] = {}
 
+    def clear(self) -> None:
+        """Forget every observation (mutmut links tests to code only when each test runs its trainer)."""
+        self._seen.clear()
+
     def get(self, spec: ScenarioSpec, spy: bool = True) -> Observation:
         """The observation of `spec`; a spied run also serves a request without the spy."""
         if (spec, True) in self._seen:

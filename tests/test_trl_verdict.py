@@ -19,6 +19,7 @@ pytestmark = pytest.mark.trl
 TRL_FAILS = {
     "uneven_split[epochs=1]",
     "uneven_split[epochs=2]",
+    "even_split",
     "lr0_ratio[epochs=1]",
     "lr0_ratio[epochs=2]",
     "freshness",

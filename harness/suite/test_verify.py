@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness import scenarios
@@ -25,6 +25,10 @@ def test_uneven_split(ppo_cache, ppo_run_spec, ppo_report, epochs):
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_lr0_ratio(ppo_cache, ppo_run_spec, ppo_report, epochs):
     settle(scenarios.lr0_ratio(ppo_cache, ppo_run_spec, epochs), ppo_report)
+
+
+def test_even_split(ppo_cache, ppo_run_spec, ppo_report):
+    settle(scenarios.even_split(ppo_cache, ppo_run_spec), ppo_report)
 
 
 def test_freshness(ppo_cache, ppo_run_spec, ppo_report):
@@ -71,6 +75,8 @@ def test_partition_invariance(ppo_cache, ppo_run_spec, ppo_report):
 
     @settings(max_examples=6, deadline=None, derandomize=True, database=None)
     @given(splits())
+    @example((12, 1, 1, 1))  # one micro-batch per update: val/ratio_var must be 0, not NaN
+    @example((6, 2, 2, 1))  # two micro-batches: the smallest sample variance
     def invariant(split):
         bs, gas, mb, epochs = split
         other = base.with_(

@@ -1,0 +1,85 @@
+"""`python -m mutants [curated|mutmut|report|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
+
+curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
+mutmut [--max-children N] [--keep-scratch]    mutmut over the statistics code (scratch copy)
+report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
+all (the default)                              curated, then mutmut, then report
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .runner import ROOT
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m mutants", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--report-dir", type=Path, default=ROOT / "reports", help="where the reports go (default: reports/)"
+    )
+
+    def curated_args(p):
+        p.add_argument("--only", nargs="+", metavar="ID", help="run only these catalogue ids")
+        p.add_argument("--full", action="store_true", help="run the full verify suite for every mutant (kill matrix)")
+        p.add_argument("--jobs", type=int, default=None, help="mutants verified at once (default: CPUs, at most 4)")
+        p.add_argument("--timeout", type=float, default=900.0, help="seconds per verify run")
+        p.add_argument("--keep", type=Path, default=None, help="copy each mutant's scratch folder here")
+
+    def mutmut_args(p):
+        p.add_argument("--max-children", type=int, default=None, help="mutmut workers (default: CPUs)")
+        p.add_argument("--mutmut-timeout", type=float, default=3600.0, help="seconds for the whole mutmut run")
+        p.add_argument("--keep-scratch", action="store_true", help="keep mutmut's scratch project")
+
+    def report_args(p):
+        p.add_argument(
+            "--update-baseline", action="store_true", help="record this run's mutmut score in mutants/baseline.json"
+        )
+        p.add_argument(
+            "--no-install", action="store_true", help="do not npm-install the web component when it is not cached"
+        )
+
+    curated_args(sub.add_parser("curated", parents=[common], help="the curated catalogue against the verify suite"))
+    mutmut = sub.add_parser("mutmut", parents=[common], help="mutmut over the statistics code, then the reports")
+    mutmut_args(mutmut)
+    report_args(mutmut)
+    report_args(sub.add_parser("report", parents=[common], help="write the reports from what ran"))
+    everything = sub.add_parser("all", parents=[common], help="curated, mutmut and the reports (the default)")
+    curated_args(everything)
+    mutmut_args(everything)
+    report_args(everything)
+    if not argv or argv[0] not in ("curated", "mutmut", "report", "all", "-h", "--help"):
+        argv = ["all", *argv]
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    from . import mutmut_run, report, runner
+
+    codes = []
+    if args.command in ("curated", "all"):
+        codes.append(runner.run_curated(args.only, args.full, args.jobs, args.timeout, args.report_dir, args.keep))
+    if args.command in ("mutmut", "all"):
+        codes.append(mutmut_run.run(args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch))
+    if args.command in ("mutmut", "report", "all") and 2 not in codes:
+        codes.append(
+            report.write_reports(
+                args.report_dir,
+                install_elements=not getattr(args, "no_install", False),
+                update_baseline=getattr(args, "update_baseline", False),
+            )
+        )
+    if 2 in codes:
+        return 2
+    return 1 if any(codes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

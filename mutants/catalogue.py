@@ -1,0 +1,457 @@
+"""The curated catalogue: one mutant per bug class of /work/shared/spec/bug-catalogue.md.
+
+Each mutant re-creates, inside `reference_ppo`, a bug that shipped (or was found in
+review) in a public RL trainer, and names the checks of the gate that must kill it.
+A patch is a list of exact text replacements; each `old` must occur exactly once
+in its file, so that a refactor of the trainer breaks the catalogue loudly instead
+of leaving a mutant that no longer mutates anything (see `apply`).
+
+`killed_by` lists check ids of `verify.json` (e.g. "uneven_split[epochs=1]") or
+scenario names (e.g. "uneven_split", which covers both epoch variants). The runner
+counts a mutant as killed only when the verify run exits 1 and at least one of
+these checks failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+TRAINER = "reference_ppo/trainer.py"
+
+# check id in verify.json -> (scenario name, pytest node name of the test that records it)
+CHECKS: dict[str, tuple[str, str]] = {
+    "uneven_split[epochs=1]": ("uneven_split", "test_uneven_split[1]"),
+    "uneven_split[epochs=2]": ("uneven_split", "test_uneven_split[2]"),
+    "lr0_ratio[epochs=1]": ("lr0_ratio", "test_lr0_ratio[1]"),
+    "lr0_ratio[epochs=2]": ("lr0_ratio", "test_lr0_ratio[2]"),
+    "even_split": ("even_split", "test_even_split"),
+    "freshness": ("freshness", "test_freshness"),
+    "rollout_objectives[uneven_split]": ("rollout_objectives", "test_rollout_objectives"),
+    "gradient_partition": ("gradient_partition", "test_gradient_partition"),
+    "every_microbatch_applied[epochs=2]": ("every_microbatch_applied", "test_every_microbatch_applied"),
+    "all_masked": ("all_masked", "test_all_masked"),
+    "rollout_objectives[padding_rows]": ("padding_rows", "test_padding_rows"),
+    "partition_invariance": ("partition_invariance", "test_partition_invariance"),
+}
+# killed_by entry that stands for "any check of the two-process run" (`python -m harness verify-dist`)
+VERIFY_DIST = "verify_dist"
+
+
+class PatchError(RuntimeError):
+    """A catalogue patch no longer matches the trainer: the catalogue has rotted."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Replace `old` (which must occur exactly once in `file`) with `new`."""
+
+    file: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One curated mutant: metadata plus the patch that re-creates the bug."""
+
+    id: str
+    bug_class: int
+    title: str
+    source: str
+    killed_by: tuple[str, ...]
+    patch: tuple[Replacement, ...]
+    command: str = "verify"
+    """`verify` (the verify suite) or `verify-dist` (the two-process run)."""
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """A bug class that cannot arise in the reference trainer, with the reason."""
+
+    bug_class: int
+    reason: str
+
+
+def replace(old: str, new: str, file: str = TRAINER) -> Replacement:
+    return Replacement(file, old, new)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        id="c01_mean_of_microbatch_means",
+        bug_class=1,
+        title="pooled means are equal-weight means of per-micro-batch means",
+        source="huggingface/trl issue 7012, PR 7041",
+        killed_by=("uneven_split", "partition_invariance"),
+        patch=(
+            replace(
+                "        metrics[name] = (totals[STAT_FIELDS.index(name)] / count).item() if count > 0 else 0.0\n",
+                '        counts = rows[:, STAT_FIELDS.index("count/response" if name in RESPONSE_POOLED else '
+                '"count/value")]\n'
+                "        metrics[name] = (rows[:, STAT_FIELDS.index(name)] / counts.clamp(min=1)).mean().item()\n",
+            ),
+        ),
+        notes="the short last micro-batch (2 rows of a 4+2 split) weighs as much as the full one",
+    ),
+    Mutant(
+        id="c02_unwritten_slots_averaged",
+        bug_class=2,
+        title=(
+            "(epochs, minibatches, grad-accum) stats buffer: zeros of unwritten slots enter val/ratio and val/ratio_var"
+        ),
+        source="huggingface/trl PR 7041",
+        killed_by=("lr0_ratio",),
+        patch=(
+            replace(
+                "        stats = []\n"
+                "        for _ in range(cfg.num_ppo_epochs):\n"
+                "            order = torch.randperm(cfg.local_batch_size, "
+                "generator=self.minibatch_generator).to(ro.responses.device)\n"
+                "            for start in range(0, cfg.local_batch_size, cfg.local_mini_batch_size):\n"
+                "                stats += self.minibatch_step(ro, order[start : start + cfg.local_mini_batch_size])\n"
+                "        return torch.stack(stats)\n",
+                "        shape = (cfg.num_ppo_epochs, cfg.num_mini_batches, cfg.gradient_accumulation_steps, "
+                "len(STAT_FIELDS))\n"
+                "        stats = torch.zeros(shape, dtype=torch.float64, device=ro.responses.device)\n"
+                "        for epoch in range(cfg.num_ppo_epochs):\n"
+                "            order = torch.randperm(cfg.local_batch_size, "
+                "generator=self.minibatch_generator).to(ro.responses.device)\n"
+                "            for minibatch, start in enumerate(range(0, cfg.local_batch_size, "
+                "cfg.local_mini_batch_size)):\n"
+                "                for slot, row in enumerate(self.minibatch_step(ro, order[start : start + "
+                "cfg.local_mini_batch_size])):\n"
+                "                    stats[epoch, minibatch, slot] = row\n"
+                "        return stats.reshape(-1, len(STAT_FIELDS))\n",
+            ),
+            replace(
+                '    metrics["val/ratio_var"] = ratio_variance(rows)\n',
+                '    slot_means = rows[:, STAT_FIELDS.index("val/ratio")] / rows[:, '
+                'STAT_FIELDS.index("count/response")].clamp(min=1)\n'
+                '    metrics["val/ratio"], metrics["val/ratio_var"] = slot_means.mean().item(), '
+                "slot_means.var().item()\n",
+            ),
+        ),
+        notes=(
+            "at LR 0 with micro-batches 4+2 and gradient_accumulation_steps=3 it logs val/ratio 0.6667, "
+            "val/ratio_var 0.2667"
+        ),
+    ),
+    Mutant(
+        id="c03_policy_loss_sample_weighted",
+        bug_class=3,
+        title="loss/policy_avg numerator weighted by the micro-batch's sample count instead of its token count",
+        source="huggingface/trl PR 7041 (its own mutant)",
+        killed_by=("uneven_split",),
+        patch=(replace("            pg_loss.double() * n_r,\n", "            pg_loss.double() * r_mask.shape[0],\n"),),
+    ),
+    Mutant(
+        id="c04_entropy_mask_off_by_one",
+        bug_class=4,
+        title="policy/entropy_avg sums the entropy over a response mask shifted by one position",
+        source="huggingface/trl PR 7041 (its own mutant)",
+        killed_by=("uneven_split",),
+        patch=(
+            replace(
+                "            masked_sum(entropy.double(), r_mask),\n",
+                "            masked_sum(entropy.double()[:, 1:], r_mask[:, :-1]),\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c05_plain_mean_over_pads",
+        bug_class=5,
+        title="approxkl, entropy and ratio are plain .mean()s over every position, pads included",
+        source="huggingface/trl PR 7041, issue 6809",
+        killed_by=("uneven_split",),
+        patch=(
+            replace(
+                "            masked_sum(0.5 * log_ratio.double() ** 2, r_mask),\n"
+                "            masked_sum(entropy.double(), r_mask),\n"
+                "            masked_sum(ratio.double(), r_mask),\n",
+                "            (0.5 * log_ratio.double() ** 2).mean() * n_r,\n"
+                "            entropy.double().mean() * n_r,\n"
+                "            ratio.double().mean() * n_r,\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c06_value_stats_response_mask",
+        bug_class=6,
+        title=(
+            "loss/value_avg and val/clipfrac_avg weighted by the response mask (padding_mask) not the value mask "
+            "(padding_mask_p1)"
+        ),
+        source="huggingface/trl PR 7041",
+        killed_by=("uneven_split",),
+        patch=(
+            replace(
+                "    n_r, n_v = r_mask.sum().double(), v_mask.sum().double()\n",
+                "    n_r, n_v = r_mask.sum().double(), r_mask.sum().double()\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c07_pad_sentinel_in_entropy",
+        bug_class=7,
+        title="objective/entropy sums -logprobs with the pad sentinel INVALID_LOGPROB = 1.0 at pad positions",
+        source="huggingface/trl PR 6121 (issue 2022)",
+        killed_by=("rollout_objectives",),
+        patch=(
+            replace(
+                "masked_sum_rows(-logprobs, r_mask)",
+                "(-logprobs.masked_fill(~r_mask, 1.0)).sum(1)",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c08_stale_rows_leak",
+        bug_class=8,
+        title="the stats buffer lives on the trainer and is never reset: the previous update's rows leak into this one",
+        source="huggingface/trl PR 6861 (review finding)",
+        killed_by=("freshness",),
+        patch=(
+            replace(
+                "        stats = []\n        for _ in range(cfg.num_ppo_epochs):\n",
+                '        stats = self.__dict__.setdefault("stats_buffer", [])\n        for _ in '
+                "range(cfg.num_ppo_epochs):\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c09_mean_of_rank_means",
+        bug_class=9,
+        title="pooled metrics are the mean over ranks of each rank's own pooled means",
+        source="huggingface/trl PR 6380; NovaSky-AI/SkyRL issue 1822",
+        killed_by=(VERIFY_DIST,),
+        command="verify-dist",
+        patch=(
+            replace(
+                "        metrics = pooled_stats(acc.gather(stats))\n",
+                "        metrics = {\n"
+                "            name: acc.reduce(torch.tensor(value, dtype=torch.float64, device=acc.device), "
+                'reduction="mean").item()\n'
+                "            for name, value in pooled_stats(stats).items()\n"
+                "        }\n",
+            ),
+        ),
+        notes="identical to the correct pooling in one process; only the two-process run can kill it",
+    ),
+    Mutant(
+        id="c10_scaled_by_accumulation_steps",
+        bug_class=10,
+        title="logged losses divided by gradient_accumulation_steps (the scaled loss that is backpropagated)",
+        source="verl-project/verl issue 4711; huggingface/trl PRs 7047, 7053",
+        killed_by=("uneven_split", "partition_invariance"),
+        patch=(
+            replace(
+                "                pg_loss, pg_clipfrac, vf_loss, vf_clipfrac, log_ratio, ratio, entropy, r_mask, "
+                "v_mask\n",
+                "                pg_loss / cfg.gradient_accumulation_steps,\n"
+                "                pg_clipfrac,\n"
+                "                vf_loss / cfg.gradient_accumulation_steps,\n"
+                "                vf_clipfrac, log_ratio, ratio, entropy, r_mask, v_mask\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c11_last_microbatch_only",
+        bug_class=11,
+        title="only the last micro-batch's statistics are logged",
+        source="karpathy/autoresearch issue 357",
+        killed_by=("uneven_split",),
+        patch=(replace("        return torch.stack(stats)\n", "        return torch.stack(stats[-1:])\n"),),
+    ),
+    Mutant(
+        id="c12_empty_microbatch_counts",
+        bug_class=12,
+        title=(
+            "an all-masked micro-batch counts as one token: its zero pulls the response means (and val/ratio_var) down"
+        ),
+        source="NVIDIA NeMo-RL issue 212; NovaSky-AI/SkyRL issue 1817",
+        killed_by=("all_masked",),
+        patch=(
+            replace(
+                "    n_r, n_v = r_mask.sum().double(), v_mask.sum().double()\n",
+                "    n_r, n_v = r_mask.sum().double().clamp(min=1), v_mask.sum().double().clamp(min=1)\n",
+            ),
+        ),
+        notes="the NaN variant (masked_mean dividing by the raw count) is among mutmut's mutants of masked_mean",
+    ),
+    Mutant(
+        id="c13_padding_rows_in_objectives",
+        bug_class=13,
+        title="per-sample objective sums padded with zero rows up to a multiple of the rollout chunk, then averaged",
+        source="verl-project/verl issue 7771",
+        killed_by=("padding_rows",),
+        patch=(
+            replace(
+                "        return rollout, per_sample\n",
+                "        chunk = min(cfg.local_rollout_forward_batch_size, len(per_sample))\n"
+                "        return rollout, F.pad(per_sample, (0, 0, 0, -len(per_sample) % chunk))\n",
+            ),
+        ),
+        notes="a batch of 12 in chunks of 5 is averaged over 15 rows; a batch that fits one chunk is unaffected",
+    ),
+    Mutant(
+        id="c14_loss_sample_count_factor",
+        bug_class=14,
+        title=(
+            "each micro-batch's token-mean loss divided by the number of micro-batches: the gradient depends on the "
+            "split"
+        ),
+        source=(
+            "verl-project/verl issue 5625; modelscope/twinkle PR 292; ml-explore/mlx-lm PR 1413; "
+            "huggingface/transformers PR 34191"
+        ),
+        killed_by=("gradient_partition",),
+        patch=(
+            replace(
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() "
+                "/ n_value)\n",
+                "        loss = world * (pg_loss + cfg.vf_coef * vf_loss) / len(cfg.micro_batch_sizes())\n",
+            ),
+        ),
+    ),
+    Mutant(
+        id="c15_global_accumulation_counter",
+        bug_class=15,
+        title=(
+            "optimizer steps every gradient_accumulation_steps micro-batches on a counter that crosses minibatch and "
+            "update boundaries"
+        ),
+        source="trl 1.12.0 (measured with micro-batches 4+2 and gradient_accumulation_steps=3)",
+        killed_by=("every_microbatch_applied",),
+        patch=(
+            replace(
+                "                stats.append(self.micro_step(ro, rows[start : start + step], n_response, n_value))\n"
+                "        if self.config.max_grad_norm is not None:\n"
+                "            acc.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)\n"
+                "        self.optimizer.step()\n"
+                "        self.optimizer.zero_grad()\n",
+                "                stats.append(self.micro_step(ro, rows[start : start + step], n_response, n_value))\n"
+                '            self.accumulated = getattr(self, "accumulated", 0) + 1\n'
+                "            if self.accumulated % self.config.gradient_accumulation_steps == 0:\n"
+                "                if self.config.max_grad_norm is not None:\n"
+                "                    acc.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)\n"
+                "                self.optimizer.step()\n"
+                "                self.optimizer.zero_grad()\n",
+            ),
+        ),
+        notes=(
+            "micro-batches of a minibatch's tail are stepped in the next minibatch or update, and the last ones never"
+        ),
+    ),
+)
+
+NOT_APPLICABLE: tuple[NotApplicable, ...] = ()
+"""Every class of the table can arise in the reference trainer, so none is listed here."""
+
+
+def by_id(ids: list[str] | tuple[str, ...] | None = None) -> list[Mutant]:
+    """The mutants named by `ids` (all when empty); an unknown id is an error."""
+    if not ids:
+        return list(MUTANTS)
+    known = {m.id: m for m in MUTANTS}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise KeyError(f"unknown mutant id(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[i] for i in ids]
+
+
+def named_checks(mutant: Mutant) -> list[str]:
+    """The check ids of verify.json that `mutant.killed_by` names (scenario names expanded)."""
+    wanted = set(mutant.killed_by)
+    return [cid for cid, (scenario, _) in CHECKS.items() if cid in wanted or scenario in wanted]
+
+
+def test_selection(mutant: Mutant) -> str:
+    """A pytest -k expression selecting the tests of the checks `mutant` names."""
+    return " or ".join(CHECKS[cid][1] for cid in named_checks(mutant))
+
+
+def patched(mutant: Mutant, root: Path) -> dict[Path, tuple[str, str]]:
+    """{file: (text before, text after)} of `mutant`'s patch against the project under `root`.
+
+    Raises PatchError when an `old` text does not occur exactly once, or when the
+    patched file no longer compiles. Nothing is written.
+    """
+    texts: dict[Path, tuple[str, str]] = {}
+    for rep in mutant.patch:
+        path = root / rep.file
+        if path not in texts:
+            if not path.is_file():
+                raise PatchError(f"{mutant.id}: {rep.file} does not exist under {root}")
+            original = path.read_text(encoding="utf-8")
+            texts[path] = (original, original)
+        before, after = texts[path]
+        found = after.count(rep.old)
+        if found != 1:
+            first = rep.old.strip().splitlines()[0] if rep.old.strip() else repr(rep.old)
+            raise PatchError(
+                f"{mutant.id}: expected the text to replace exactly once in {rep.file}, "
+                f"found it {found} time(s): {first!r}"
+            )
+        texts[path] = (before, after.replace(rep.old, rep.new))
+    for path, (_, after) in texts.items():
+        try:
+            compile(after, str(path), "exec")
+        except SyntaxError as exc:
+            raise PatchError(f"{mutant.id}: the patched {path.name} does not compile: {exc}") from None
+    return texts
+
+
+def apply(mutant: Mutant, root: Path) -> list[Path]:
+    """Apply `mutant`'s patch to the project copy under `root`; returns the files changed."""
+    texts = patched(mutant, root)
+    for path, (_, after) in texts.items():
+        path.write_text(after, encoding="utf-8")
+    return list(texts)
+
+
+def diff(mutant: Mutant, root: Path) -> str:
+    """A unified diff (with the file's own line numbers) of `mutant`'s patch against the project under `root`."""
+    import difflib
+
+    out: list[str] = []
+    for path, (before, after) in patched(mutant, root).items():
+        name = path.relative_to(root).as_posix()
+        out.extend(
+            difflib.unified_diff(
+                before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=1
+            )
+        )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in out)
+
+
+def check_metadata() -> list[str]:
+    """Problems with the catalogue's metadata (empty when it is complete)."""
+    problems = []
+    seen_ids: set[str] = set()
+    covered = {m.bug_class for m in MUTANTS} | {n.bug_class for n in NOT_APPLICABLE}
+    missing = sorted(set(range(1, 16)) - covered)
+    if missing:
+        problems.append(f"bug classes without a mutant or a reason: {missing}")
+    scenarios = {scenario for scenario, _ in CHECKS.values()}
+    for m in MUTANTS:
+        if m.id in seen_ids:
+            problems.append(f"duplicate id {m.id}")
+        seen_ids.add(m.id)
+        for name in ("title", "source"):
+            if not getattr(m, name).strip():
+                problems.append(f"{m.id}: empty {name}")
+        if not m.patch:
+            problems.append(f"{m.id}: empty patch")
+        if not m.killed_by:
+            problems.append(f"{m.id}: killed_by is empty")
+        for check in m.killed_by:
+            if check != VERIFY_DIST and check not in CHECKS and check not in scenarios:
+                problems.append(f"{m.id}: killed_by names unknown check {check!r}")
+        if m.command not in ("verify", "verify-dist"):
+            problems.append(f"{m.id}: unknown command {m.command!r}")
+        if m.command == "verify" and not named_checks(m):
+            problems.append(f"{m.id}: names no check of the verify suite")
+        if "://" in m.source:
+            problems.append(f"{m.id}: source must be a URL-free reference")
+    return problems

@@ -1,0 +1,478 @@
+"""mutmut 3 over the statistics and masked-reduction code of reference_ppo/trainer.py.
+
+`python -m mutants mutmut` never runs mutmut in the project: mutmut writes its
+working tree to `./mutants/`, which is this package's own folder. Instead it
+
+1. copies `reference_ppo/`, `harness/` and `pyproject.toml` (whose `[tool.mutmut]`
+   section is the configuration) to a scratch folder outside the project, plus
+   this file as `ppo_mutmut_hooks.py`, a pytest plugin that the configuration loads;
+2. marks every top-level function and class of the scratch `trainer.py` except
+   MUTATED_FUNCTIONS with `# pragma: no mutate block` (a trailing comment on the
+   header line, so no line moves and the report's line numbers are the project's);
+3. runs `mutmut run` there (fork isolation, CPU torch, one thread per worker) with
+   the verify suite as its tests;
+4. reads mutmut's meta file (`mutants/reference_ppo/trainer.py.meta`) and the
+   generated functions (`x_<name>__mutmut_orig` / `x_<name>__mutmut_<n>`) and turns
+   each mutant into a record with its location in the original file, the
+   replaced text, the replacement and a unified diff (mutmut_results.json).
+
+The pytest plugin (the `pytest_*` functions and the fixture below) only acts
+when mutmut runs the suite:
+
+- a Hypothesis profile (`derandomize`, no database, no deadline, the
+  `differing_executors` health check suppressed) is loaded, so a mutant's verdict
+  never depends on an example database or on mutmut's forked executors;
+- while mutmut collects its per-test statistics (MUTANT_UNDER_TEST=stats), the
+  harness's session-wide observation cache is emptied before each test, so each
+  test really calls the trainer functions it checks. Without that, a test that
+  only reads another test's cached run (freshness, rollout_objectives) would be
+  linked to no function and mutmut would never run it against a mutant.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+MUTATED_FUNCTIONS = (
+    "masked_sum",
+    "masked_mean",
+    "microbatch_stats",
+    "pooled_stats",
+    "ratio_variance",
+    "rollout_objectives",
+)
+TRAINER = "reference_ppo/trainer.py"
+HOOKS_MODULE = "ppo_mutmut_hooks"
+PRAGMA = "# pragma: no mutate block"
+
+
+# ---------------------------------------------------------------- pytest plugin (inside mutmut's runs)
+
+
+def _under_mutmut() -> bool:
+    return "MUTANT_UNDER_TEST" in os.environ
+
+
+def pytest_configure(config) -> None:
+    if not _under_mutmut():
+        return
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "ppo-mutmut",
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.differing_executors],
+    )
+    settings.load_profile("ppo-mutmut")
+
+
+@pytest.fixture(autouse=True)
+def _ppo_fresh_observations_while_mutmut_collects_stats(request):
+    """Empty the harness's observation cache before each test of mutmut's stats run."""
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats" and "ppo_cache" in request.fixturenames:
+        request.getfixturevalue("ppo_cache").clear()
+    yield
+
+
+# ---------------------------------------------------------------- the driver (in the project)
+
+
+def mark_unmutated(source: str, keep=MUTATED_FUNCTIONS) -> str:
+    """`source` with `# pragma: no mutate block` on the header of every top-level def/class not in `keep`."""
+    import libcst as cst
+
+    module = cst.parse_module(source)
+    found: set[str] = set()
+    body = []
+    for stmt in module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            name = stmt.name.value
+            if name in keep:
+                found.add(name)
+            elif isinstance(stmt.body, cst.IndentedBlock):
+                if stmt.body.header.comment is not None:
+                    raise RuntimeError(f"{name}: its header line already has a comment; cannot add {PRAGMA!r}")
+                header = cst.TrailingWhitespace(
+                    whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(PRAGMA), newline=stmt.body.header.newline
+                )
+                stmt = stmt.with_changes(body=stmt.body.with_changes(header=header))
+        body.append(stmt)
+    missing = [name for name in keep if name not in found]
+    if missing:
+        raise RuntimeError(f"{TRAINER} no longer defines {missing} at module level: update MUTATED_FUNCTIONS")
+    out = module.with_changes(body=body).code
+    if out.count("\n") != source.count("\n"):
+        raise RuntimeError("marking the functions moved lines; the report's locations would be wrong")
+    return out
+
+
+def prepare_scratch(scratch, root=None):
+    """Lay out the scratch project in `scratch` (a folder outside the project)."""
+    import shutil
+    from pathlib import Path
+
+    from .runner import ROOT, copy_project
+
+    root = Path(root or ROOT).resolve()
+    scratch = Path(scratch).resolve()
+    if scratch == root or scratch.is_relative_to(root):
+        raise RuntimeError(f"refusing to run mutmut inside the project ({scratch}): it writes ./mutants/")
+    copy_project(scratch, root)
+    shutil.copy2(Path(__file__), scratch / f"{HOOKS_MODULE}.py")
+    trainer = scratch / TRAINER
+    pristine = trainer.read_text(encoding="utf-8")
+    (scratch / "_pristine_trainer.py").write_text(pristine, encoding="utf-8")
+    trainer.write_text(mark_unmutated(pristine), encoding="utf-8")
+    config = mutmut_config(scratch / "pyproject.toml")
+    problems = []
+    if f"{HOOKS_MODULE}.py" not in config.get("also_copy", []):
+        problems.append(f"also_copy must list {HOOKS_MODULE}.py")
+    if HOOKS_MODULE not in config.get("pytest_add_cli_args", []):
+        problems.append(f"pytest_add_cli_args must load -p {HOOKS_MODULE}")
+    if problems:
+        raise RuntimeError("[tool.mutmut] in pyproject.toml: " + "; ".join(problems))
+    return scratch
+
+
+def mutmut_config(pyproject) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from pathlib import Path
+
+    data = tomllib.loads(Path(pyproject).read_text(encoding="utf-8"))
+    config = data.get("tool", {}).get("mutmut")
+    if not config:
+        raise RuntimeError(f"{pyproject} has no [tool.mutmut] section")
+    return config
+
+
+def mutmut_executable() -> list[str]:
+    import shutil
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).with_name("mutmut")
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("mutmut")
+    if found:
+        return [found]
+    raise RuntimeError("mutmut is not installed: pip install 'mutmut>=3.3,<4' (the `mutation` extra)")
+
+
+def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[int, float]:
+    """`mutmut run` in `scratch`; returns (exit code, seconds). Output goes to `log_path`."""
+    import subprocess
+    import time
+
+    from .runner import scratch_env
+
+    env = scratch_env(scratch)
+    env.pop("PYTHONPATH")  # mutmut puts its own ./mutants/ first on the path
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            code = subprocess.run(
+                [*mutmut_executable(), "run", "--max-children", str(max_children)],
+                cwd=scratch,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    return code, time.perf_counter() - start
+
+
+STATUS_BY_EXIT_CODE = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    37: "caught by type check",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+    2: "interrupted",
+    None: "not checked",
+}
+
+
+def mutmut_status(exit_code) -> str:
+    """mutmut's own status names for its exit codes (mutmut.stats.status_by_exit_code)."""
+    try:
+        from mutmut.stats import status_by_exit_code
+
+        return status_by_exit_code[exit_code]
+    except ImportError:
+        return STATUS_BY_EXIT_CODE.get(exit_code, "suspicious")
+
+
+def _functions(tree) -> dict:
+    import ast
+
+    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def _lines(source_lines: list[str], node) -> list[str]:
+    return source_lines[node.lineno - 1 : node.end_lineno]
+
+
+TOKEN = None
+
+
+def _tokens(text: str) -> list[str]:
+    """Python-ish tokens (string literals, names, numbers, multi-character operators), whitespace kept."""
+    import re
+
+    global TOKEN
+    if TOKEN is None:
+        TOKEN = re.compile(
+            r"""[rbfuRBFU]{0,2}("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+            r"|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\w+|\s+"
+            r"|\*\*=?|//=?|>>=?|<<=?|[-+*/%@&|^<>=!]=|->|\S"
+        )
+    return [m.group(0) for m in TOKEN.finditer(text)]
+
+
+def locate(original: list[str], mutant: list[str], first_line: int) -> dict:
+    """Location (1-based lines and columns, end exclusive), original text and replacement of one mutation.
+
+    `original` and `mutant` are the lines of the two generated functions after their
+    `def` line; `first_line` is the line in the project's file of `original[0]`. The
+    changed span is trimmed to whole tokens, and an insertion is widened to the
+    token after it, so that every mutant covers at least one character.
+    """
+    import difflib
+
+    ops = [
+        op for op in difflib.SequenceMatcher(None, original, mutant, autojunk=False).get_opcodes() if op[0] != "equal"
+    ]
+    if not ops:
+        return {}
+    i1, i2, j1, j2 = ops[0][1], ops[-1][2], ops[0][3], ops[-1][4]
+    old_tokens, new_tokens = _tokens("".join(original[i1:i2])), _tokens("".join(mutant[j1:j2]))
+    head = 0
+    while head < min(len(old_tokens), len(new_tokens)) and old_tokens[head] == new_tokens[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old_tokens), len(new_tokens)) - head and old_tokens[-1 - tail] == new_tokens[-1 - tail]:
+        tail += 1
+    old_end, new_end = len(old_tokens) - tail, len(new_tokens) - tail
+    if old_end == head:  # a pure insertion: widen it to the next token (or else the one before)
+        k = old_end
+        while k < len(old_tokens) and not old_tokens[k].strip():
+            k += 1
+        if k < len(old_tokens):
+            old_end, new_end = k + 1, new_end + (k + 1 - old_end)
+        else:
+            while head > 0:
+                head -= 1
+                if old_tokens[head].strip():
+                    break
+    start = len("".join(old_tokens[:head]))
+    end = len("".join(old_tokens[:old_end]))
+    old = "".join(original[i1:i2])
+
+    def position(offset: int) -> dict:
+        before = old[:offset]
+        return {"line": first_line + i1 + before.count("\n"), "column": offset - (before.rfind("\n") + 1) + 1}
+
+    return {
+        "start": position(start),
+        "end": position(end),
+        "original": old[start:end],
+        "replacement": "".join(new_tokens[head:new_end]),
+    }
+
+
+def mutator_name(original: str, replacement: str) -> str:
+    """A Stryker-style mutator name guessed from the replaced text (mutmut does not record one)."""
+    import re
+
+    o, r = original.strip(), replacement.strip()
+    number = re.compile(r"^-?\d+(\.\d*)?([eE][-+]?\d+)?$")
+    string = re.compile(r"""^[rbfuRBFU]{0,2}("|')""")
+    groups = {
+        "ArithmeticOperator": {"+", "-", "*", "/", "//", "%", "**", "@"},
+        "EqualityOperator": {"<", "<=", ">", ">=", "==", "!="},
+        "LogicalOperator": {"and", "or"},
+        "AssignmentOperator": {"=", "+=", "-=", "*=", "/=", "//=", "%=", "**="},
+    }
+    for name, ops in groups.items():
+        if o in ops and r in ops:
+            return name
+    if number.match(o) and number.match(r):
+        return "NumberLiteral"
+    if {o, r} <= {"True", "False"}:
+        return "BooleanLiteral"
+    if string.match(o) and (string.match(r) or r == "None"):
+        return "StringLiteral"
+    if r == "None":
+        return "NoneReplacement"
+    if r.endswith((" and False", " or True")):
+        return "ConditionalExpression"
+    if r.startswith("not ") or o.startswith("not "):
+        return "BooleanNegation"
+    if not r:
+        return "ArgumentRemoval"
+    if o.isidentifier() and r.isidentifier():
+        return "NameReplacement"
+    return "Mutation"
+
+
+def collect(scratch, project_trainer=None) -> list[dict]:
+    """One record per mutant of trainer.py, read from mutmut's meta file and generated code."""
+    import ast
+    import difflib
+    import json
+    from pathlib import Path
+
+    scratch = Path(scratch)
+    meta_path = scratch / "mutants" / (TRAINER + ".meta")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    generated_source = (scratch / "mutants" / TRAINER).read_text(encoding="utf-8")
+    generated_lines = generated_source.splitlines(keepends=True)
+    generated = _functions(ast.parse(generated_source))
+    project_source = Path(project_trainer or scratch / "_pristine_trainer.py").read_text(encoding="utf-8")
+    project_lines = project_source.splitlines(keepends=True)
+    project = _functions(ast.parse(project_source))
+    durations = meta.get("durations_by_key", {})
+    estimated = meta.get("estimated_durations_by_key", {})
+
+    records = []
+    for key, exit_code in meta["exit_code_by_key"].items():
+        generated_name = key.rpartition(".")[2]  # x_masked_mean__mutmut_3
+        base = generated_name.rpartition("__mutmut_")[0]  # x_masked_mean
+        function = base[2:] if base.startswith("x_") else base
+        orig_node, mutant_node = generated.get(base + "__mutmut_orig"), generated.get(generated_name)
+        if orig_node is None or mutant_node is None or function not in project:
+            raise RuntimeError(f"{key}: cannot find its generated functions or {function} in {TRAINER}")
+        orig = _lines(generated_lines, orig_node)[1:]
+        mutated = _lines(generated_lines, mutant_node)[1:]
+        source_node = project[function]
+        here = _lines(project_lines, source_node)[1:]
+        if here != orig:
+            raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {TRAINER} it was made from")
+        where = locate(orig, mutated, source_node.lineno + 1)
+        start = source_node.lineno - 1
+        changed = (
+            project_lines[:start] + project_lines[start : start + 1] + mutated + project_lines[source_node.end_lineno :]
+        )
+        diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{TRAINER}", f"b/{TRAINER}", n=1))
+        records.append(
+            {
+                "name": key,
+                "function": function,
+                "exit_code": exit_code,
+                "status": mutmut_status(exit_code),
+                "seconds": durations.get(key),
+                "estimated_test_seconds": estimated.get(key),
+                "location": {"start": where.get("start"), "end": where.get("end")},
+                "line": project_lines[where["start"]["line"] - 1].strip() if where else "",
+                "original": where.get("original", ""),
+                "replacement": where.get("replacement", ""),
+                "mutator": mutator_name(where.get("original", ""), where.get("replacement", "")),
+                "diff": diff,
+            }
+        )
+    return records
+
+
+def tail(path, lines: int = 40) -> str:
+    from pathlib import Path
+
+    text = Path(path).read_text(encoding="utf-8", errors="replace").replace("\r", "\n")
+    return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=None, keep_scratch: bool = False) -> int:
+    """Prepare the scratch project, run mutmut, write reports/mutmut_results.json. Exit 0, 1 or 2."""
+    import json
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from .runner import ROOT
+
+    report_dir = Path(report_dir or ROOT / "reports")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    max_children = max_children or max(1, os.cpu_count() or 1)
+    try:
+        mutmut_executable()
+    except RuntimeError as exc:
+        print(f"error: {exc}")
+        return 2
+    scratch = Path(tempfile.mkdtemp(prefix="ppo-mutmut-"))
+    log_path = report_dir / "mutmut.log"
+    try:
+        try:
+            prepare_scratch(scratch)
+        except RuntimeError as exc:
+            print(f"error: {exc}")
+            return 2
+        print(f"mutmut: scratch project {scratch}, {max_children} worker(s); log in {log_path}", flush=True)
+        code, seconds = run_mutmut(scratch, max_children, timeout, log_path)
+        meta = scratch / "mutants" / (TRAINER + ".meta")
+        if not meta.is_file():
+            print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
+            return 2
+        records = collect(scratch)
+        stats = {}
+        statsfile = scratch / "mutants" / "mutmut-stats.json"
+        if statsfile.is_file():
+            try:
+                data = json.loads(statsfile.read_text(encoding="utf-8"))
+                stats = {
+                    "duration_by_test": data.get("duration_by_test", {}),
+                    "stats_time": data.get("stats_time"),
+                    "tests_by_function": {
+                        k.rpartition(".")[2].removeprefix("x_"): sorted(v)
+                        for k, v in data.get("tests_by_mangled_function_name", {}).items()
+                    },
+                }
+            except (OSError, json.JSONDecodeError):
+                stats = {}
+        payload = {
+            "mutmut_exit_code": code,
+            "seconds": seconds,
+            "max_children": max_children,
+            "functions": list(MUTATED_FUNCTIONS),
+            "file": TRAINER,
+            "source": (scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
+            "mutants": records,
+            "tests": stats,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (report_dir / "mutmut_results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        checked = [r for r in records if r["status"] != "not checked"]
+        print(
+            f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
+            f"({60 * len(checked) / max(seconds, 1e-9):.1f} mutants/min); exit {code}",
+            flush=True,
+        )
+        if code != 0:
+            print(f"mutmut exited {code}:\n{tail(log_path)}")
+            return 2
+        return 0
+    finally:
+        if keep_scratch:
+            print(f"scratch kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)

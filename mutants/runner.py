@@ -1,0 +1,385 @@
+"""The curated runner: each catalogue mutant, applied to a scratch copy of the project, against the gate.
+
+For every mutant: copy `reference_ppo/`, `harness/` and `pyproject.toml` into a
+fresh temporary folder, apply the patch there, and run
+`python -m harness verify --target reference` in that folder with
+PYTHONPATH pointing at it (so that the scratch copy's `reference_ppo` is the one
+imported; the runner checks this once per session). The verdict comes from the
+run's exit code and its `verify.json`:
+
+- killed: exit 1 and at least one check the mutant names (`killed_by`) failed;
+- killed by unnamed checks: exit 1, but none of the named checks failed;
+- survived: exit 0;
+- error: exit 2, a crash, a timeout, a missing or unreadable verify.json, a patch
+  that no longer applies;
+- not run: a mutant whose command (`verify-dist`) this checkout does not have.
+
+Only "killed" and "not run" pass the session.
+
+Test selection: by default each mutant runs only the tests of the checks it names
+(`-k`), which keeps the whole catalogue at about one verify start-up per mutant.
+Every session also runs the *full* suite once, on the unmodified copy (the
+control): a kill means something only if the same checks pass without the
+mutant, and the control proves the scratch copy, the gate and the import path
+work. `--full` runs the full suite for every mutant instead and records every
+check that fails, named or not (the kill matrix of the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import catalogue
+from .catalogue import Mutant
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT_PARTS = ("reference_ppo", "harness", "pyproject.toml")
+CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+PASSING = ("killed", "not run")
+DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
+
+
+@dataclass
+class RunOutcome:
+    """One `python -m harness ...` run in a scratch copy."""
+
+    returncode: int | None
+    checks: list[dict]
+    seconds: float
+    log: str
+    problem: str = ""
+
+    @property
+    def failed(self) -> list[str]:
+        return [c["id"] for c in self.checks if c.get("status") == "fail"]
+
+
+@dataclass
+class MutantResult:
+    """The verdict on one curated mutant."""
+
+    id: str
+    bug_class: int
+    title: str
+    source: str
+    killed_by: list[str]
+    status: str
+    failed_checks: list[str] = field(default_factory=list)
+    named_failed: list[str] = field(default_factory=list)
+    selection: str = ""
+    seconds: float = 0.0
+    reason: str = ""
+    diff: str = ""
+    command: str = "verify"
+
+    @property
+    def passed(self) -> bool:
+        return self.status in PASSING
+
+
+def copy_project(dest: Path, root: Path = ROOT) -> Path:
+    """Copy the parts of the project the gate needs into `dest` (caches left behind)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
+    for part in PROJECT_PARTS:
+        src = root / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, ignore=ignore)
+        elif src.is_file():
+            shutil.copy2(src, dest / part)
+        else:
+            raise FileNotFoundError(f"{src} is missing: the curated runner needs {', '.join(PROJECT_PARTS)}")
+    return dest
+
+
+def scratch_env(scratch: Path) -> dict[str, str]:
+    """The environment of a run in `scratch`: its copy first on the import path, CPU only, one thread."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
+    env.update(CPU_ENV)
+    env["PYTHONPATH"] = str(scratch)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def harness_command(command: str, report_dir: Path, selection: str = "") -> list[str]:
+    args = [sys.executable, "-m", "harness", command]
+    if command == "verify":
+        args += ["--target", "reference", "--report-dir", str(report_dir)]
+        if selection:
+            args += ["-k", selection]
+    else:
+        args += ["--report-dir", str(report_dir)]
+    return args
+
+
+def read_checks(report_dir: Path) -> tuple[list[dict], str]:
+    """Checks of every JSON report under `report_dir` (verify.json; verify-dist writes dist/verify.json)."""
+    files = sorted(report_dir.rglob("*.json"))
+    if not files:
+        return [], f"no JSON report in {report_dir}"
+    checks: list[dict] = []
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            return [], f"{path.name} is unreadable: {exc}"
+        found = data.get("checks") if isinstance(data, dict) else None
+        if not isinstance(found, list):
+            return [], f"{path.name} has no list of checks"
+        checks += [c for c in found if isinstance(c, dict) and "id" in c and "status" in c]
+    return checks, ""
+
+
+def run_harness(scratch: Path, command: str = "verify", selection: str = "", timeout: float = 900.0) -> RunOutcome:
+    """Run the gate in `scratch` and collect its checks."""
+    report_dir = scratch / "_report"
+    shutil.rmtree(report_dir, ignore_errors=True)
+    report_dir.mkdir()
+    log_path = scratch / "_run.log"
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run(
+                harness_command(command, report_dir, selection),
+                cwd=scratch,
+                env=scratch_env(scratch),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            )
+            code: int | None = proc.returncode
+            problem = ""
+        except subprocess.TimeoutExpired:
+            code, problem = None, f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    checks, unreadable = read_checks(report_dir)
+    if code is not None and unreadable and code in (0, 1):
+        problem = unreadable
+    return RunOutcome(code, checks, seconds, text, problem)
+
+
+def judge(mutant: Mutant, outcome: RunOutcome) -> tuple[str, list[str], str]:
+    """(status, named checks that failed, reason) of one mutant's run."""
+    failed = outcome.failed
+    if mutant.command == "verify-dist" and catalogue.VERIFY_DIST in mutant.killed_by:
+        if DIST_RUN in failed:  # the processes themselves failed: a crash, not a kill
+            return "error", [], f"the two-process run failed ({DIST_RUN})"
+        named = failed
+    else:
+        wanted = set(catalogue.named_checks(mutant)) | set(mutant.killed_by)
+        named = [
+            c["id"]
+            for c in outcome.checks
+            if c.get("status") == "fail" and (c["id"] in wanted or c.get("scenario") in wanted)
+        ]
+    if outcome.problem:
+        return "error", named, outcome.problem
+    if outcome.returncode == 0:
+        return "survived", named, "the verify run passed"
+    if outcome.returncode == 1:
+        if named:
+            return "killed", named, ""
+        if failed:
+            return (
+                "killed by unnamed checks",
+                named,
+                f"failed: {', '.join(failed)}; named: {', '.join(mutant.killed_by)}",
+            )
+        return "error", named, "exit 1 but no check failed in the report (a crash?)"
+    return "error", named, f"exit code {outcome.returncode} (2 is a usage or configuration error)"
+
+
+def log_tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = None) -> MutantResult:
+    """Copy, patch and verify one mutant."""
+    result = MutantResult(
+        id=mutant.id,
+        bug_class=mutant.bug_class,
+        title=mutant.title,
+        source=mutant.source,
+        killed_by=list(mutant.killed_by),
+        status="error",
+        command=mutant.command,
+    )
+    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-{mutant.id}-"))
+    try:
+        copy_project(scratch)
+        try:
+            result.diff = catalogue.diff(mutant, scratch)
+            catalogue.apply(mutant, scratch)
+        except catalogue.PatchError as exc:
+            result.reason = str(exc)
+            return result
+        if not has_command(mutant.command, scratch):
+            result.status = "not run"
+            result.reason = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
+            return result
+        selection = "" if full or mutant.command != "verify" else catalogue.test_selection(mutant)
+        result.selection = selection or "full suite"
+        outcome = run_harness(scratch, mutant.command, selection, timeout)
+        result.seconds = outcome.seconds
+        result.failed_checks = outcome.failed
+        result.status, result.named_failed, result.reason = judge(mutant, outcome)
+        if result.status == "error":
+            result.reason += "\n" + log_tail(outcome.log)
+        return result
+    finally:
+        if keep is not None:
+            shutil.copytree(scratch, keep / mutant.id, dirs_exist_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class ControlResult:
+    """The full suite on the unmodified copy: must pass, from the scratch copy."""
+
+    passed: bool
+    seconds: float
+    checks: int
+    reason: str = ""
+
+
+def run_control(timeout: float, command: str = "verify") -> ControlResult:
+    """The unmodified copy under `command`: the full verify suite (or the two-process run) must pass."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-"))
+    try:
+        copy_project(scratch)
+        probe = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import reference_ppo.trainer as t, harness; print(t.__file__); print(harness.__file__)",
+            ],
+            cwd=tempfile.gettempdir(),
+            env=scratch_env(scratch),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        paths = probe.stdout.split()
+        if (
+            probe.returncode != 0
+            or len(paths) != 2
+            or not all(Path(p).resolve().is_relative_to(scratch.resolve()) for p in paths)
+        ):
+            return ControlResult(
+                False, 0.0, 0, f"the scratch copy is not what gets imported: {probe.stdout}{probe.stderr}"
+            )
+        outcome = run_harness(scratch, command, "", timeout)
+        if outcome.problem or outcome.returncode != 0:
+            why = outcome.problem or f"exit code {outcome.returncode}, failed: {', '.join(outcome.failed) or 'none'}"
+            return ControlResult(
+                False, outcome.seconds, len(outcome.checks), f"{command}: {why}\n{log_tail(outcome.log)}"
+            )
+        ids = {c["id"] for c in outcome.checks}
+        missing = sorted(set(catalogue.CHECKS) - ids) if command == "verify" else []
+        if missing:
+            return ControlResult(False, outcome.seconds, len(ids), f"the gate no longer reports check(s) {missing}")
+        return ControlResult(True, outcome.seconds, len(ids))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def has_command(command: str, root: Path = ROOT) -> bool:
+    return command == "verify" or (root / "harness" / "dist.py").is_file()
+
+
+def table(results: list[MutantResult]) -> str:
+    """A plain-text table for the terminal."""
+    rows = [("mutant", "class", "status", "killed by (failed named checks)", "s")]
+    for r in results:
+        rows.append((r.id, str(r.bug_class), r.status, ", ".join(r.named_failed) or "-", f"{r.seconds:.1f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run_curated(
+    ids: list[str] | None = None,
+    full: bool = False,
+    jobs: int | None = None,
+    timeout: float = 900.0,
+    report_dir: Path = ROOT / "reports",
+    keep: Path | None = None,
+) -> int:
+    """Run the catalogue (or `ids`), print the table, write reports/curated.json. Exit 0, 1 or 2."""
+    from tqdm.auto import tqdm
+
+    try:
+        mutants = catalogue.by_id(ids)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    problems = catalogue.check_metadata()
+    if problems:
+        print("error: the catalogue is incomplete:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+    started = time.perf_counter()
+    results: list[MutantResult] = []
+    commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
+        futures = {pool.submit(run_mutant, m, full, timeout, keep): m for m in mutants}
+        with tqdm(
+            total=len(futures) + len(control_futures), desc="curated mutants", unit="run", file=sys.stderr
+        ) as bar:
+            for future in as_completed([*control_futures, *futures]):
+                if future in control_futures:
+                    bar.set_postfix_str(
+                        f"control {control_futures[future]} " + ("pass" if future.result().passed else "FAIL")
+                    )
+                else:
+                    r = future.result()
+                    results.append(r)
+                    bar.set_postfix_str(f"{r.id}: {r.status}")
+                bar.update(1)
+    controls = {command: future.result() for future, command in control_futures.items()}
+    control = controls["verify"]
+    order = {m.id: i for i, m in enumerate(mutants)}
+    results.sort(key=lambda r: order[r.id])
+    wall = time.perf_counter() - started
+
+    print(table(results))
+    for command, c in controls.items():
+        what = "full suite" if command == "verify" else command
+        print(f"\ncontrol ({what}, unmodified copy): {'pass' if c.passed else 'FAIL'} in {c.seconds:.1f} s")
+    print(f"curated run: {len(results)} mutant(s), {jobs} job(s), {wall:.1f} s wall")
+    for r in results:
+        if not r.passed or r.status == "not run":
+            print(f"\n{r.id} [{r.status}]: {r.reason}")
+    for command, c in controls.items():
+        if not c.passed:
+            print(
+                f"\n`{command}` does not pass on the unmodified trainer, so no kill by it means anything:\n{c.reason}"
+            )
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "control": asdict(control),
+        "controls": {command: asdict(c) for command, c in controls.items()},
+        "full": full,
+        "jobs": jobs,
+        "wall_seconds": wall,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mutants": [asdict(r) for r in results],
+        "not_applicable": [asdict(n) for n in catalogue.NOT_APPLICABLE],
+    }
+    (report_dir / "curated.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    ok = all(c.passed for c in controls.values()) and all(r.passed for r in results)
+    return 0 if ok else 1

@@ -1,0 +1,139 @@
+"""The gate itself: exit codes, failing loudly on what it did not see, and a mean-of-means trainer."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import scenarios
+from harness.runner import Observation
+from harness.spec import ScenarioSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def verify(tmp_path, *args: str) -> tuple[int, dict, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify", "--report-dir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    path = tmp_path / "verify.json"
+    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ exit codes
+
+
+def test_unknown_target_exits_2_with_one_line(tmp_path):
+    code, _, output = verify(tmp_path, "--target", "nope")
+    assert code == 2
+    assert output.strip().splitlines() == [
+        "error: unknown target 'nope': use one of reference, trl or 'package.module:factory'"
+    ]
+
+
+def test_trainer_module_without_the_spied_functions_exits_2(tmp_path):
+    code, report, output = verify(tmp_path, "--target", "tests.gate_variants:no_spy_functions", "-k", "uneven_split")
+    assert code == 2, output[-2000:]
+    assert "masked_mean" in output and "Traceback" not in output
+
+
+def test_adapter_that_returns_no_run_exits_2(tmp_path):
+    code, _, output = verify(tmp_path, "--target", "tests.gate_variants:not_a_run", "-k", "freshness")
+    assert code == 2, output[-2000:]
+    assert "lacks 'module'" in output
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_device_is_a_usage_error_not_a_pass(tmp_path):
+    code, _, output = verify(tmp_path, "--device", "cuda")
+    assert code == 2 and "no CUDA device" in output
+
+
+# ------------------------------------------------------------------ a broken trainer
+
+
+def test_mean_of_means_trainer_fails_the_pooled_checks(tmp_path):
+    code, report, output = verify(
+        tmp_path, "--target", "tests.gate_variants:mean_of_means", "-k", "uneven_split or partition or freshness"
+    )
+    assert code == 1, output[-2000:]
+    status = {c["id"]: c["status"] for c in report["checks"]}
+    assert status["uneven_split[epochs=1]"] == status["uneven_split[epochs=2]"] == "fail"
+    assert status["freshness"] == "fail"
+    assert status["partition_invariance"] == "fail"
+    assert "FAIL uneven_split policy/entropy_avg: logged=" in output
+
+
+# ------------------------------------------------------------------ nothing seen is a failure
+
+
+class FixedCache:
+    """Stands in for ObservationCache: every spec yields the same prepared observation."""
+
+    def __init__(self, obs: Observation) -> None:
+        self.obs = obs
+
+    def get(self, spec, spy: bool = True) -> Observation:
+        return self.obs
+
+
+def observation(spec: ScenarioSpec, logs, records=()) -> Observation:
+    return Observation(spec, logs, list(records), [], [], [], pad_token_id=0, stop_token_id=1)
+
+
+GOOD_LOGS = {n: 0.5 for n in scenarios.POOLED + ("val/ratio_var",) + scenarios.OBJECTIVES}
+
+
+def test_no_spy_records_fail_the_oracle_checks():
+    cache = FixedCache(observation(scenarios.UNEVEN, [dict(GOOD_LOGS), dict(GOOD_LOGS)]))
+    run = ScenarioSpec()
+    for result in (scenarios.freshness(cache, run), scenarios.rollout_objectives(cache, run)):
+        assert not result.passed and "recorded no calls" in result.message
+
+
+def test_a_missing_metric_fails():
+    logs = {k: v for k, v in GOOD_LOGS.items() if k != "val/ratio"}
+    cache = FixedCache(observation(scenarios.LR0, [logs]))
+    result = scenarios.lr0_ratio(cache, ScenarioSpec(), epochs=1)
+    assert not result.passed and "never logged val/ratio" in result.message
+
+
+def test_a_nan_metric_fails():
+    logs = dict(GOOD_LOGS, **{"val/ratio": math.nan, "val/ratio_var": 0.0, "policy/approxkl_avg": 0.0})
+    logs["policy/clipfrac_avg"] = 0.0
+    cache = FixedCache(observation(scenarios.LR0, [logs]))
+    result = scenarios.lr0_ratio(cache, ScenarioSpec(), epochs=1)
+    assert not result.passed and "val/ratio=nan" in result.message
+
+
+def test_no_optimizer_step_fails_the_gradient_checks():
+    cache = FixedCache(observation(scenarios.LR0, [dict(GOOD_LOGS)]))
+    assert not scenarios.gradient_partition(cache, ScenarioSpec()).passed
+    assert not scenarios.every_microbatch_applied(cache, ScenarioSpec()).passed
+
+
+def test_partition_invariance_needs_two_lr0_splits():
+    cache = FixedCache(observation(scenarios.LR0, [dict(GOOD_LOGS)]))
+    assert not scenarios.partition_invariance(cache, [scenarios.LR0]).passed
+    assert not scenarios.partition_invariance(cache, [scenarios.UNEVEN, scenarios.UNEVEN]).passed
+
+
+# ------------------------------------------------------------------ the GPU session's paths, on CPU
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_other_dtypes_pass_with_their_own_tolerances(tmp_path, dtype):
+    code, report, output = verify(tmp_path, "--dtype", dtype)
+    assert code == 0, output[-2000:]
+    assert report["dtype"] == dtype and report["status"] == "pass"

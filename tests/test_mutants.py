@@ -1,0 +1,461 @@
+"""The curated mutants, the mutmut driver and the mutation reports.
+
+Fast: the catalogue's patches still apply to the trainer exactly once (no rot),
+its metadata covers the 15 bug classes, the report is valid
+mutation-testing-report-schema v2, and the mutmut plumbing (pragmas, locations,
+triage, score) does what it says. Slow (run in CI): the curated runner kills a
+fast subset end to end, and headless Chromium renders mutation.html.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mutants import catalogue, mutmut_run, report, runner
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+@pytest.mark.parametrize("mutant", catalogue.MUTANTS, ids=lambda m: m.id)
+def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
+    for rep in mutant.patch:
+        text = (ROOT / rep.file).read_text(encoding="utf-8")
+        assert text.count(rep.old) == 1, f"{mutant.id}: the catalogue has rotted: {rep.old.strip().splitlines()[0]!r}"
+        assert rep.old != rep.new
+    runner.copy_project(tmp_path)
+    changed = catalogue.apply(mutant, tmp_path)
+    assert changed, "the patch changed no file"
+    for path in changed:
+        assert path.read_text(encoding="utf-8") != (ROOT / path.relative_to(tmp_path)).read_text(encoding="utf-8")
+    assert catalogue.diff(mutant, ROOT).count("\n+") >= 1
+
+
+def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
+    runner.copy_project(tmp_path)
+    rotten = catalogue.Mutant(
+        id="rotten",
+        bug_class=1,
+        title="t",
+        source="s",
+        killed_by=("uneven_split",),
+        patch=(catalogue.Replacement(catalogue.TRAINER, "this text is not in the trainer\n", "x\n"),),
+    )
+    with pytest.raises(catalogue.PatchError, match="exactly once.*found it 0"):
+        catalogue.apply(rotten, tmp_path)
+    twice = catalogue.Mutant(
+        id="twice",
+        bug_class=1,
+        title="t",
+        source="s",
+        killed_by=("uneven_split",),
+        patch=(catalogue.Replacement(catalogue.TRAINER, "import", "import"),),
+    )
+    with pytest.raises(catalogue.PatchError, match=r"found it ([2-9]|\d\d+) time"):
+        catalogue.apply(twice, tmp_path)
+    broken = catalogue.Mutant(
+        id="broken",
+        bug_class=1,
+        title="t",
+        source="s",
+        killed_by=("uneven_split",),
+        patch=(catalogue.Replacement(catalogue.TRAINER, "def pooled_stats(", "def pooled_stats(("),),
+    )
+    with pytest.raises(catalogue.PatchError, match="does not compile"):
+        catalogue.apply(broken, tmp_path)
+
+
+def test_metadata_is_complete_for_all_15_classes():
+    assert catalogue.check_metadata() == []
+    classes = sorted([m.bug_class for m in catalogue.MUTANTS] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
+    assert classes == list(range(1, 16)), "one mutant (or a reason) per bug class"
+    for n in catalogue.NOT_APPLICABLE:
+        assert n.reason.strip()
+    for m in catalogue.MUTANTS:
+        assert m.id and m.title and m.source and m.killed_by and m.patch
+        assert re.fullmatch(r"c\d\d_[a-z0-9_]+", m.id)
+        assert int(m.id[1:3]) == m.bug_class
+        if m.command == "verify":
+            selection = catalogue.test_selection(m)
+            assert selection and all(part.startswith("test_") for part in selection.split(" or "))
+        else:
+            assert m.killed_by == (catalogue.VERIFY_DIST,)
+
+
+def test_every_check_id_names_a_test_of_the_verify_suite():
+    suite = (ROOT / "harness" / "suite" / "test_verify.py").read_text(encoding="utf-8")
+    for check, (_, node) in catalogue.CHECKS.items():
+        assert f"def {node.split('[')[0]}(" in suite, f"{check}: no {node} in the verify suite"
+
+
+# ---------------------------------------------------------------- the runner's verdicts
+
+
+def outcome(code, failed=(), passed=(), problem=""):
+    checks = [{"id": c, "scenario": catalogue.CHECKS[c][0], "status": "fail"} for c in failed]
+    checks += [{"id": c, "scenario": catalogue.CHECKS[c][0], "status": "pass"} for c in passed]
+    return runner.RunOutcome(code, checks, 1.0, "", problem)
+
+
+def test_verdicts_kill_only_on_exit_1_with_a_named_check():
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"]))[0] == "killed"
+    assert runner.judge(m, outcome(1, failed=["freshness"]))[0] == "killed by unnamed checks"
+    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"]))[0] == "survived"
+    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"]))[0] == "error"
+    assert runner.judge(m, outcome(1))[0] == "error"
+    assert runner.judge(m, outcome(None, problem="timed out"))[0] == "error"
+    c09 = catalogue.by_id(["c09_mean_of_rank_means"])[0]  # any check of the two-process run, but not its launch
+    ranks = [{"id": "uneven_split[ranks]", "scenario": "uneven_split", "status": "fail"}]
+    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, ""))[0] == "killed"
+    launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
+    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, ""))[0] == "error"
+    padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
+    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[padding_rows]"]))[0] == "killed"
+    assert (
+        runner.judge(padding, outcome(1, failed=["rollout_objectives[uneven_split]"]))[0] == "killed by unnamed checks"
+    )
+
+
+# ---------------------------------------------------------------- mutmut plumbing
+
+
+def test_only_the_statistics_functions_stay_mutable():
+    import ast
+
+    pytest.importorskip("libcst", reason="libcst comes with mutmut: install the `mutation` extra")
+
+    marked = mutmut_run.mark_unmutated(TRAINER_SOURCE)
+    assert marked.count("\n") == TRAINER_SOURCE.count("\n")
+    lines = marked.splitlines()
+    for node in ast.parse(marked).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            header = lines[node.body[0].lineno - 2] if node.body[0].lineno > node.lineno else lines[node.lineno - 1]
+            assert (mutmut_run.PRAGMA in header) == (node.name not in mutmut_run.MUTATED_FUNCTIONS), node.name
+    with pytest.raises(RuntimeError, match="no longer defines"):
+        mutmut_run.mark_unmutated("def masked_sum(a):\n    return a\n")
+
+
+def test_mutmut_config_and_scratch_layout(tmp_path):
+    pytest.importorskip("libcst", reason="libcst comes with mutmut: install the `mutation` extra")
+    config = mutmut_run.mutmut_config(ROOT / "pyproject.toml")
+    assert config["only_mutate"] == [catalogue.TRAINER]
+    assert config["process_isolation"] == "fork"
+    scratch = mutmut_run.prepare_scratch(tmp_path / "scratch")
+    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").is_file()
+    assert (scratch / "_pristine_trainer.py").read_text(encoding="utf-8") == TRAINER_SOURCE
+    assert mutmut_run.PRAGMA in (scratch / catalogue.TRAINER).read_text(encoding="utf-8")
+    with pytest.raises(RuntimeError, match="inside the project"):
+        mutmut_run.prepare_scratch(ROOT / "mutants-scratch")
+
+
+def test_locations_are_those_of_the_original_file():
+    original = ["    x = a * b\n", "    return x if n >= 2 else 0.0\n"]
+    mutant = ["    x = a / b\n", "    return x if n >= 2 else 0.0\n"]
+    where = mutmut_run.locate(original, mutant, first_line=10)
+    assert where == {
+        "start": {"line": 10, "column": 11},
+        "end": {"line": 10, "column": 12},
+        "original": "*",
+        "replacement": "/",
+    }
+    mutant = ["    x = a * b\n", "    return x if not n >= 2 else 0.0\n"]
+    where = mutmut_run.locate(original, mutant, first_line=10)
+    assert where["start"]["line"] == 11 and where["original"] == "n" and where["replacement"] == "not n"
+    assert mutmut_run.mutator_name("==", "!=") == "EqualityOperator"
+    assert mutmut_run.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
+    assert mutmut_run.mutator_name("x, ", "") == "ArgumentRemoval"
+
+
+def record(name, status, original="0", replacement="1", line="if n > 0:"):
+    return {
+        "name": f"reference_ppo.trainer.{name}",
+        "function": "pooled_stats",
+        "status": status,
+        "exit_code": 0,
+        "seconds": 0.5,
+        "location": {"start": {"line": 1, "column": 1}, "end": {"line": 1, "column": 2}},
+        "line": line,
+        "original": original,
+        "replacement": replacement,
+        "mutator": "NumberLiteral",
+        "diff": "",
+    }
+
+
+def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
+    records = [
+        record("x_pooled_stats__mutmut_1", "killed"),
+        record("x_pooled_stats__mutmut_2", "survived"),
+        record("x_pooled_stats__mutmut_3", "survived"),
+        record("x_pooled_stats__mutmut_4", "survived"),
+    ]
+    entries = {
+        "reference_ppo.trainer.x_pooled_stats__mutmut_2": {
+            "line": "if n > 0:",
+            "original": "0",
+            "replacement": "1",
+            "verdict": "equivalent",
+            "why": "w",
+        },
+        "reference_ppo.trainer.x_pooled_stats__mutmut_3": {
+            "line": "if n > 0:",
+            "original": "0",
+            "replacement": "2",
+            "verdict": "missing-check",
+            "why": "w",
+        },
+    }
+    problems, _ = report.triage(records, entries)
+    assert any("untriaged survivor x_pooled_stats__mutmut_4" in p for p in problems)
+    assert any("stale triage of x_pooled_stats__mutmut_3" in p for p in problems)
+    summary = report.score(records)
+    assert summary["counts"] == {"killed": 1, "equivalent": 1, "survived": 2}
+    assert summary["score"] == pytest.approx(100 / 3, abs=0.01)
+
+
+def test_the_triage_file_is_well_formed():
+    entries, problems = report.load_triage()
+    assert problems == []
+    assert entries, "mutants/equivalent.toml lists the triaged survivors"
+    baseline = json.loads((ROOT / "mutants" / "baseline.json").read_text(encoding="utf-8"))
+    assert 0 < baseline["mutmut"]["score"] <= 100
+
+
+# ---------------------------------------------------------------- the report (schema v2)
+
+
+def synthetic_inputs():
+    """A curated result and mutmut results shaped like the real ones, for the current trainer."""
+    curated = {
+        "control": {"passed": True, "seconds": 1.0, "checks": 11, "reason": ""},
+        "full": False,
+        "jobs": 1,
+        "wall_seconds": 2.0,
+        "mutants": [
+            {
+                "id": m.id,
+                "bug_class": m.bug_class,
+                "title": m.title,
+                "source": m.source,
+                "killed_by": list(m.killed_by),
+                "status": "killed",
+                "failed_checks": catalogue.named_checks(m)[:1],
+                "named_failed": catalogue.named_checks(m)[:1],
+                "selection": "",
+                "seconds": 1.0,
+                "reason": "",
+                "diff": "",
+                "command": m.command,
+            }
+            for m in catalogue.MUTANTS
+            if m.command == "verify"
+        ],
+        "not_applicable": [],
+    }
+    line = next(i for i, text in enumerate(TRAINER_SOURCE.splitlines(), 1) if "if count > 0 else 0.0" in text)
+    column = TRAINER_SOURCE.splitlines()[line - 1].index("0.0") + 1
+    loc = {"start": {"line": line, "column": column}, "end": {"line": line, "column": column + 3}}
+    mutmut = {
+        "functions": list(mutmut_run.MUTATED_FUNCTIONS),
+        "file": catalogue.TRAINER,
+        "source": TRAINER_SOURCE,
+        "seconds": 10.0,
+        "max_children": 1,
+        "mutmut_exit_code": 0,
+        "mutants": [
+            dict(record("x_pooled_stats__mutmut_1", "killed", "0.0", "1.0"), location=loc),
+            dict(
+                record("x_pooled_stats__mutmut_2", "survived", "0.0", "None"),
+                location=loc,
+                verdict="missing-check",
+                why="w",
+            ),
+            dict(
+                record("x_pooled_stats__mutmut_3", "survived", "0.0", "2.0"),
+                location=loc,
+                verdict="equivalent",
+                why="w",
+            ),
+        ],
+    }
+    return curated, mutmut
+
+
+def test_report_json_is_schema_v2():
+    curated, mutmut = synthetic_inputs()
+    doc, unplaced = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=80.0)
+    assert unplaced == []
+    assert report.validate(doc) == []
+    doc = json.loads(json.dumps(doc))  # what is written is plain JSON
+    assert doc["schemaVersion"] == "2"
+    assert isinstance(doc["thresholds"]["high"], int) and isinstance(doc["thresholds"]["low"], int)
+    entry = doc["files"][catalogue.TRAINER]
+    assert entry["language"] == "python" and entry["source"] == TRAINER_SOURCE
+    statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
+    ids = [m["id"] for m in entry["mutants"]]
+    assert len(ids) == len(set(ids)) == 3 + len(curated["mutants"])
+    lines = TRAINER_SOURCE.split("\n")
+    for m in entry["mutants"]:
+        assert {"id", "mutatorName", "replacement", "location", "status"} <= set(m)
+        assert m["status"] in statuses
+        for end in ("start", "end"):
+            assert 1 <= m["location"][end]["line"] <= len(lines) and m["location"][end]["column"] >= 1
+        for test_id in m.get("killedBy", []):
+            assert any(t["id"] == test_id for t in doc["testFiles"]["harness/suite/test_verify.py"]["tests"])
+    by_id = {m["id"]: m for m in entry["mutants"]}
+    assert by_id["x_pooled_stats__mutmut_3"]["status"] == "Ignored"
+    assert by_id["x_pooled_stats__mutmut_2"]["status"] == "Survived"
+    c15 = by_id["c15_global_accumulation_counter"]
+    start = c15["location"]["start"]
+    assert "self.optimizer.step()" in "\n".join(lines[start["line"] - 1 : c15["location"]["end"]["line"]])
+    bad = json.loads(json.dumps(doc))
+    del bad["files"][catalogue.TRAINER]["mutants"][0]["status"]
+    bad["schemaVersion"] = "1"
+    assert len(report.validate(bad)) == 2
+
+
+def test_html_without_the_component_says_so(tmp_path):
+    curated, mutmut = synthetic_inputs()
+    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    page = report.render_html(doc, None, "t")
+    assert "was not available" in page and "<mutation-test-report-app" not in page
+    page = report.render_html(doc, "console.log('</script>')", "t")
+    assert page.count("</script>") == 3 and "<\\/script>" in page  # the inlined code cannot close its element
+
+
+# ---------------------------------------------------------------- end to end (slow)
+
+
+@pytest.mark.slow
+def test_curated_runner_kills_a_fast_subset(tmp_path, capsys):
+    ids = ["c01_mean_of_microbatch_means", "c02_unwritten_slots_averaged", "c15_global_accumulation_counter"]
+    code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
+    data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
+    by_id = {r["id"]: r for r in data["mutants"]}
+    assert data["control"]["passed"], data["control"]["reason"]
+    assert {i: by_id[i]["status"] for i in ids} == {i: "killed" for i in ids}, capsys.readouterr().out
+    assert "lr0_ratio[epochs=1]" in by_id["c02_unwritten_slots_averaged"]["named_failed"]
+    assert by_id["c15_global_accumulation_counter"]["named_failed"] == ["every_microbatch_applied[epochs=2]"]
+    assert code == 0
+
+
+PROBE = """<script>
+function collect(node, out) {
+  if (node.shadowRoot) collect(node.shadowRoot, out);
+  if (node.getAttribute) {
+    const id = node.getAttribute('data-mutant-id');
+    if (id) out.ids.push(id);
+    const title = node.getAttribute('title');
+    if (title) out.titles.push(title);
+  }
+  for (const child of node.childNodes) {
+    if (child.nodeType === Node.TEXT_NODE) { const t = child.textContent.trim(); if (t) out.text.push(t); }
+    else if (child.nodeType === Node.ELEMENT_NODE && child.tagName !== 'SCRIPT') collect(child, out);
+  }
+  return out;
+}
+setTimeout(() => {
+  const app = document.querySelector('mutation-test-report-app');
+  const out = collect(app, {ids: [], titles: [], text: [], shadow: !!app.shadowRoot});
+  const pre = document.createElement('pre');
+  pre.id = 'render-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 3000);
+</script>
+</body>"""
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """A headless Chromium (installed with apt-get when missing and we may), or a skip that says why."""
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    if found is None and shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+            try:
+                subprocess.run(cmd, env=env, capture_output=True, timeout=900, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                break
+        found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    if found is None:
+        pytest.skip("no Chromium: not on PATH and `apt-get install -y chromium` was not possible here")
+    return found
+
+
+def render(chromium: str, page: Path, fragment: str, tmp_path: Path) -> dict:
+    """Open `page` (with the probe appended) headless at `#fragment`; return what the component rendered."""
+    probe = tmp_path / f"probe-{fragment.replace('/', '_') or 'overview'}.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE), encoding="utf-8")
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            f"{probe.as_uri()}#{fragment}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    found = re.search(r'<pre id="render-probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, f"the page did not run its probe: {proc.stderr[-500:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None:
+    mutants = doc["files"][catalogue.TRAINER]["mutants"]
+    overview = render(chromium, page, "", tmp_path)
+    assert overview["shadow"], "mutation-test-report-app was never defined: the component did not load"
+    assert "trainer.py" in overview["text"]
+    detected = sum(m["status"] in ("Killed", "Timeout") for m in mutants)
+    survived = sum(m["status"] == "Survived" for m in mutants)
+    assert f"killed + timeout ({detected})" in overview["titles"]
+    assert f"survived ({survived})" in overview["titles"]
+    code = render(chromium, page, "mutant/trainer.py", tmp_path)
+    assert {m["id"] for m in mutants} <= set(code["ids"]), "every mutant is marked in the rendered source"
+    assert "pooled_stats" in code["text"]
+    tests = render(chromium, page, "test/test_verify.py", tmp_path)
+    killers = {t for m in mutants for t in m.get("killedBy", [])}
+    names = {t["id"]: t["name"] for t in doc["testFiles"]["harness/suite/test_verify.py"]["tests"]}
+    for test_id in killers:
+        assert names[test_id] in tests["text"]
+
+
+@pytest.mark.slow
+def test_mutation_html_renders_the_mutants_in_headless_chromium(chromium, tmp_path):
+    js, origin = report.find_elements(install=True)
+    if js is None:
+        pytest.skip(f"the mutation-testing-elements component is not available: {origin}")
+    curated, mutmut = synthetic_inputs()
+    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    page = tmp_path / "mutation.html"
+    page.write_text(report.render_html(doc, js, "test report"), encoding="utf-8")
+    check_rendered(chromium, page, doc, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_last_written_reports_mutation_html_renders(chromium, tmp_path):
+    page, data = ROOT / "reports" / "mutation.html", ROOT / "reports" / "mutation.json"
+    if not (page.is_file() and data.is_file()):
+        pytest.skip("no reports/mutation.html yet: run `python -m mutants` (nox -s mutation) first")
+    if "<mutation-test-report-app" not in page.read_text(encoding="utf-8"):
+        pytest.skip("reports/mutation.html was written without the web component (mutation.md says why)")
+    check_rendered(chromium, page, json.loads(data.read_text(encoding="utf-8")), tmp_path)
