@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     bare, checked = overhead(args.repeat)
     ratio = checked / bare
     print(
-        f"overhead   bare {bare * 1e3:8.1f} ms | spied+checked {checked * 1e3:8.1f} ms | ratio {ratio:.2f}x (goal <= 1.15x)"
+        f"overhead   bare {bare * 1e3:8.1f} ms | spied+checked {checked * 1e3:8.1f} ms"
+        f" | ratio {ratio:.2f}x (goal <= 1.15x)"
     )
     small, large = recording_bytes(256), recording_bytes(32000)
     print(f"recording  vocab 256: {small} B | vocab 32000: {large} B | ratio {large / small:.3f} (goal within 10%)")
