@@ -69,6 +69,9 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         "-o",
         "junit_suite_name=ppo-verify",
         "-q",
+        # the CLI imported harness before pytest could rewrite its asserts; the suite does not rely on that
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
         *extra,
     ]
     return pytest_exit_code(pytest.main(pytest_args))

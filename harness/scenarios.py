@@ -15,22 +15,9 @@ from .runner import Observation, ObservationCache
 from .spec import ScenarioSpec
 from .tolerances import close, tolerance
 
-POOLED = (
-    "loss/policy_avg",
-    "policy/clipfrac_avg",
-    "loss/value_avg",
-    "val/clipfrac_avg",
-    "policy/approxkl_avg",
-    "policy/entropy_avg",
-    "val/ratio",
-)
-OBJECTIVES = (
-    "objective/kl",
-    "objective/entropy",
-    "objective/non_score_reward",
-    "objective/rlhf_reward",
-    "objective/scores",
-)
+POOLED = tuple(name for name in oracle.POOLED if name != "val/ratio_var")
+"""The seven pooled means (val/ratio_var is checked beside them, not in partition invariance)."""
+OBJECTIVES = oracle.ROLLOUT
 
 # The uneven split of the issue: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
 UNEVEN = ScenarioSpec(name="uneven_split", learning_rate=1e-3, total_updates=2)

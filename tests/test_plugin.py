@@ -1,0 +1,45 @@
+"""The pytest plugin as a user meets it: options in the header, the spy fixture, the report files."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def test_header_names_target_seed_and_device(pytester):
+    pytester.makepyfile("def test_nothing_to_see():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest("--ppo-target=trl", "--ppo-seed=7")
+    result.stdout.fnmatch_lines(["ppo-stats-harness: target=trl seed=7 device=cpu dtype=float32"])
+    assert result.ret == 0
+
+
+def test_ppo_spy_fixture_records_the_trainer_and_is_undone(ppo_spy):
+    import torch
+
+    from reference_ppo import trainer
+
+    real = trainer.masked_mean
+    with ppo_spy(trainer) as spy:
+        mean = trainer.masked_mean(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([True, False, True]))
+        assert trainer.masked_mean is not real
+    assert trainer.masked_mean is real
+    assert mean.item() == 2.5
+    (record,) = spy.calls(fn="masked_mean")
+    assert record.site.name == "mean" and record.values.tolist() == [1.0, 2.0, 4.0]
+
+
+def test_a_failing_check_writes_the_reports(pytester):
+    pytester.makepyfile(
+        """
+        from harness.scenarios import CheckResult
+
+        def test_check(ppo_report):
+            ppo_report.add(CheckResult("demo", "demo").fail("logged 0.5, expected 1"))
+            assert False
+        """
+    )
+    result = pytester.runpytest(f"--ppo-report-dir={pytester.path / 'out'}")
+    assert result.ret == 1
+    assert (pytester.path / "out" / "verify.json").exists() and (pytester.path / "out" / "verify.md").exists()
+    result.stdout.fnmatch_lines(["*ppo-stats-harness verdict*"])
