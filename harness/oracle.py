@@ -414,7 +414,8 @@ def _pool(name: str, micros: list[_Micro], per_token: Callable[[_Micro], torch.T
         total = total + torch.where(active, values, torch.zeros_like(values)).sum()
         count += int(active.sum())
     if count == 0:
-        return Expected(name, None, f"no {mask}-active tokens in any micro-batch", count=0)
+        # nothing to average: a trainer logs 0 (not NaN) for a mean over no token; metrics.md is silent here
+        return Expected(name, 0.0, f"no {mask}-active token in any micro-batch: logged as 0", count=0)
     return Expected(name, float(total / count), count=count)
 
 

@@ -22,6 +22,8 @@ class Observation:
     pad_token_id: int
     stop_token_id: int
     scores: list | None = None
+    error: str | None = None
+    """Set when the trainer raised: what it raised (the checks that read this run then fail, naming it)."""
     extra: dict = field(default_factory=dict)
 
 
@@ -95,5 +97,11 @@ class ObservationCache:
         if (spec, True) in self._seen:
             return self._seen[(spec, True)]
         if (spec, spy) not in self._seen:
-            self._seen[(spec, spy)] = observe(self.factory, spec, spy=spy)
+            try:
+                self._seen[(spec, spy)] = observe(self.factory, spec, spy=spy)
+            except HarnessConfigError:
+                raise
+            except Exception as exc:  # a trainer that crashes fails every check of this run, loudly
+                why = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+                self._seen[(spec, spy)] = Observation(spec, [], [], [], [], [], -1, -1, error=why)
         return self._seen[(spec, spy)]

@@ -32,6 +32,7 @@ ALL_MASKED = UNEVEN.with_(
     pad_logit_bias=2.5,
     total_updates=1,
 )
+EMPTY_UPDATE = UNEVEN.with_(name="empty_update", pad_logit_bias=40.0, total_updates=1)
 PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
 
 
@@ -87,8 +88,17 @@ def expected_rows(spec: ScenarioSpec) -> list[int]:
     return one_minibatch * spec.num_mini_batches * spec.num_ppo_epochs
 
 
+def crashed(obs: Observation, result: CheckResult) -> bool:
+    """Fail `result` when the trainer raised during this run."""
+    if obs.error:
+        result.fail(f"the trainer raised during the run ({split_label(obs.spec)}): {obs.error}")
+    return bool(obs.error)
+
+
 def logs_present(obs: Observation, names, result: CheckResult) -> bool:
     """Every update logged every name as a finite number; otherwise the check fails."""
+    if crashed(obs, result):
+        return False
     if len(obs.logs) != obs.spec.total_updates:
         result.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(obs.logs)}")
         return False
@@ -107,6 +117,8 @@ def logs_present(obs: Observation, names, result: CheckResult) -> bool:
 
 def updates_seen(obs: Observation, result: CheckResult) -> list | None:
     """The oracle's per-update view of the spy records, after checking the geometry it saw."""
+    if crashed(obs, result):
+        return None
     if not obs.records:
         result.fail("the spy recorded no calls")
         return None
@@ -142,6 +154,8 @@ def uneven_split(cache: ObservationCache, run: ScenarioSpec, epochs: int) -> Che
     """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
     obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=epochs))
     result = CheckResult(f"uneven_split[epochs={epochs}]", "uneven_split")
+    if crashed(obs, result):
+        return result
     if not any(oracle.padded_rows(u, obs.stop_token_id, obs.pad_token_id) for u in oracle.split_updates(obs.records)):
         return result.fail("no response was padded: the scenario needs real padding")
     return pooled_against_oracle(obs, 0, result)
@@ -225,6 +239,8 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, cuts=GRADIENT
     base = spec_for(LR0, run).with_(name="gradient_partition")
     observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g)) for b, g in cuts]
     first = observed[0]
+    if any(crashed(o, result) for o in observed):
+        return result
     if not first.steps:
         return result.fail("no optimizer step was seen")
     for other in observed[1:]:
@@ -245,6 +261,8 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, epochs:
     """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates."""
     obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=epochs))
     result = CheckResult(f"every_microbatch_applied[epochs={epochs}]", "every_microbatch_applied")
+    if crashed(obs, result):
+        return result
     starts = oracle.update_starts(obs.records)
     if len(starts) != obs.spec.total_updates:
         return result.fail(f"spy saw {len(starts)} update(s), expected {obs.spec.total_updates}")
@@ -284,9 +302,25 @@ def all_masked(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
     """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
     obs = cache.get(spec_for(ALL_MASKED, run))
     result = CheckResult("all_masked", "all_masked")
+    if crashed(obs, result):
+        return result
     updates = oracle.split_updates(obs.records)
     if not updates or not oracle.empty_microbatches(updates[0], obs.stop_token_id, obs.pad_token_id):
         return result.fail("no all-masked micro-batch was seen: the scenario did not test what it should")
+    return pooled_against_oracle(obs, 0, result)
+
+
+def empty_update(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
+    """Every response of the update is empty: the response means are 0 (no NaN), the value means still pool."""
+    obs = cache.get(spec_for(EMPTY_UPDATE, run))
+    result = CheckResult("empty_update", "empty_update")
+    if crashed(obs, result):
+        return result
+    updates = oracle.split_updates(obs.records)
+    if not updates or len(oracle.empty_microbatches(updates[0], obs.stop_token_id, obs.pad_token_id)) != len(
+        updates[0].micro_batches
+    ):
+        return result.fail("some response was not empty: the scenario did not test what it should")
     return pooled_against_oracle(obs, 0, result)
 
 

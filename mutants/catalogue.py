@@ -31,6 +31,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "gradient_partition": ("gradient_partition", "test_gradient_partition"),
     "every_microbatch_applied[epochs=2]": ("every_microbatch_applied", "test_every_microbatch_applied"),
     "all_masked": ("all_masked", "test_all_masked"),
+    "empty_update": ("empty_update", "test_empty_update"),
     "rollout_objectives[padding_rows]": ("padding_rows", "test_padding_rows"),
     "partition_invariance": ("partition_invariance", "test_partition_invariance"),
 }

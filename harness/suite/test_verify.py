@@ -51,6 +51,10 @@ def test_all_masked(ppo_cache, ppo_run_spec, ppo_report):
     settle(scenarios.all_masked(ppo_cache, ppo_run_spec), ppo_report)
 
 
+def test_empty_update(ppo_cache, ppo_run_spec, ppo_report):
+    settle(scenarios.empty_update(ppo_cache, ppo_run_spec), ppo_report)
+
+
 def test_padding_rows(ppo_cache, ppo_run_spec, ppo_report):
     settle(scenarios.padding_rows(ppo_cache, ppo_run_spec), ppo_report)
 
