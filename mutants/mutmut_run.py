@@ -401,12 +401,79 @@ def tail(path, lines: int = 40) -> str:
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
+def read_stats(scratch) -> dict:
+    """mutmut's per-test statistics from its stats run (durations, tests by function); {} when missing or unreadable."""
+    import json
+
+    statsfile = scratch / "mutants" / "mutmut-stats.json"
+    if not statsfile.is_file():
+        return {}
+    try:
+        data = json.loads(statsfile.read_text(encoding="utf-8"))
+        return {
+            "duration_by_test": data.get("duration_by_test", {}),
+            "stats_time": data.get("stats_time"),
+            "tests_by_function": {
+                k.rpartition(".")[2].removeprefix("x_"): sorted(v)
+                for k, v in data.get("tests_by_mangled_function_name", {}).items()
+            },
+        }
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def write_results(report_dir, scratch, records: list[dict], code: int, seconds: float, max_children: int) -> None:
+    """Write mutmut_results.json: the run, the source the locations refer to, every mutant and the test stats."""
+    import json
+    import time
+
+    stats = read_stats(scratch)
+    payload = {
+        "mutmut_exit_code": code,
+        "seconds": seconds,
+        "max_children": max_children,
+        "functions": list(MUTATED_FUNCTIONS),
+        "file": TRAINER,
+        "source": (scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
+        "mutants": records,
+        "tests": stats,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (report_dir / "mutmut_results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> int:
+    """Prepare `scratch`, run mutmut there and write mutmut_results.json; the exit code of `run`."""
+    log_path = report_dir / "mutmut.log"
+    try:
+        prepare_scratch(scratch)
+    except RuntimeError as exc:
+        print(f"error: {exc}")
+        return 2
+    print(f"mutmut: scratch project {scratch}, {max_children} worker(s); log in {log_path}", flush=True)
+    code, seconds = run_mutmut(scratch, max_children, timeout, log_path)
+    meta = scratch / "mutants" / (TRAINER + ".meta")
+    if not meta.is_file():
+        print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
+        return 2
+    records = collect(scratch)
+    write_results(report_dir, scratch, records, code, seconds, max_children)
+    checked = [r for r in records if r["status"] != "not checked"]
+    print(
+        f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
+        f"({60 * len(checked) / max(seconds, 1e-9):.1f} mutants/min); exit {code}",
+        flush=True,
+    )
+    if code != 0:
+        print(f"mutmut exited {code}:\n{tail(log_path)}")
+        return 2
+    return 0
+
+
 def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=None, keep_scratch: bool = False) -> int:
     """Prepare the scratch project, run mutmut, write reports/mutmut_results.json. Exit 0, 1 or 2."""
-    import json
     import shutil
     import tempfile
-    import time
     from pathlib import Path
 
     from .runner import ROOT
@@ -420,57 +487,8 @@ def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=Non
         print(f"error: {exc}")
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="ppo-mutmut-"))
-    log_path = report_dir / "mutmut.log"
     try:
-        try:
-            prepare_scratch(scratch)
-        except RuntimeError as exc:
-            print(f"error: {exc}")
-            return 2
-        print(f"mutmut: scratch project {scratch}, {max_children} worker(s); log in {log_path}", flush=True)
-        code, seconds = run_mutmut(scratch, max_children, timeout, log_path)
-        meta = scratch / "mutants" / (TRAINER + ".meta")
-        if not meta.is_file():
-            print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
-            return 2
-        records = collect(scratch)
-        stats = {}
-        statsfile = scratch / "mutants" / "mutmut-stats.json"
-        if statsfile.is_file():
-            try:
-                data = json.loads(statsfile.read_text(encoding="utf-8"))
-                stats = {
-                    "duration_by_test": data.get("duration_by_test", {}),
-                    "stats_time": data.get("stats_time"),
-                    "tests_by_function": {
-                        k.rpartition(".")[2].removeprefix("x_"): sorted(v)
-                        for k, v in data.get("tests_by_mangled_function_name", {}).items()
-                    },
-                }
-            except (OSError, json.JSONDecodeError):
-                stats = {}
-        payload = {
-            "mutmut_exit_code": code,
-            "seconds": seconds,
-            "max_children": max_children,
-            "functions": list(MUTATED_FUNCTIONS),
-            "file": TRAINER,
-            "source": (scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
-            "mutants": records,
-            "tests": stats,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        (report_dir / "mutmut_results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        checked = [r for r in records if r["status"] != "not checked"]
-        print(
-            f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
-            f"({60 * len(checked) / max(seconds, 1e-9):.1f} mutants/min); exit {code}",
-            flush=True,
-        )
-        if code != 0:
-            print(f"mutmut exited {code}:\n{tail(log_path)}")
-            return 2
-        return 0
+        return run_in_scratch(scratch, report_dir, max_children, timeout)
     finally:
         if keep_scratch:
             print(f"scratch kept in {scratch}")

@@ -480,6 +480,15 @@ def curated_section(curated: dict) -> list[str]:
 
 
 def mutmut_section(results: dict, summary: dict, timings: dict, baseline: float | None) -> list[str]:
+    """The mutmut section of mutation.md: the score, timings, the per-function table and every survivor."""
+    out = mutmut_summary(results, summary, baseline)
+    if timings.get("seconds"):
+        out += [timing_text(timings), ""]
+    return out + per_function_table(results) + survivors_section(results)
+
+
+def mutmut_summary(results: dict, summary: dict, baseline: float | None) -> list[str]:
+    """The section's heading, the functions and tests mutmut ran over, and the score against the baseline."""
     c = summary["counts"]
     out = ["## mutmut over the statistics code", ""]
     out.append(
@@ -502,36 +511,39 @@ def mutmut_section(results: dict, summary: dict, timings: dict, baseline: float 
         + ".",
         "",
     ]
-    if timings.get("seconds"):
-        out.append(
-            f"Timing: {timings['seconds']:.0f} s for the mutmut run ({timings['workers']} worker(s), "
-            f"{timings['mutants_per_minute']:.1f} mutants/min, stats and clean run included). "
-            + (
-                f"Per mutant: {timings['mean_seconds_killed']:.2f} s when killed"
-                if timings["mean_seconds_killed"]
-                else ""
-            )
-            + (
-                f", {timings['mean_seconds_survived']:.2f} s when it survives (the whole suite)"
-                if timings["mean_seconds_survived"]
-                else ""
-            )
-            + (
-                f"; the suite's tests take {timings['suite_seconds']:.1f} s in all, the fastest check that runs "
-                f"the trainer {timings['fastest_test_seconds']:.2f} s (times of mutmut's stats run, each test from "
-                "a cold observation cache; a mutant's time adds a fork and a pytest session, and mutmut stops at the "
-                "first failing test)."
-                if timings["suite_seconds"] and timings["fastest_test_seconds"]
-                else "."
-            )
+    return out
+
+
+def timing_text(timings: dict) -> str:
+    """The timing paragraph: the whole run, the cost per mutant and the suite's own test times."""
+    return (
+        f"Timing: {timings['seconds']:.0f} s for the mutmut run ({timings['workers']} worker(s), "
+        f"{timings['mutants_per_minute']:.1f} mutants/min, stats and clean run included). "
+        + (f"Per mutant: {timings['mean_seconds_killed']:.2f} s when killed" if timings["mean_seconds_killed"] else "")
+        + (
+            f", {timings['mean_seconds_survived']:.2f} s when it survives (the whole suite)"
+            if timings["mean_seconds_survived"]
+            else ""
         )
-        out.append("")
+        + (
+            f"; the suite's tests take {timings['suite_seconds']:.1f} s in all, the fastest check that runs "
+            f"the trainer {timings['fastest_test_seconds']:.2f} s (times of mutmut's stats run, each test from "
+            "a cold observation cache; a mutant's time adds a fork and a pytest session, and mutmut stops at the "
+            "first failing test)."
+            if timings["suite_seconds"] and timings["fastest_test_seconds"]
+            else "."
+        )
+    )
+
+
+def per_function_table(results: dict) -> list[str]:
+    """The mutants of each function by outcome, and how many tests mutmut links to each function."""
     per_function: dict[str, dict[str, int]] = {}
     for r in results["mutants"]:
         key = "equivalent" if r.get("verdict") == "equivalent" else r["status"]
         per_function.setdefault(r["function"], {})
         per_function[r["function"]][key] = per_function[r["function"]].get(key, 0) + 1
-    out += ["| function | mutants | killed | survived | equivalent | other |", "|---|---|---|---|---|---|"]
+    out = ["| function | mutants | killed | survived | equivalent | other |", "|---|---|---|---|---|---|"]
     for fn, counts in per_function.items():
         other = sum(n for k, n in counts.items() if k not in ("killed", "survived", "equivalent"))
         out.append(
@@ -546,11 +558,16 @@ def mutmut_section(results: dict, summary: dict, timings: dict, baseline: float 
             + ", ".join(f"`{fn}` {len(t)}" for fn, t in sorted(tests_by_function.items()))
             + ".",
         ]
+    return out
+
+
+def survivors_section(results: dict) -> list[str]:
+    """Each surviving (or untested) mutant with its location, replacement, triage and diff."""
     survivors = [r for r in results["mutants"] if r["status"] in ("survived", "no tests")]
     verdicts = {}
     for r in survivors:
         verdicts[r.get("verdict", "untriaged")] = verdicts.get(r.get("verdict", "untriaged"), 0) + 1
-    out += [
+    out = [
         "",
         f"### Survivors ({len(survivors)}: " + ", ".join(f"{n} {k}" for k, n in sorted(verdicts.items())) + ")",
         "",
@@ -574,82 +591,13 @@ def mutmut_section(results: dict, summary: dict, timings: dict, baseline: float 
     return out
 
 
-def write_reports(
-    report_dir: Path = ROOT / "reports", install_elements: bool = True, update_baseline: bool = False
-) -> int:
-    """Write mutation.md/.json/.html from whatever ran; exit 1 when a problem fails the session."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    curated = load_json(report_dir / "curated.json")
-    results = load_json(report_dir / "mutmut_results.json")
-    if curated is None and results is None:
-        print(f"error: nothing to report in {report_dir}: run `python -m mutants curated` or `mutmut` first")
-        return 2
-    baseline_path = HERE / "baseline.json"
-    baseline_data = load_json(baseline_path) or {}
-    baseline = (baseline_data.get("mutmut") or {}).get("score")
-    # the source mutmut's locations refer to: the trainer as it was copied for the mutmut run
-    source = (results or {}).get("source") or (ROOT / TRAINER).read_text(encoding="utf-8")
-    problems: list[str] = []
-    notes: list[str] = []
-
-    if curated is not None:
-        for command, control in (curated.get("controls") or {"verify": curated.get("control", {})}).items():
-            if not control.get("passed"):
-                problems.append(f"curated: the control run ({command}, unmodified trainer) did not pass")
-        for r in curated["mutants"]:
-            if r["status"] not in ("killed", "not run"):
-                problems.append(
-                    f"curated: {r['id']} {r['status']}"
-                    + (f": {r['reason'].splitlines()[0]}" if r.get("reason") else "")
-                )
-            elif r["status"] == "not run":
-                notes.append(f"curated: {r['id']} not run: {r['reason']}")
-
-    summary, timings = None, {}
-    if results is not None:
-        entries, triage_problems = load_triage()
-        problems += triage_problems
-        more, triage_notes = triage(results["mutants"], entries)
-        problems += more
-        notes += triage_notes
-        summary = score(results["mutants"])
-        timings = timing(results)
-        pending = summary["counts"].get("not checked", 0)
-        if pending:
-            problems.append(f"mutmut: {pending} mutant(s) were never checked")
-        if results.get("mutmut_exit_code") not in (0, None):
-            problems.append(f"mutmut exited {results['mutmut_exit_code']}")
-        if update_baseline and summary["score"] is not None:
-            baseline_data["mutmut"] = {
-                "score": summary["score"],
-                "total": summary["total"],
-                "functions": results["functions"],
-                "recorded": time.strftime("%Y-%m-%d"),
-            }
-            baseline_path.write_text(json.dumps(baseline_data, indent=2) + "\n", encoding="utf-8")
-            baseline = summary["score"]
-            notes.append(f"baseline updated to {baseline:.2f} %")
-        if baseline is None:
-            problems.append(f"{baseline_path.name} has no mutmut score to hold the line")
-        elif summary["score"] is None or summary["score"] < baseline - 1e-9:
-            problems.append(f"mutmut score {summary['score']} % is below the baseline {baseline:.2f} %")
-
-    report, unplaced = schema_report(curated, results, source, baseline)
-    if unplaced:
-        notes.append(
-            f"curated mutant(s) {', '.join(unplaced)} are left out of mutation.json: their patch does not match "
-            "the trainer source of the mutmut run (rerun both)"
-        )
-    invalid = validate(report)
-    problems += [f"mutation.json: {p}" for p in invalid]
-    (report_dir / "mutation.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    js, origin = find_elements(install_elements)
-    title = "PPO statistics gate: mutation testing"
-    (report_dir / "mutation.html").write_text(render_html(report, js, title), encoding="utf-8")
-
+def header_section(
+    title: str, failed: bool, curated: dict | None, results: dict | None, js: str | None, origin: str
+) -> list[str]:
+    """The top of mutation.md: the verdict, the inputs it was made from, and how mutation.html was rendered."""
     md = [f"# {title}", ""]
     md.append(
-        f"Verdict: **{'FAIL' if problems else 'pass'}**. Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from "
+        f"Verdict: **{'FAIL' if failed else 'pass'}**. Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from "
         + "; ".join(
             f"{name} (finished {data.get('finished', '?')})"
             for name, data in (("curated.json", curated), ("mutmut_results.json", results))
@@ -669,10 +617,33 @@ def write_reports(
             f"inlined from {origin}."
         )
     md.append("")
+    return md
+
+
+def findings_section(problems: list[str], notes: list[str]) -> list[str]:
+    """The Problems and Notes lists of mutation.md, each left out when empty."""
+    md = []
     if problems:
         md += ["## Problems", ""] + [f"- {md_cell(p)}" for p in problems] + [""]
     if notes:
         md += ["## Notes", ""] + [f"- {md_cell(n)}" for n in notes] + [""]
+    return md
+
+
+def markdown(
+    title: str,
+    problems: list[str],
+    notes: list[str],
+    curated: dict | None,
+    results: dict | None,
+    summary: dict | None,
+    timings: dict,
+    baseline: float | None,
+    js: str | None,
+    origin: str,
+) -> str:
+    """The text of mutation.md."""
+    md = header_section(title, bool(problems), curated, results, js, origin) + findings_section(problems, notes)
     if curated is not None:
         md += curated_section(curated)
     else:
@@ -681,8 +652,67 @@ def write_reports(
         md += mutmut_section(results, summary, timings, baseline)
     else:
         md += ["## mutmut over the statistics code", "", "Not run in this session.", ""]
-    (report_dir / "mutation.md").write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
+    return "\n".join(md).rstrip() + "\n"
 
+
+# ---------------------------------------------------------------- checks and the reports
+
+
+def curated_findings(curated: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the curated run: a control that did not pass, a mutant neither killed nor skipped."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for command, control in (curated.get("controls") or {"verify": curated.get("control", {})}).items():
+        if not control.get("passed"):
+            problems.append(f"curated: the control run ({command}, unmodified trainer) did not pass")
+    for r in curated["mutants"]:
+        if r["status"] not in ("killed", "not run"):
+            problems.append(
+                f"curated: {r['id']} {r['status']}" + (f": {r['reason'].splitlines()[0]}" if r.get("reason") else "")
+            )
+        elif r["status"] == "not run":
+            notes.append(f"curated: {r['id']} not run: {r['reason']}")
+    return problems, notes
+
+
+def triage_findings(results: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes) of triaging the mutmut records against mutants/equivalent.toml (marks the records)."""
+    entries, problems = load_triage()
+    more, notes = triage(results["mutants"], entries)
+    return problems + more, notes
+
+
+def record_baseline(path: Path, data: dict, results: dict, summary: dict) -> float:
+    """Write this run's mutmut score to the baseline file; returns the new baseline."""
+    data["mutmut"] = {
+        "score": summary["score"],
+        "total": summary["total"],
+        "functions": results["functions"],
+        "recorded": time.strftime("%Y-%m-%d"),
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return summary["score"]
+
+
+def mutmut_problems(results: dict, summary: dict, baseline: float | None, baseline_name: str) -> list[str]:
+    """What fails the session in the mutmut run: unchecked mutants, mutmut's exit code, a score below the baseline."""
+    problems = []
+    pending = summary["counts"].get("not checked", 0)
+    if pending:
+        problems.append(f"mutmut: {pending} mutant(s) were never checked")
+    if results.get("mutmut_exit_code") not in (0, None):
+        problems.append(f"mutmut exited {results['mutmut_exit_code']}")
+    if baseline is None:
+        problems.append(f"{baseline_name} has no mutmut score to hold the line")
+    elif summary["score"] is None or summary["score"] < baseline - 1e-9:
+        problems.append(f"mutmut score {summary['score']} % is below the baseline {baseline:.2f} %")
+    return problems
+
+
+def print_outcome(
+    report_dir: Path, summary: dict | None, baseline: float | None, js: str | None, problems: list[str]
+) -> None:
+    """The terminal summary: the mutmut score, the files written, and each problem on stderr."""
     if summary is not None:
         print(
             f"mutmut score {summary['score']} % (baseline {baseline}); {summary['total']} mutants: "
@@ -694,4 +724,49 @@ def write_reports(
     )
     for p in problems:
         print(f"PROBLEM {p}", file=sys.stderr)
+
+
+def write_reports(
+    report_dir: Path = ROOT / "reports", install_elements: bool = True, update_baseline: bool = False
+) -> int:
+    """Write mutation.md/.json/.html from whatever ran; exit 1 when a problem fails the session."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    curated = load_json(report_dir / "curated.json")
+    results = load_json(report_dir / "mutmut_results.json")
+    if curated is None and results is None:
+        print(f"error: nothing to report in {report_dir}: run `python -m mutants curated` or `mutmut` first")
+        return 2
+    baseline_path = HERE / "baseline.json"
+    baseline_data = load_json(baseline_path) or {}
+    baseline = (baseline_data.get("mutmut") or {}).get("score")
+    # the source mutmut's locations refer to: the trainer as it was copied for the mutmut run
+    source = (results or {}).get("source") or (ROOT / TRAINER).read_text(encoding="utf-8")
+    problems, notes = curated_findings(curated) if curated is not None else ([], [])
+
+    summary, timings = None, {}
+    if results is not None:
+        more, triage_notes = triage_findings(results)
+        problems += more
+        notes += triage_notes
+        summary = score(results["mutants"])
+        timings = timing(results)
+        if update_baseline and summary["score"] is not None:
+            baseline = record_baseline(baseline_path, baseline_data, results, summary)
+            notes.append(f"baseline updated to {baseline:.2f} %")
+        problems += mutmut_problems(results, summary, baseline, baseline_path.name)
+
+    report, unplaced = schema_report(curated, results, source, baseline)
+    if unplaced:
+        notes.append(
+            f"curated mutant(s) {', '.join(unplaced)} are left out of mutation.json: their patch does not match "
+            "the trainer source of the mutmut run (rerun both)"
+        )
+    problems += [f"mutation.json: {p}" for p in validate(report)]
+    (report_dir / "mutation.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    js, origin = find_elements(install_elements)
+    title = "PPO statistics gate: mutation testing"
+    (report_dir / "mutation.html").write_text(render_html(report, js, title), encoding="utf-8")
+    md = markdown(title, problems, notes, curated, results, summary, timings, baseline, js, origin)
+    (report_dir / "mutation.md").write_text(md, encoding="utf-8")
+    print_outcome(report_dir, summary, baseline, js, problems)
     return 1 if problems else 0

@@ -309,28 +309,26 @@ def table(results: list[MutantResult]) -> str:
     return "\n".join(lines)
 
 
-def run_curated(
-    ids: list[str] | None = None,
-    full: bool = False,
-    jobs: int | None = None,
-    timeout: float = 900.0,
-    report_dir: Path = ROOT / "reports",
-    keep: Path | None = None,
-) -> int:
-    """Run the catalogue (or `ids`), print the table, write reports/curated.json. Exit 0, 1 or 2."""
-    from tqdm.auto import tqdm
-
+def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:
+    """The catalogue (or `ids`) to run, or None after printing why it cannot run."""
     try:
         mutants = catalogue.by_id(ids)
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 2
+        return None
     problems = catalogue.check_metadata()
     if problems:
         print("error: the catalogue is incomplete:\n  " + "\n  ".join(problems), file=sys.stderr)
-        return 2
-    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
-    started = time.perf_counter()
+        return None
+    return mutants
+
+
+def run_all(
+    mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None
+) -> tuple[list[MutantResult], dict[str, ControlResult]]:
+    """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls)."""
+    from tqdm.auto import tqdm
+
     results: list[MutantResult] = []
     commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -350,11 +348,13 @@ def run_curated(
                     bar.set_postfix_str(f"{r.id}: {r.status}")
                 bar.update(1)
     controls = {command: future.result() for future, command in control_futures.items()}
-    control = controls["verify"]
     order = {m.id: i for i, m in enumerate(mutants)}
     results.sort(key=lambda r: order[r.id])
-    wall = time.perf_counter() - started
+    return results, controls
 
+
+def print_summary(results: list[MutantResult], controls: dict[str, ControlResult], jobs: int, wall: float) -> None:
+    """The terminal report: the table, the controls, and why each mutant that was not killed was not."""
     print(table(results))
     for command, c in controls.items():
         what = "full suite" if command == "verify" else command
@@ -369,9 +369,19 @@ def run_curated(
                 f"\n`{command}` does not pass on the unmodified trainer, so no kill by it means anything:\n{c.reason}"
             )
 
+
+def write_curated_json(
+    report_dir: Path,
+    results: list[MutantResult],
+    controls: dict[str, ControlResult],
+    full: bool,
+    jobs: int,
+    wall: float,
+) -> None:
+    """Write reports/curated.json: the controls, the settings and every mutant's result."""
     report_dir.mkdir(parents=True, exist_ok=True)
     payload = {
-        "control": asdict(control),
+        "control": asdict(controls["verify"]),
         "controls": {command: asdict(c) for command, c in controls.items()},
         "full": full,
         "jobs": jobs,
@@ -381,5 +391,25 @@ def run_curated(
         "not_applicable": [asdict(n) for n in catalogue.NOT_APPLICABLE],
     }
     (report_dir / "curated.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def run_curated(
+    ids: list[str] | None = None,
+    full: bool = False,
+    jobs: int | None = None,
+    timeout: float = 900.0,
+    report_dir: Path = ROOT / "reports",
+    keep: Path | None = None,
+) -> int:
+    """Run the catalogue (or `ids`), print the table, write reports/curated.json. Exit 0, 1 or 2."""
+    mutants = selected_mutants(ids)
+    if mutants is None:
+        return 2
+    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+    started = time.perf_counter()
+    results, controls = run_all(mutants, full, jobs, timeout, keep)
+    wall = time.perf_counter() - started
+    print_summary(results, controls, jobs, wall)
+    write_curated_json(report_dir, results, controls, full, jobs, wall)
     ok = all(c.passed for c in controls.values()) and all(r.passed for r in results)
     return 0 if ok else 1
