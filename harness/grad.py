@@ -20,9 +20,15 @@ class Step:
 
     clock: int
     backward_ids: list[int]
-    grad: torch.Tensor
+    grads: list[torch.Tensor]
+    """Per-parameter copies of `.grad` at the step (flattened to float64 only when asked for)."""
     unexplained: float
     """Relative size of .grad minus the contributions since the last step (0 when every one is there)."""
+
+    @property
+    def grad(self) -> torch.Tensor:
+        """The whole gradient of the step as one float64 vector on the CPU."""
+        return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.grads])
 
 
 @dataclass
@@ -62,24 +68,18 @@ class GradRecorder:
 
     def _contribution(self, i: int):
         def hook(grad: torch.Tensor) -> None:
-            g = grad.detach().to("cpu", torch.float64).flatten()
-            self._pending[i] = g if self._pending[i] is None else self._pending[i] + g
+            # kept in the gradient's own dtype and device: summed in the order autograd sums `.grad`
+            g = grad.detach()
+            self._pending[i] = g.clone() if self._pending[i] is None else self._pending[i].add_(g)
 
         return hook
 
-    def _flat(self, tensors) -> torch.Tensor:
-        parts = [
-            torch.zeros(p.numel(), dtype=torch.float64) if t is None else t.detach().to("cpu", torch.float64).flatten()
-            for p, t in zip(self.params, tensors)
-        ]
-        return torch.cat(parts)
-
     def _on_step(self, optimizer, args, kwargs) -> None:
-        grad = self._flat([p.grad for p in self.params])
-        expected = self._flat(self._pending)
-        scale = max(grad.abs().max().item(), expected.abs().max().item(), 1e-30)
-        unexplained = (grad - expected).abs().max().item() / scale
-        self.steps.append(Step(self.clock(), list(self._pending_ids), grad, unexplained))
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in self.params]
+        expected = [torch.zeros_like(g) if e is None else e for g, e in zip(grads, self._pending)]
+        gap = max((g.float() - e.float()).abs().max().item() for g, e in zip(grads, expected))
+        scale = max(max(g.abs().max().item() for g in grads), max(e.abs().max().item() for e in expected), 1e-30)
+        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale))
         self._pending = [None] * len(self.params)
         self._pending_ids = []
 
