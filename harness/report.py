@@ -55,8 +55,8 @@ def metric_dict(metric: Any) -> dict[str, Any]:
 
 
 @dataclass
-class CheckResult:
-    """One check (one scenario assertion) and the metrics it compared."""
+class CheckRecord:
+    """A check as the report keeps it: plain data (scenarios.CheckResult is the live verdict)."""
 
     id: str
     scenario: str
@@ -114,7 +114,7 @@ class ReportCollector:
         self.torch = torch_version if torch_version is not None else _torch_version()
         self.seed = seed
         self.dtype = dtype
-        self.checks: list[CheckResult] = []
+        self.checks: list[CheckRecord] = []
         self.config_errors: list[str] = []
 
     def add(
@@ -124,7 +124,7 @@ class ReportCollector:
         metrics: Iterable[Any] = (),
         message: str = "",
         status: str | None = None,
-    ) -> CheckResult:
+    ) -> CheckRecord:
         """Record one check, given by id (with scenario, metrics, ...) or as an object with
         `id`, `scenario`, `status`, `message` and `metrics`. Without a status it is 'fail'
         if any metric failed, else 'pass'."""
@@ -139,13 +139,13 @@ class ReportCollector:
             raise ValueError(f"check status must be one of {CHECK_STATUSES}, got {status!r}")
         if not message and status == "fail":
             message = "; ".join(failure_line(str(scenario), m) for m in metrics if metric_failed(m))
-        result = CheckResult(check, str(scenario), status, message, [metric_dict(m) for m in metrics])
+        result = CheckRecord(check, str(scenario), status, message, [metric_dict(m) for m in metrics])
         self.checks.append(result)
         return result
 
-    def _all_checks(self) -> list[CheckResult]:
+    def _all_checks(self) -> list[CheckRecord]:
         """The added checks, then one 'error' check per configuration error."""
-        errors = [CheckResult(f"config_error[{i}]", "configuration", "error", line)
+        errors = [CheckRecord(f"config_error[{i}]", "configuration", "error", line)
                   for i, line in enumerate(self.config_errors)]  # fmt: skip
         return self.checks + errors
 
