@@ -253,10 +253,16 @@ def _dtype_name(tensor: Any) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
+@functools.lru_cache(maxsize=64)
+def _signature(real: Callable) -> inspect.Signature:
+    """The real function's signature, read once (the spy is on the trainer's hot path)."""
+    return inspect.signature(real)
+
+
 def _bind(real: Callable, args: tuple, kwargs: dict) -> list[Any]:
     """Positional view of a call: the arguments in the real function's parameter order."""
     try:
-        bound = inspect.signature(real).bind(*args, **kwargs)
+        bound = _signature(real).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return list(args)
     bound.apply_defaults()
