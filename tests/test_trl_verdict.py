@@ -98,10 +98,11 @@ def test_trl_uneven_split_names_each_pooled_mean_that_disagrees(trl_verdict):
     assert {"policy/entropy_avg", "val/ratio", "val/ratio_var", "policy/approxkl_avg", "loss/value_avg"} <= failing
 
 
-def test_trl_scores_are_reported_as_not_recomputable(trl_verdict):
+def test_trl_scores_are_recomputed_from_its_reward_model(trl_verdict):
     _, report, _ = trl_verdict
-    scores = metric(report, "rollout_objectives[uneven_split]", "objective/scores @ update 1")
-    assert scores["status"] == "not_recomputable" and scores["reason"]
+    for name in ("objective/scores @ update 1", "objective/rlhf_reward @ update 2"):
+        found = metric(report, "rollout_objectives[uneven_split]", name)
+        assert found["status"] == "pass" and found["expected"] is not None
 
 
 def test_reference_passes_the_same_scenarios(reference_verdict):
