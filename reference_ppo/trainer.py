@@ -312,6 +312,14 @@ def rollout_objectives(per_sample: torch.Tensor) -> dict[str, float]:
 # ---------------------------------------------------------------- the trainer
 
 
+def disable_dropout(*models: nn.Module) -> None:
+    """Dropout off everywhere: the rollout and the update must see the same function of the weights."""
+    for model in models:
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
+
+
 class PolicyAndValue(nn.Module):
     """Policy and value model behind one module, so that one `accelerator.prepare` wraps both."""
 
@@ -350,6 +358,7 @@ class PPOTrainer:
         self.ref_policy = ref_policy.to(device).eval()
         self.reward = reward.to(device).eval() if isinstance(reward, nn.Module) else reward
         self.prompts = prompts
+        disable_dropout(policy, ref_policy, value_model, *([reward] if isinstance(reward, nn.Module) else []))
         model = PolicyAndValue(policy, value_model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=0.0)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)

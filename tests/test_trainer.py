@@ -261,3 +261,18 @@ def test_callbacks_receive_every_update():
     seen = []
     make_trainer(uneven(total_updates=2), callbacks=[lambda m, u: seen.append((u, m["val/ratio"]))]).train()
     assert [u for u, _ in seen] == [0, 1]
+
+
+def test_dropout_is_switched_off_so_lr0_ratios_are_exactly_one():
+    from torch import nn
+
+    world = toy.build_world(seed=0)
+    world.policy.model.layers[0].mlp.act_fn = nn.Sequential(nn.SiLU(), nn.Dropout(0.5))
+    from accelerate import Accelerator
+
+    trainer = T.PPOTrainer(
+        uneven(learning_rate=0.0), world.policy, world.ref_policy, world.value_model, world.reward_model,
+        world.prompts, world.pad_token_id, accelerator=Accelerator(cpu=True),
+    )  # fmt: skip
+    assert all(m.p == 0.0 for m in trainer.model.modules() if isinstance(m, nn.Dropout))
+    assert trainer.train()[0]["val/ratio"] == pytest.approx(1.0, abs=1e-6)
