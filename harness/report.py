@@ -265,7 +265,7 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
-_METRIC_HEADER = ["scenario", "metric", "logged", "expected", "gap", "rel", "tol", "status", "reason"]
+_METRIC_HEADER = ["check", "metric", "logged", "expected", "gap", "rel", "tol", "status", "reason"]
 
 
 def _metric_rows(report: Mapping[str, Any], only_failing: bool) -> list[list[Any]]:
@@ -275,7 +275,7 @@ def _metric_rows(report: Mapping[str, Any], only_failing: bool) -> list[list[Any
         for m in check["metrics"]:
             if only_failing and not metric_failed(m):
                 continue
-            rows.append([check["scenario"], m["name"], m["logged"], m["expected"], m["abs_err"],
+            rows.append([check["id"], m["name"], m["logged"], m["expected"], m["abs_err"],
                          m["rel_err"], m["tol"], m["status"], m["reason"] or ""])  # fmt: skip
     return rows
 

@@ -125,7 +125,7 @@ def test_terminal_table_lists_every_metric_and_the_failures():
     lines = render_terminal(collector().as_dict()).splitlines()
     assert lines[0].startswith("PPO statistics verify: FAIL  target=reference device=cpu dtype=float32")
     header = lines[1].split()
-    assert header[:4] == ["scenario", "metric", "logged", "expected"]
+    assert header[:4] == ["check", "metric", "logged", "expected"]
     table = lines[2:8]
     assert [row.split()[1] for row in table] == [
         "val/ratio",
