@@ -137,3 +137,10 @@ def test_other_dtypes_pass_with_their_own_tolerances(tmp_path, dtype):
     code, report, output = verify(tmp_path, "--dtype", dtype)
     assert code == 0, output[-2000:]
     assert report["dtype"] == dtype and report["status"] == "pass"
+
+
+def test_same_seed_same_verdicts_and_numbers(tmp_path):
+    first = verify(tmp_path / "a", "-k", "uneven_split or freshness or rollout")
+    second = verify(tmp_path / "b", "-k", "uneven_split or freshness or rollout")
+    assert first[0] == second[0] == 0
+    assert first[1] == second[1] and len(first[1]["checks"]) >= 4
