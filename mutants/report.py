@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import catalogue
+from . import catalogue, mutmut_run
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -165,10 +165,11 @@ def score(records: list[dict]) -> dict:
 
 
 def timing(results: dict) -> dict:
-    """Throughput and per-mutant cost against the suite's own test times."""
+    """Throughput, the mean cost per mutant, and each killed mutant's cost against the test that killed it."""
     records = results["mutants"]
     checked = [r for r in records if r.get("seconds") is not None]
-    tests = (results.get("tests") or {}).get("duration_by_test") or {}
+    stats = results.get("tests") or {}
+    tests = stats.get("duration_by_test") or {}
     per_kill = [r["seconds"] for r in checked if r["status"] == "killed"]
     per_survivor = [r["seconds"] for r in checked if r["status"] == "survived"]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
@@ -178,7 +179,7 @@ def timing(results: dict) -> dict:
         "mean_seconds_killed": mean(per_kill),
         "mean_seconds_survived": mean(per_survivor),
         "suite_seconds": sum(tests.values()) if tests else None,
-        "fastest_test_seconds": min((v for v in tests.values() if v >= 0.01), default=None),
+        "kill_cost": mutmut_run.kill_costs(records, stats)[1],
         "workers": results.get("max_children"),
     }
 
@@ -515,24 +516,47 @@ def mutmut_summary(results: dict, summary: dict, baseline: float | None) -> list
 
 
 def timing_text(timings: dict) -> str:
-    """The timing paragraph: the whole run, the cost per mutant and the suite's own test times."""
+    """The timing paragraph: the whole run, the cost per mutant and the cost against the killing test."""
     return (
         f"Timing: {timings['seconds']:.0f} s for the mutmut run ({timings['workers']} worker(s), "
         f"{timings['mutants_per_minute']:.1f} mutants/min, stats and clean run included). "
-        + (f"Per mutant: {timings['mean_seconds_killed']:.2f} s when killed" if timings["mean_seconds_killed"] else "")
+        + (
+            f"Per mutant: {timings['mean_seconds_killed']:.3f} s on average when killed"
+            if timings["mean_seconds_killed"]
+            else ""
+        )
         + (
             f", {timings['mean_seconds_survived']:.2f} s when it survives (the whole suite)"
             if timings["mean_seconds_survived"]
             else ""
         )
-        + (
-            f"; the suite's tests take {timings['suite_seconds']:.1f} s in all, the fastest check that runs "
-            f"the trainer {timings['fastest_test_seconds']:.2f} s (times of mutmut's stats run, each test from "
-            "a cold observation cache; a mutant's time adds a fork and a pytest session, and mutmut stops at the "
-            "first failing test)."
-            if timings["suite_seconds"] and timings["fastest_test_seconds"]
-            else "."
-        )
+        + (f"; the suite's tests take {timings['suite_seconds']:.1f} s in all. " if timings["suite_seconds"] else ". ")
+        + cost_text(timings.get("kill_cost") or {})
+    )
+
+
+def cost_text(cost: dict) -> str:
+    """Each killed mutant's wall time over the time of the test that killed it, against the issue's goal."""
+    goal = cost.get("goal_ratio", mutmut_run.COST_GOAL)
+    text = (
+        f"Goal (from the issue): a killed mutant costs under {goal:g}x the killing test's own time (no re-import "
+        "of torch per mutant). Measured per killed mutant: the wall time mutmut records for it (`durations_by_key` "
+        "in its meta file: fork of the worker to its exit, one `pytest -x` session) over the killing test's "
+        "duration in mutmut's stats run (`duration_by_test` in mutmut-stats.json: the test's call phase, "
+        "from a cold observation cache). mutmut does not record which test killed a mutant: it runs the "
+        "tests linked to the mutated function fastest first and stops at the first failure, so the first test it "
+        "runs is taken as the killer; where a later, slower test killed it, the ratio is overstated."
+    )
+    if not cost.get("measured"):
+        return text + " No killed mutant could be measured (no test durations)."
+    tests = ", ".join(f"`{t.rpartition('::')[2]}` ({n})" for t, n in cost["first_tests"].items())
+    verdict = "met" if cost["goal_met"] else "NOT met"
+    return text + (
+        f" Over {cost['measured']} of {cost['killed']} killed mutants: ratio median "
+        f"**{cost['median_ratio']:.2f}x**, 90th percentile **{cost['p90_ratio']:.2f}x**, "
+        f"{100 * cost['share_under_goal']:.0f} % under {goal:g}x; medians: {cost['median_seconds']:.3f} s "
+        f"per killed mutant, {cost['median_first_test_seconds']:.3f} s for its first test (first test: {tests}). "
+        f"**Goal {verdict}** (met when the 90th percentile is under {goal:g}x)."
     )
 
 

@@ -194,6 +194,35 @@ def record(name, status, original="0", replacement="1", line="if n > 0:"):
     }
 
 
+def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
+    stats = {
+        "duration_by_test": {"t::slow": 2.0, "t::fast": 0.5, "t::zero": 0.0},
+        "tests_by_function": {"pooled_stats": ["t::slow", "t::fast"], "masked_sum": ["t::zero"]},
+    }
+    walls = [0.5, 1.0, 1.5, 2.0, 3.0]  # ratios 1, 2, 3, 4, 6 against t::fast, the test mutmut runs first
+    records = [dict(record(f"x_pooled_stats__mutmut_{i}", "killed"), seconds=s) for i, s in enumerate(walls)]
+    records += [
+        dict(record("x_pooled_stats__mutmut_9", "survived"), seconds=9.0),
+        dict(record("x_masked_sum__mutmut_1", "killed"), function="masked_sum", seconds=0.4),
+    ]
+    per_mutant, cost = mutmut_run.kill_costs(records, stats)
+    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"] == {
+        "first_test": "t::fast",
+        "first_test_seconds": 0.5,
+        "cost_ratio": 2.0,
+    }
+    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"]["cost_ratio"] is None  # a 0 s first test
+    assert "reference_ppo.trainer.x_pooled_stats__mutmut_9" not in per_mutant
+    assert (cost["killed"], cost["measured"], cost["first_tests"]) == (6, 5, {"t::fast": 5})
+    assert cost["median_ratio"] == pytest.approx(3.0) and cost["p90_ratio"] == pytest.approx(5.2)
+    assert cost["share_under_goal"] == pytest.approx(0.2) and cost["goal_met"] is False
+    assert cost["mean_seconds"] == pytest.approx(8.4 / 6)
+    text = report.cost_text(cost)
+    assert "median **3.00x**" in text and "90th percentile **5.20x**" in text and "Goal NOT met" in text
+    _, cost = mutmut_run.kill_costs([dict(records[0], seconds=0.6)], stats)
+    assert cost["goal_met"] is True and "Goal met" in report.cost_text(cost)
+
+
 def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
     records = [
         record("x_pooled_stats__mutmut_1", "killed"),
