@@ -77,7 +77,7 @@ def test_partition_invariance(ppo_cache, ppo_run_spec, ppo_report):
     reference = base.with_(per_device_train_batch_size=4, gradient_accumulation_steps=3, num_mini_batches=2)
     verdicts = []
 
-    @settings(max_examples=6, deadline=None, derandomize=True, database=None)
+    @settings(max_examples=10, deadline=None, derandomize=True, database=None)
     @given(splits())
     @example((12, 1, 1, 1))  # one micro-batch per update: val/ratio_var must be 0, not NaN
     @example((6, 2, 2, 1))  # two micro-batches: the smallest sample variance
