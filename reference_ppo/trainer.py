@@ -171,6 +171,17 @@ def sequence_scores(
     return per_token[torch.arange(len(last), device=last.device), last].float()
 
 
+def decoded_reward(score_texts: Callable[[list[str], list[str]], Sequence[float]], tokenizer) -> Callable:
+    """A reward on decoded text: `score_texts(prompts, responses)` gets strings (pad and special tokens removed)."""
+
+    def reward(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        prompts = tokenizer.batch_decode(queries, skip_special_tokens=True)
+        texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return torch.as_tensor(list(score_texts(prompts, texts)), dtype=torch.float32)
+
+    return reward
+
+
 # ---------------------------------------------------------------- rewards, GAE, whitening
 
 

@@ -276,3 +276,17 @@ def test_dropout_is_switched_off_so_lr0_ratios_are_exactly_one():
     )  # fmt: skip
     assert all(m.p == 0.0 for m in trainer.model.modules() if isinstance(m, nn.Dropout))
     assert trainer.train()[0]["val/ratio"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_reward_on_decoded_text_trains():
+    world = toy.build_world(seed=0)
+    seen = []
+
+    def count_w7(prompts, texts):
+        seen.append(texts)
+        return [text.split().count("w7") for text in texts]
+
+    reward = T.decoded_reward(count_w7, world.tokenizer)
+    metrics = make_trainer(uneven(total_updates=1), reward=reward).train()[0]
+    assert len(seen) == 1 and len(seen[0]) == 12 and all("[PAD]" not in t for t in seen[0])
+    assert metrics["objective/scores"] == pytest.approx(sum(t.split().count("w7") for t in seen[0]) / 12)
