@@ -122,7 +122,9 @@ def updates_seen(obs: Observation, result: CheckResult) -> list | None:
     if not obs.records:
         result.fail("the spy recorded no calls")
         return None
-    updates = oracle.split_updates(obs.records)
+    if "updates" not in obs.extra:  # several checks read one run: split its records once
+        obs.extra["updates"] = oracle.split_updates(obs.records)
+    updates = obs.extra["updates"]
     if len(updates) != obs.spec.total_updates:
         result.fail(f"spy saw {len(updates)} update(s), expected {obs.spec.total_updates}")
         return None
@@ -135,12 +137,20 @@ def updates_seen(obs: Observation, result: CheckResult) -> list | None:
     return updates
 
 
-def pooled_against_oracle(obs: Observation, index: int, result: CheckResult, names=POOLED + ("val/ratio_var",)):
-    """Compare update `index`'s pooled metrics with the oracle fed that update's records alone."""
+def pooled_against_oracle(
+    obs: Observation, index: int, result: CheckResult, names=POOLED + ("val/ratio_var",), needs=None
+) -> CheckResult:
+    """Compare update `index`'s pooled metrics with the oracle fed that update's records alone.
+
+    `needs(update)` returns why the run did not test what the scenario is for (None when it did).
+    """
     updates = updates_seen(obs, result)
     if updates is None or not logs_present(obs, names, result):
         return result
     update = updates[index]
+    missing = needs(update) if needs is not None else None
+    if missing:
+        return result.fail(f"{missing}: the scenario did not test what it should")
     for problem in oracle.check_masks(update, obs.stop_token_id, obs.pad_token_id):
         result.fail(f"update {index + 1}: {problem}")
     expected = oracle.expected_metrics(
@@ -154,11 +164,11 @@ def uneven_split(cache: ObservationCache, run: ScenarioSpec, epochs: int) -> Che
     """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
     obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=epochs))
     result = CheckResult(f"uneven_split[epochs={epochs}]", "uneven_split")
-    if crashed(obs, result):
-        return result
-    if not any(oracle.padded_rows(u, obs.stop_token_id, obs.pad_token_id) for u in oracle.split_updates(obs.records)):
-        return result.fail("no response was padded: the scenario needs real padding")
-    return pooled_against_oracle(obs, 0, result)
+
+    def padding(update) -> str | None:
+        return None if oracle.padded_rows(update, obs.stop_token_id, obs.pad_token_id) else "no response was padded"
+
+    return pooled_against_oracle(obs, 0, result, needs=padding)
 
 
 def even_split(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
@@ -301,27 +311,23 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, epochs:
 def all_masked(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
     """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
     obs = cache.get(spec_for(ALL_MASKED, run))
-    result = CheckResult("all_masked", "all_masked")
-    if crashed(obs, result):
-        return result
-    updates = oracle.split_updates(obs.records)
-    if not updates or not oracle.empty_microbatches(updates[0], obs.stop_token_id, obs.pad_token_id):
-        return result.fail("no all-masked micro-batch was seen: the scenario did not test what it should")
-    return pooled_against_oracle(obs, 0, result)
+
+    def an_empty_microbatch(update) -> str | None:
+        empty = oracle.empty_microbatches(update, obs.stop_token_id, obs.pad_token_id)
+        return None if empty else "no all-masked micro-batch was seen"
+
+    return pooled_against_oracle(obs, 0, CheckResult("all_masked", "all_masked"), needs=an_empty_microbatch)
 
 
 def empty_update(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:
     """Every response of the update is empty: the response means are 0 (no NaN), the value means still pool."""
     obs = cache.get(spec_for(EMPTY_UPDATE, run))
-    result = CheckResult("empty_update", "empty_update")
-    if crashed(obs, result):
-        return result
-    updates = oracle.split_updates(obs.records)
-    if not updates or len(oracle.empty_microbatches(updates[0], obs.stop_token_id, obs.pad_token_id)) != len(
-        updates[0].micro_batches
-    ):
-        return result.fail("some response was not empty: the scenario did not test what it should")
-    return pooled_against_oracle(obs, 0, result)
+
+    def only_empty_microbatches(update) -> str | None:
+        empty = oracle.empty_microbatches(update, obs.stop_token_id, obs.pad_token_id)
+        return None if len(empty) == len(update.micro_batches) else "some response was not empty"
+
+    return pooled_against_oracle(obs, 0, CheckResult("empty_update", "empty_update"), needs=only_empty_microbatches)
 
 
 def padding_rows(cache: ObservationCache, run: ScenarioSpec) -> CheckResult:

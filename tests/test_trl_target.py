@@ -9,40 +9,15 @@ pytestmark = pytest.mark.trl
 
 import torch  # noqa: E402
 
+from harness import scenarios  # noqa: E402
 from harness.errors import HarnessConfigError  # noqa: E402
-from harness.spec import ScenarioSpec  # noqa: E402
 from harness.targets import trl as trl_target  # noqa: E402
-
-POOLED = (
-    "policy/approxkl_avg",
-    "policy/clipfrac_avg",
-    "loss/policy_avg",
-    "loss/value_avg",
-    "val/clipfrac_avg",
-    "policy/entropy_avg",
-    "val/ratio",
-)
-OBJECTIVE = (
-    "objective/kl",
-    "objective/entropy",
-    "objective/non_score_reward",
-    "objective/rlhf_reward",
-    "objective/scores",
-)
 
 # 12 rollout rows, two minibatches of 6, micro-batches of 4 then 2: each minibatch fills two
 # of the three gradient-accumulation slots of TRL's stats grid, the third stays 0.
-UNEVEN_LR0 = ScenarioSpec(
-    name="uneven_split",
-    per_device_train_batch_size=4,
-    gradient_accumulation_steps=3,
-    num_mini_batches=2,
-    num_ppo_epochs=1,
-    total_updates=1,
-    learning_rate=0.0,
-    seed=0,
-    device="cpu",
-)
+UNEVEN_LR0 = scenarios.LR0
+assert (UNEVEN_LR0.per_device_train_batch_size, UNEVEN_LR0.gradient_accumulation_steps) == (4, 3)
+assert (UNEVEN_LR0.num_mini_batches, UNEVEN_LR0.num_ppo_epochs, UNEVEN_LR0.learning_rate) == (2, 1, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +41,7 @@ def test_one_metrics_dict_per_update_with_trl_names(uneven_run):
     _, metrics = uneven_run
     assert len(metrics) == UNEVEN_LR0.total_updates
     logged = metrics[0]
-    for name in POOLED + OBJECTIVE + ("val/ratio_var",):
+    for name in scenarios.POOLED + scenarios.OBJECTIVES + ("val/ratio_var",):
         assert name in logged, name
     assert all("/" in key for key in logged)
     assert all(isinstance(value, float) for value in logged.values())

@@ -84,18 +84,11 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
     """Build the reference trainer, toy models and a recording reward for `spec`."""
     from accelerate import Accelerator
 
-    from reference_ppo import ConfigError, toy, trainer
+    from reference_ppo import ConfigError, trainer
 
-    world = toy.build_world(
-        seed=spec.seed,
-        vocab_size=spec.vocab_size,
-        prompt_length=spec.prompt_length,
-        num_prompts=spec.num_prompts,
-        device=spec.device,
-        dtype=getattr(torch, spec.dtype),
-        independent_ref=True,
-        pad_logit_bias=spec.pad_logit_bias,
-    )
+    from . import toy_world
+
+    world = toy_world(spec)
     try:
         config = build_config(spec, stop_token_id=world.stop_token_id)
     except ConfigError as exc:

@@ -53,13 +53,6 @@ def _import_trl():
     return ppo_trainer, ppo_config.PPOConfig
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise HarnessConfigError(f"unknown dtype {name!r} in scenario")
-    return dtype
-
-
 def _world_size() -> int:
     """Processes launched for this run (torchrun / accelerate launch set WORLD_SIZE)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -170,25 +163,10 @@ def factory(spec: ScenarioSpec) -> TrlRun:
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from reference_ppo.toy import build_world
+    from . import toy_world
 
-    if spec.device.startswith("cuda") and not torch.cuda.is_available():
-        raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")
-    if spec.device != "cpu" and not spec.device.startswith("cuda"):
-        raise HarnessConfigError(f"trl target supports devices 'cpu' and 'cuda', not {spec.device!r}")
-    dtype = _torch_dtype(spec.dtype)
-
-    transformers.set_seed(spec.seed)
-    world = build_world(
-        seed=spec.seed,
-        vocab_size=spec.vocab_size,
-        prompt_length=spec.prompt_length,
-        num_prompts=spec.num_prompts,
-        device=spec.device,
-        dtype=dtype,
-        independent_ref=True,
-        pad_logit_bias=spec.pad_logit_bias,
-    )
+    transformers.set_seed(spec.seed)  # TRL draws its minibatch permutation from numpy
+    world = toy_world(spec)  # validates device and dtype
     dataset = Dataset.from_dict({"input_ids": world.prompts.tolist()})
 
     workdir = tempfile.TemporaryDirectory(prefix="ppo-harness-trl-", ignore_cleanup_errors=True)
