@@ -4,7 +4,25 @@ from __future__ import annotations
 
 import types
 
+import torch
+
 from harness.targets.reference import factory as reference_factory
+
+
+def swapped_during_training(run, name: str, replacement):
+    """`run` with `run.module.<name>` replaced by `replacement(original)` while it trains, restored after."""
+    module, train = run.module, run.train
+    original = getattr(module, name)
+
+    def patched_train():
+        setattr(module, name, replacement(original))
+        try:
+            return train()
+        finally:
+            setattr(module, name, original)
+
+    run.train = patched_train
+    return run
 
 
 def mean_of_means(spec):
@@ -14,29 +32,51 @@ def mean_of_means(spec):
     fields = module.STAT_FIELDS
     r_count, v_count = fields.index("count/response"), fields.index("count/value")
 
-    def pooled_stats(rows):
-        rows = rows.clone()
-        for name in module.RESPONSE_POOLED + module.VALUE_POOLED:
-            count = rows[:, r_count] if name in module.RESPONSE_POOLED else rows[:, v_count]
-            rows[:, fields.index(name)] /= count.clamp(min=1)
-        rows[:, r_count] = 1.0
-        rows[:, v_count] = 1.0
-        return original(rows)
+    def replacement(original):
+        def pooled_stats(rows):
+            rows = rows.clone()
+            for name in module.RESPONSE_POOLED + module.VALUE_POOLED:
+                count = rows[:, r_count] if name in module.RESPONSE_POOLED else rows[:, v_count]
+                rows[:, fields.index(name)] /= count.clamp(min=1)
+            rows[:, r_count] = 1.0
+            rows[:, v_count] = 1.0
+            return original(rows)
 
-    original = module.pooled_stats
-    trainer = run.trainer
-    train = run.train
+        return pooled_stats
 
-    def patched_train():
-        module.pooled_stats = pooled_stats
-        try:
-            return train()
-        finally:
-            module.pooled_stats = original
+    return swapped_during_training(run, "pooled_stats", replacement)
 
-    run.train = patched_train
-    del trainer
-    return run
+
+def value_stats_on_the_response_mask(spec):
+    """Bug class 6: the value loss is averaged over R (one position short) instead of V."""
+
+    def replacement(original):
+        def value_loss(vpred, old_values, returns, mask, cliprange_value):
+            shifted = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1) & mask
+            return original(vpred, old_values, returns, shifted, cliprange_value)
+
+        return value_loss
+
+    return swapped_during_training(reference_factory(spec), "value_loss", replacement)
+
+
+def nan_when_nothing_to_average(spec):
+    """Bug class 12 at the scale of an update: a pooled mean over no token divides 0 by 0."""
+    run = reference_factory(spec)
+    module = run.module
+
+    def replacement(original):
+        def pooled_stats(rows):
+            metrics = original(rows)
+            totals = rows.sum(dim=0)
+            for name in module.RESPONSE_POOLED:
+                count = totals[module.STAT_FIELDS.index("count/response")]
+                metrics[name] = (totals[module.STAT_FIELDS.index(name)] / count).item()
+            return metrics
+
+        return pooled_stats
+
+    return swapped_during_training(run, "pooled_stats", replacement)
 
 
 def no_spy_functions(spec):

@@ -144,3 +144,56 @@ def test_same_seed_same_verdicts_and_numbers(tmp_path):
     second = verify(tmp_path / "b", "-k", "uneven_split or freshness or rollout")
     assert first[0] == second[0] == 0
     assert first[1] == second[1] and len(first[1]["checks"]) >= 4
+
+
+# ------------------------------------------------------------------ checks and preconditions, in process
+
+
+@pytest.fixture(scope="module")
+def reference_cache():
+    from harness.runner import ObservationCache
+    from harness.targets.reference import factory
+
+    return ObservationCache(factory)
+
+
+@pytest.mark.parametrize(
+    "scenario, helper, why",
+    [
+        ("uneven_split", "padded_rows", "no response was padded"),
+        ("all_masked", "empty_microbatches", "no all-masked micro-batch was seen"),
+        ("empty_update", "empty_microbatches", "some response was not empty"),
+    ],
+)
+def test_a_run_that_lacks_what_the_scenario_needs_fails(reference_cache, monkeypatch, scenario, helper, why):
+    run = ScenarioSpec()
+    check = (
+        (lambda: scenarios.uneven_split(reference_cache, run, 1))
+        if scenario == "uneven_split"
+        else (lambda: getattr(scenarios, scenario)(reference_cache, run))
+    )
+    assert check().passed  # the real run has what it needs
+    fake = (lambda update, stop, pad: []) if scenario != "empty_update" else (lambda update, stop, pad: [0])
+    monkeypatch.setattr(scenarios.oracle, helper, fake)
+    result = check()
+    assert not result.passed and why in result.message and "did not test what it should" in result.message
+
+
+def test_a_wrong_mask_passed_to_masked_mean_is_named():
+    from harness.runner import ObservationCache
+    from tests.gate_variants import value_stats_on_the_response_mask
+
+    result = scenarios.uneven_split(ObservationCache(value_stats_on_the_response_mask), ScenarioSpec(), 1)
+    assert not result.passed
+    assert "site 'vf_loss': mask" in result.message and "the oracle's V mask" in result.message
+    assert {m.name for m in result.metrics if m.failed} >= {"loss/value_avg", "val/clipfrac_avg"}
+
+
+def test_nan_for_an_update_with_no_response_token_fails():
+    from harness.runner import ObservationCache
+    from tests.gate_variants import nan_when_nothing_to_average
+
+    cache = ObservationCache(nan_when_nothing_to_average)
+    assert scenarios.uneven_split(cache, ScenarioSpec(), 1).passed  # the variant is right where tokens exist
+    result = scenarios.empty_update(cache, ScenarioSpec())
+    assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message
