@@ -1,9 +1,5 @@
-"""Exceptions shared by the harness: configuration problems (exit 2) and failed checks (exit 1)."""
+"""The harness's configuration error (exit 2). A failed check is a CheckResult, not an exception (exit 1)."""
 
 
 class HarnessConfigError(Exception):
     """The harness cannot run as asked (missing dependency, bad option); not a trainer bug."""
-
-
-class CheckFailed(AssertionError):
-    """A metric or invariant of the trainer under test does not match the oracle."""
