@@ -245,10 +245,16 @@ def split_updates(records: Iterable[Record], sites: SiteMap | None = None) -> li
     return updates
 
 
-def update_starts(records: Sequence[Record], sites: SiteMap | None = None) -> list[int]:
-    """Position in `records` (as given, in call order) of the record that opens each update."""
+def update_starts(
+    records: Sequence[Record], sites: SiteMap | None = None, updates: Sequence[Update] | None = None
+) -> list[int]:
+    """Position in `records` (as given, in call order) of the record that opens each update.
+
+    `updates`, when given, is `split_updates(records, sites)` already made.
+    """
     position = {record.seq: i for i, record in enumerate(records)}
-    return [position[u.start_seq] for u in split_updates(records, sites) if u.start_seq in position]
+    updates = split_updates(records, sites) if updates is None else updates
+    return [position[u.start_seq] for u in updates if u.start_seq in position]
 
 
 def _add(update: Update, record: Record, role: str | None) -> None:
