@@ -57,17 +57,31 @@ def worker(target: str, seed: int, out: Path) -> int:
                 "scores": obs.scores,
             }
             torch.save(saved, out / f"{name}-rank{rank}.pt")
+        shut_down_process_group()  # on success only: a rank that raised must not wait for the others
     except HarnessConfigError as exc:
         print(f"rank {rank}: configuration error: {exc}", file=sys.stderr)
         return WORKER_CONFIG_ERROR
     return 0
 
 
+def shut_down_process_group() -> None:
+    """Wait for every rank, then tear the process group down before the interpreter exits.
+
+    Left to interpreter shutdown, gloo's threads can outlive their owner and abort the
+    process ("terminate called without an active exception"), now and then.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------- parent side
 
 
 def launch(args: argparse.Namespace, out: Path) -> tuple[int, str]:
-    """Run the ranks; (exit code, output tail). Kills the whole process group on timeout."""
+    """Run the ranks; (exit code, their output). Kills the whole process tree on timeout."""
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.processes}",
         "-m", "harness.dist", "--worker", "--target", args.target, "--seed", str(args.seed), "--out", str(out),
@@ -83,8 +97,8 @@ def launch(args: argparse.Namespace, out: Path) -> tuple[int, str]:
             output, _ = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             output = ""
-        return -1, (output or "")[-4000:]
-    return proc.returncode, (output or "")[-4000:]
+        return -1, output or ""
+    return proc.returncode, output or ""
 
 
 def kill_tree(pid: int) -> None:
@@ -129,18 +143,28 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     collector = ReportCollector(target=args.target, device="cpu", seed=args.seed, dtype="float32")
     with tempfile.TemporaryDirectory(prefix="ppo-dist-") as tmp:
-        code, tail = launch(args, Path(tmp))
-        if code == WORKER_CONFIG_ERROR or (code and "configuration error" in tail):
-            print(tail, file=sys.stderr)
+        code, output = launch(args, Path(tmp))
+        if code == WORKER_CONFIG_ERROR or (code and "configuration error" in output):
+            print(output[-4000:], file=sys.stderr)
             return 2
         if code:
             why = f"timed out after {args.timeout:.0f}s" if code == -1 else f"exited with {code}"
-            collector.add(run_failed(f"the {args.processes}-process run {why}: {tail.strip().splitlines()[-1:]}"))
-            print(tail, file=sys.stderr)
+            collector.add(run_failed(f"the {args.processes}-process run {why}: {root_cause(output)}"))
+            print(output[-4000:], file=sys.stderr)
         else:
             for result in dist_checks(Path(tmp), args.processes):
                 collector.add(result)
     return finish(collector, args.report_dir)
+
+
+def root_cause(output: str) -> str:
+    """What the ranks said went wrong, first errors first, then their exit codes (or the last line)."""
+    launcher = ("ChildFailedError", "raise ")  # torch.distributed.run's own wrapping, not the cause
+    lines = [line.strip() for line in output.splitlines() if not any(word in line for word in launcher)]
+    errors = [line for line in lines if any(word in line for word in ("Error:", "error:", "terminate called"))]
+    exits = [line for line in lines if "exitcode" in line]
+    said = errors[:3] + exits[-2:]
+    return " | ".join(said) if said else (lines or ["no output"])[-1]
 
 
 def run_failed(message: str):

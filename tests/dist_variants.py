@@ -37,3 +37,17 @@ def hangs(spec):
     run = reference_factory(spec)
     run.train = lambda: time.sleep(3600)
     return run
+
+
+def rank_one_raises(spec):
+    """A trainer that raises on one rank only, while the other waits in a collective."""
+    import os
+
+    run = reference_factory(spec)
+    if os.environ.get("RANK") == "1":
+
+        def train():
+            raise RuntimeError("rank 1 broke down")
+
+        run.train = train
+    return run

@@ -52,6 +52,14 @@ def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path):
     assert "timed out after 30s" in report["checks"][0]["message"]
 
 
+def test_a_rank_that_raises_fails_the_run_and_says_why(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.dist_variants:rank_one_raises", "--timeout", "120")
+    assert code == 1, output[-2000:]
+    (check,) = report["checks"]
+    assert check["id"] == "dist_run" and "timed out" not in check["message"]
+    assert "rank 1 broke down" in check["message"]
+
+
 def test_unknown_target_is_a_usage_error(tmp_path):
     code, _, output = verify_dist(tmp_path, "no_such_module:factory")
     assert code == 2 and "cannot import" in output
