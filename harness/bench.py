@@ -27,12 +27,17 @@ def timed(fn) -> float:
 
 def overhead(repeat: int) -> tuple[float, float]:
     """(median bare seconds, median spied-and-checked seconds) of the uneven_split training run."""
-    from . import oracle, scenarios
-    from .grad import GradRecorder
-    from .spy import Spy
-    from .targets.reference import factory
+    from .algorithms.ppo.contract import POOLED_NAMES
+    from .algorithms.ppo.expect import expected_metrics
+    from .algorithms.ppo.scenarios import UNEVEN
+    from .algorithms.ppo.view import build_view
+    from .compare import compare
+    from .instrument.grad import GradRecorder
+    from .instrument.spy import Spy
+    from .targets import resolve
 
-    spec = scenarios.UNEVEN.with_(total_updates=1)
+    factory = resolve("reference").factory
+    spec = UNEVEN.with_(total_updates=1)
     bare, checked = [], []
     for _ in range(repeat):
         run = factory(spec)
@@ -42,11 +47,9 @@ def overhead(repeat: int) -> tuple[float, float]:
         def spied_and_checked(run=run):
             with Spy(run.module) as spy, GradRecorder(run.params, run.optimizer, clock=lambda: len(spy.records)):
                 logs = run.train()
-            (update,) = oracle.split_updates(spy.records)
-            expected = oracle.expected_metrics(update, run.stop_token_id, run.pad_token_id, spec.kl_coef, "k1")
-            oracle.compare(
-                {n: logs[0][n] for n in scenarios.POOLED}, {n: expected[n] for n in scenarios.POOLED}, "float32"
-            )
+            (update,) = build_view(spy.records, run.stop_token_id, run.pad_token_id).updates
+            expected = expected_metrics(update, spec.kl_coef, "k1")
+            compare({n: logs[0][n] for n in POOLED_NAMES}, {n: expected[n] for n in POOLED_NAMES}, "float32")
 
         checked.append(timed(spied_and_checked))
     return statistics.median(bare), statistics.median(checked)
@@ -54,14 +57,19 @@ def overhead(repeat: int) -> tuple[float, float]:
 
 def recording_bytes(vocab_size: int) -> int:
     """Bytes of tensor data the spy keeps for one uneven_split update at `vocab_size`."""
-    from . import scenarios
-    from .spy import Spy
-    from .targets.reference import factory
+    import dataclasses
 
-    run = factory(scenarios.UNEVEN.with_(total_updates=1, vocab_size=vocab_size))
+    import torch
+
+    from .algorithms.ppo.scenarios import UNEVEN
+    from .instrument.spy import Spy
+    from .targets import resolve
+
+    run = resolve("reference").factory(UNEVEN.with_(total_updates=1, vocab_size=vocab_size))
     with Spy(run.module) as spy:
         run.train()
-    return sum(t.numel() * t.element_size() for r in spy.records for t in r.tensors.values() if hasattr(t, "numel"))
+    tensors = [getattr(r, f.name) for r in spy.records for f in dataclasses.fields(r)]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def verify_wall_time() -> tuple[float, int]:

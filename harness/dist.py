@@ -1,10 +1,10 @@
 """The gate across data-parallel ranks: `python -m harness verify-dist`.
 
 The parent launches N CPU processes (torch.distributed.run, gloo through
-accelerate); each rank runs the target under the spy and saves what it saw.
-The parent then pools every rank's records in the oracle and checks that the
-logged metrics equal the pooled value over all ranks, not a mean of per-rank
-means. Started and stopped here; a run that outlives its timeout is killed.
+accelerate); each rank runs the target's algorithm's `rank_specs` under the spy
+and saves what it saw (its `Ran`). The parent then hands every rank's runs to
+the algorithm's `rank_checks`, which pool them in the oracle. Started and
+stopped here; a run that outlives its timeout is killed.
 
 Worker entry point: `python -m harness.dist --worker ...` (used by the parent).
 """
@@ -22,16 +22,16 @@ from pathlib import Path
 from .errors import HarnessConfigError
 
 WORKER_CONFIG_ERROR = 2
+DIST_RUN = "dist_run"
+"""The id of the check that stands for the launch itself (it fails when the ranks do not finish)."""
 
 
-def dist_specs(seed: int):
-    """The three multi-process scenarios: uneven split over two updates (also freshness) and LR 0."""
-    from . import scenarios
+def algorithm_of(target: str):
+    """The algorithm object of `target` (its `rank_specs` and `rank_checks` drive the run)."""
+    from .algorithms import get
+    from .targets import resolve
 
-    return {
-        "uneven_split": scenarios.UNEVEN.with_(seed=seed),
-        "lr0_ratio": scenarios.LR0.with_(seed=seed),
-    }
+    return get(resolve(target).algorithm)
 
 
 # ---------------------------------------------------------------- worker side
@@ -41,22 +41,15 @@ def worker(target: str, seed: int, out: Path) -> int:
     """One rank: run every dist scenario under the spy, save logs and records for the parent."""
     import torch
 
-    from .runner import observe
+    from .instrument.observe import observe
     from .targets import resolve
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     try:
-        factory = resolve(target)
-        for name, spec in dist_specs(seed).items():
+        factory = resolve(target).factory
+        for name, spec in algorithm_of(target).rank_specs(seed).items():
             obs = observe(factory, spec.with_(rank=rank, world_size=world))
-            saved = {
-                "logs": obs.logs,
-                "records": obs.records,
-                "pad": obs.pad_token_id,
-                "stop": obs.stop_token_id,
-                "scores": obs.scores,
-            }
-            torch.save(saved, out / f"{name}-rank{rank}.pt")
+            torch.save(obs.ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others
     except HarnessConfigError as exc:
         print(f"rank {rank}: configuration error: {exc}", file=sys.stderr)
@@ -118,7 +111,8 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(family, timeout=10)
 
 
-def load_ranks(out: Path, name: str, processes: int) -> list[dict]:
+def load_ranks(out: Path, name: str, processes: int) -> list:
+    """Every rank's saved `Ran` of run `name`."""
     import torch
 
     files = [out / f"{name}-rank{r}.pt" for r in range(processes)]
@@ -130,18 +124,20 @@ def load_ranks(out: Path, name: str, processes: int) -> list[dict]:
 
 def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
     """Launch, pool, check, report. 0 pass, 1 a check failed (or the run failed), 2 usage/config."""
-    from .report import ReportCollector
-    from .targets import resolve
+    from .report import Report
 
     if args.processes < 2:
         print("error: --processes must be at least 2", file=sys.stderr)
         return 2
+    if extra:
+        print(f"error: verify-dist does not take {' '.join(extra)}", file=sys.stderr)
+        return 2
     try:
-        resolve(args.target)
+        algorithm = algorithm_of(args.target)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    collector = ReportCollector(target=args.target, device="cpu", seed=args.seed, dtype="float32")
+    report = Report(target=args.target, device="cpu", seed=args.seed, dtype="float32", algorithm=algorithm.name)
     with tempfile.TemporaryDirectory(prefix="ppo-dist-") as tmp:
         code, output = launch(args, Path(tmp))
         if code == WORKER_CONFIG_ERROR or (code and "configuration error" in output):
@@ -149,12 +145,13 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
             return 2
         if code:
             why = f"timed out after {args.timeout:.0f}s" if code == -1 else f"exited with {code}"
-            collector.add(run_failed(f"the {args.processes}-process run {why}: {root_cause(output)}"))
+            report.add(run_failed(f"the {args.processes}-process run {why}: {root_cause(output)}"))
             print(output[-4000:], file=sys.stderr)
         else:
-            for result in dist_checks(Path(tmp), args.processes):
-                collector.add(result)
-    return finish(collector, args.report_dir)
+            runs = {name: load_ranks(Path(tmp), name, args.processes) for name in algorithm.rank_specs(args.seed)}
+            for result in algorithm.rank_checks(runs):
+                report.add(result)
+    return finish(report, args.report_dir)
 
 
 def root_cause(output: str) -> str:
@@ -168,91 +165,23 @@ def root_cause(output: str) -> str:
 
 
 def run_failed(message: str):
-    from .scenarios import CheckResult
+    """The check that stands for the launch itself, failed with `message`."""
+    from .verdict import CheckId, CheckResult, CheckStatus
 
-    return CheckResult("dist_run", "verify_dist").fail(message)
+    return CheckResult(CheckId(DIST_RUN), CheckStatus.FAIL, problems=(message,))
 
 
-def finish(collector, report_dir: str) -> int:
-    """Write reports/verify_dist.*, print the table; exit 0 only when every check passed."""
+def finish(report, report_dir: str) -> int:
+    """Write reports/dist/verify.*, print the table; exit 0 only when every check passed."""
     from .report import JSON_NAME
+    from .report.terminal import render_terminal
+    from .verdict import CheckStatus
 
     out = Path(report_dir) / "dist"
-    collector.write(out)
-    for line in collector.terminal_lines():
-        print(line)
+    report.write(out)
+    print(render_terminal(report))
     print(f"report: {out / JSON_NAME}")
-    return 0 if collector.status == "pass" else 1
-
-
-# ---------------------------------------------------------------- the checks
-
-
-def dist_checks(out: Path, processes: int) -> list:
-    """uneven_split (update 1), freshness (update 2) and lr0_ratio on the pooled records of every rank."""
-    from . import scenarios
-
-    uneven = load_ranks(out, "uneven_split", processes)
-    lr0 = load_ranks(out, "lr0_ratio", processes)
-    spec = scenarios.UNEVEN
-    return [
-        pooled_across_ranks(uneven, spec, 0, scenarios.CheckResult("uneven_split[ranks]", "uneven_split")),
-        pooled_across_ranks(uneven, spec, 1, scenarios.CheckResult("freshness[ranks]", "freshness")),
-        lr0_identities(lr0),
-    ]
-
-
-def pooled_across_ranks(ranks: list[dict], spec, index: int, result):
-    """Logged metrics of update `index` against the oracle fed every rank's records of that update."""
-    from . import oracle, scenarios
-
-    names = scenarios.POOLED + ("val/ratio_var",) + scenarios.OBJECTIVES
-    stop, pad = ranks[0]["stop"], ranks[0]["pad"]
-    logs = [r["logs"] for r in ranks]
-    if any(len(log) != spec.total_updates for log in logs):
-        return result.fail(f"ranks logged {[len(log) for log in logs]} updates, expected {spec.total_updates} each")
-    if any(log[index] != logs[0][index] for log in logs[1:]):
-        result.fail("ranks logged different values for the same update")
-    per_rank = [oracle.split_updates(r["records"]) for r in ranks]
-    if any(len(u) != spec.total_updates for u in per_rank):
-        return result.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank")
-    updates = [u[index] for u in per_rank]
-    scores = [r["scores"][index] for r in ranks] if all(r["scores"] for r in ranks) else None
-    pooled_scores = None if scores is None else __import__("torch").cat(scores)
-    expected = oracle.expected_metrics(updates, stop, pad, spec.kl_coef, spec.kl_estimator, scores=pooled_scores)
-    if not ranks_differ(updates, expected, stop, pad, spec, result):
-        return result
-    return result.absorb(oracle.compare({n: logs[0][index][n] for n in names}, {n: expected[n] for n in names},
-                                        spec.dtype))  # fmt: skip
-
-
-def ranks_differ(updates, pooled, stop, pad, spec, result) -> bool:
-    """The scenario has teeth only if a mean of per-rank means differs from the pooled mean."""
-    from . import oracle
-
-    counts = [int(oracle.derive_masks(u.responses(), stop, pad)[0].sum()) for u in updates]
-    if len(set(counts)) < 2:
-        result.fail(f"every rank has {counts[0]} response tokens: a per-rank mean would equal the pooled one")
-        return False
-    alone = [oracle.expected_metrics([u], stop, pad, spec.kl_coef, spec.kl_estimator) for u in updates]
-    name = "policy/entropy_avg"
-    mean_of_means = sum(a[name].value for a in alone) / len(alone)
-    if abs(mean_of_means - pooled[name].value) < 1e-6:
-        result.fail(f"per-rank padding too alike: mean of per-rank {name} equals the pooled one")
-        return False
-    result.message = f"response tokens per rank {counts}"
-    return True
-
-
-def lr0_identities(ranks: list[dict]):
-    from . import oracle, scenarios
-
-    result = scenarios.CheckResult("lr0_ratio[ranks]", "lr0_ratio")
-    identities = {"val/ratio": 1.0, "val/ratio_var": 0.0, "policy/approxkl_avg": 0.0, "policy/clipfrac_avg": 0.0}
-    logs = ranks[0]["logs"]
-    if not logs or any(n not in logs[0] for n in identities):
-        return result.fail("the trainer logged no update, or not every identity metric")
-    return result.absorb(oracle.compare(logs[0], identities, "float32", kind="identity"))
+    return 0 if report.status is CheckStatus.PASS else 1
 
 
 def main(argv: list[str] | None = None) -> int:

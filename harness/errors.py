@@ -1,5 +1,9 @@
-"""The harness's configuration error (exit 2). A failed check is a CheckResult, not an exception (exit 1)."""
+"""The harness's two exceptions. A failed check is a `verdict.CheckResult`, never an exception (exit 1)."""
 
 
 class HarnessConfigError(Exception):
-    """The harness cannot run as asked (missing dependency, bad option); not a trainer bug."""
+    """The harness cannot run as asked (missing dependency, bad option, bad target): exit 2, not a trainer bug."""
+
+
+class NotRecomputable(Exception):
+    """The records do not determine a value (ambiguous rows, a site never called); the message says why."""

@@ -1,6 +1,8 @@
-"""pytest plugin (entry point `ppo_stats_harness`): options, fixtures, report header and reports.
+"""pytest plugin (entry point `ppo_stats_harness`): options, fixtures, the check parametrization, reports.
 
-torch is not imported when the plugin loads, only when a fixture needs it.
+The verify suite has one test, parametrized here over every check of the target's
+algorithm (`harness.algorithms.cases`), each named by its check id. torch is not
+imported when the plugin loads, only when a fixture or the parametrization needs it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import pytest
 
 CONFIG_ERROR = pytest.StashKey[list]()
 COLLECTOR = pytest.StashKey[object]()
+TARGET = pytest.StashKey[object]()
+CASE_FIXTURE = "ppo_case"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -18,6 +22,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ppo-device", default="cpu", help="cpu or cuda")
     group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64 or bfloat16")
     group.addoption("--ppo-report-dir", default=None, help="write verify.json and verify.md here")
+    group.addoption("--ppo-check", action="append", default=[], help="run only this check id (repeatable)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,18 +36,42 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+def _target(config: pytest.Config):
+    """The resolved target of --ppo-target (resolved once per session)."""
+    from .targets import resolve
+
+    if TARGET not in config.stash:
+        config.stash[TARGET] = resolve(config.option.ppo_target)
+    return config.stash[TARGET]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the check test over the target's algorithm's cases, selected by --ppo-check."""
+    if CASE_FIXTURE not in metafunc.fixturenames:
+        return
+    from .algorithms import cases
+
+    every = cases(_target(metafunc.config).algorithm)
+    wanted = metafunc.config.option.ppo_check
+    unknown = sorted(set(wanted) - {str(c.id) for c in every})
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown check id(s) {', '.join(unknown)}; known: {', '.join(str(c.id) for c in every)}"
+        )
+    chosen = [c for c in every if not wanted or str(c.id) in wanted]
+    metafunc.parametrize(CASE_FIXTURE, chosen, ids=[str(c.id) for c in chosen])
+
+
 @pytest.fixture(scope="session")
 def ppo_target(pytestconfig: pytest.Config):
     """The factory of the target named by --ppo-target."""
-    from .targets import resolve
-
-    return resolve(pytestconfig.option.ppo_target)
+    return _target(pytestconfig).factory
 
 
 @pytest.fixture(scope="session")
 def ppo_run_spec(pytestconfig: pytest.Config):
-    """Run-wide settings (seed, device, dtype) that every scenario spec takes."""
-    from .spec import ScenarioSpec
+    """Run-wide settings (seed, device, dtype) that every scenario spec of the target's algorithm takes."""
+    from .algorithms import get
 
     opt = pytestconfig.option
     if opt.ppo_device.startswith("cuda"):
@@ -52,13 +81,13 @@ def ppo_run_spec(pytestconfig: pytest.Config):
             pytest.skip("no CUDA device: the GPU scenarios did not run")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    return ScenarioSpec(seed=opt.ppo_seed, device=opt.ppo_device, dtype=opt.ppo_dtype)
+    return get(_target(pytestconfig).algorithm).run_spec(opt.ppo_seed, opt.ppo_device, opt.ppo_dtype)
 
 
 @pytest.fixture(scope="session")
 def ppo_cache(ppo_target):
     """Each (target, scenario spec) runs once per session, however many checks read it."""
-    from .runner import ObservationCache
+    from .instrument.observe import ObservationCache
 
     return ObservationCache(ppo_target)
 
@@ -66,18 +95,20 @@ def ppo_cache(ppo_target):
 @pytest.fixture(scope="session")
 def ppo_report(pytestconfig: pytest.Config):
     """Collects check results for verify.json / verify.md and the terminal summary."""
-    from .report import ReportCollector
+    from .report import Report
 
     opt = pytestconfig.option
-    collector = ReportCollector(target=opt.ppo_target, device=opt.ppo_device, seed=opt.ppo_seed, dtype=opt.ppo_dtype)
-    pytestconfig.stash[COLLECTOR] = collector
-    return collector
+    algorithm = _target(pytestconfig).algorithm
+    report = Report(target=opt.ppo_target, device=opt.ppo_device, seed=opt.ppo_seed, dtype=opt.ppo_dtype,
+                    algorithm=algorithm)  # fmt: skip
+    pytestconfig.stash[COLLECTOR] = report
+    return report
 
 
 @pytest.fixture
 def ppo_spy():
     """`with ppo_spy(module) as spy:` records masked_mean / selective_log_softmax; always undone."""
-    from .spy import Spy
+    from .instrument.spy import Spy
 
     made = []
 
@@ -104,22 +135,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     errors = session.config.stash.get(CONFIG_ERROR, [])
-    collector = session.config.stash.get(COLLECTOR, None)
+    report = session.config.stash.get(COLLECTOR, None)
     report_dir = session.config.option.ppo_report_dir
-    if collector is not None and report_dir:
-        if errors:
-            collector.config_errors.extend(errors)
-        collector.write(report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
+    if report is not None and report_dir:
+        report.config_errors.extend(errors)
+        report.write(report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
     if errors:
         session.exitstatus = 2
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    collector = config.stash.get(COLLECTOR, None)
+    from .report.terminal import render_terminal
+
+    report = config.stash.get(COLLECTOR, None)
     errors = config.stash.get(CONFIG_ERROR, [])
-    if collector is not None and collector.checks:
+    if report is not None and report.checks:
         terminalreporter.section("ppo-stats-harness verdict")
-        for line in collector.terminal_lines():
+        for line in render_terminal(report).splitlines():
             terminalreporter.write_line(line)
     for line in errors:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)

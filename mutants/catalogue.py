@@ -19,22 +19,18 @@ from pathlib import Path
 
 TRAINER = "reference_ppo/trainer.py"
 
-# check id in verify.json -> (scenario name, pytest node name of the test that records it)
-CHECKS: dict[str, tuple[str, str]] = {
-    "uneven_split[epochs=1]": ("uneven_split", "test_uneven_split[1]"),
-    "uneven_split[epochs=2]": ("uneven_split", "test_uneven_split[2]"),
-    "lr0_ratio[epochs=1]": ("lr0_ratio", "test_lr0_ratio[1]"),
-    "lr0_ratio[epochs=2]": ("lr0_ratio", "test_lr0_ratio[2]"),
-    "even_split": ("even_split", "test_even_split"),
-    "freshness": ("freshness", "test_freshness"),
-    "rollout_objectives[uneven_split]": ("rollout_objectives", "test_rollout_objectives"),
-    "gradient_partition": ("gradient_partition", "test_gradient_partition"),
-    "every_microbatch_applied[epochs=2]": ("every_microbatch_applied", "test_every_microbatch_applied"),
-    "all_masked": ("all_masked", "test_all_masked"),
-    "empty_update": ("empty_update", "test_empty_update"),
-    "rollout_objectives[padding_rows]": ("padding_rows", "test_padding_rows"),
-    "partition_invariance": ("partition_invariance", "test_partition_invariance"),
-}
+
+def _checks() -> dict[str, tuple[str, str]]:
+    """Check id of verify.json -> (scenario name, pytest node name of the test that records it).
+
+    Generated from the gate's own scenarios (`harness.algorithms`), never typed here.
+    """
+    from harness.algorithms import check_ids
+
+    return {cid: (scenario, f"test_check[{cid}]") for cid, scenario in check_ids("ppo").items()}
+
+
+CHECKS: dict[str, tuple[str, str]] = _checks()
 # killed_by entry that stands for "any check of the two-process run" (`python -m harness verify-dist`)
 VERIFY_DIST = "verify_dist"
 
@@ -198,7 +194,7 @@ MUTANTS: tuple[Mutant, ...] = (
         bug_class=7,
         title="objective/entropy sums -logprobs with the pad sentinel INVALID_LOGPROB = 1.0 at pad positions",
         source="huggingface/trl PR 6121 (issue 2022)",
-        killed_by=("rollout_objectives",),
+        killed_by=("rollout_objectives[rollout=uneven_split]",),
         patch=(
             replace(
                 "masked_sum_rows(-logprobs, r_mask)",
@@ -285,7 +281,7 @@ MUTANTS: tuple[Mutant, ...] = (
         bug_class=13,
         title="per-sample objective sums padded with zero rows up to a multiple of the rollout chunk, then averaged",
         source="verl-project/verl issue 7771",
-        killed_by=("padding_rows",),
+        killed_by=("rollout_objectives[rollout=padding_rows]",),
         patch=(
             replace(
                 "        return rollout, per_sample\n",
@@ -367,9 +363,9 @@ def named_checks(mutant: Mutant) -> list[str]:
     return [cid for cid, (scenario, _) in CHECKS.items() if cid in wanted or scenario in wanted]
 
 
-def test_selection(mutant: Mutant) -> str:
-    """A pytest -k expression selecting the tests of the checks `mutant` names."""
-    return " or ".join(CHECKS[cid][1] for cid in named_checks(mutant))
+def test_selection(mutant: Mutant) -> list[str]:
+    """The check ids to run for `mutant` (`python -m harness verify --check ID ...`)."""
+    return named_checks(mutant)
 
 
 def patched(mutant: Mutant, root: Path) -> dict[Path, tuple[str, str]]:

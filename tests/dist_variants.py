@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import types
 
-from harness.targets.reference import factory as reference_factory
+from harness.algorithms.ppo.targets.reference import factory as reference_factory
 
 
 def per_rank_mean(spec):

@@ -6,7 +6,7 @@ import types
 
 import torch
 
-from harness.targets.reference import factory as reference_factory
+from harness.algorithms.ppo.targets.reference import factory as reference_factory
 
 
 def swapped_during_training(run, name: str, replacement):

@@ -31,9 +31,9 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
     code, report, output = verify_dist(tmp_path, "reference")
     assert code == 0, output[-3000:]
     assert {c["id"]: c["status"] for c in report["checks"]} == {
-        "uneven_split[ranks]": "pass",
-        "freshness[ranks]": "pass",
-        "lr0_ratio[ranks]": "pass",
+        "uneven_split[ranks=2]": "pass",
+        "freshness[ranks=2]": "pass",
+        "lr0_ratio[ranks=2]": "pass",
     }
 
 
@@ -41,8 +41,8 @@ def test_mean_of_per_rank_means_fails(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.dist_variants:per_rank_mean")
     assert code == 1, output[-3000:]
     failed = {c["id"] for c in report["checks"] if c["status"] == "fail"}
-    assert {"uneven_split[ranks]", "freshness[ranks]"} <= failed
-    uneven = next(c for c in report["checks"] if c["id"] == "uneven_split[ranks]")
+    assert {"uneven_split[ranks=2]", "freshness[ranks=2]"} <= failed
+    uneven = next(c for c in report["checks"] if c["id"] == "uneven_split[ranks=2]")
     assert "policy/entropy_avg" in {m["name"] for m in uneven["metrics"] if m["status"] == "fail"}
 
 

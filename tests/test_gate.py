@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import scenarios
-from harness.runner import Observation
-from harness.spec import ScenarioSpec
+from harness.algorithms import case, cases
+from harness.algorithms.ppo import scenarios
+from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
+from harness.algorithms.ppo.spec import ScenarioSpec
+from harness.instrument.grad import GradTrace
+from harness.instrument.observe import Observation, ObservationCache, Ran
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,44 +92,60 @@ class FixedCache:
 
 
 def observation(spec: ScenarioSpec, logs, records=()) -> Observation:
-    return Observation(spec, logs, list(records), [], [], [], pad_token_id=0, stop_token_id=1)
+    ran = Ran(tuple(logs), tuple(records), GradTrace(), pad_token_id=0, stop_token_id=1)
+    return Observation(spec, ran)
 
 
-GOOD_LOGS = {n: 0.5 for n in scenarios.POOLED + ("val/ratio_var",) + scenarios.OBJECTIVES}
+GOOD_LOGS = {n: 0.5 for n in POOLED_STATS + ROLLOUT}
+
+
+def check(check_id: str, cache, run=None):
+    """The result of check `check_id` of the PPO gate on `cache`."""
+    return case(check_id).run(cache, run or ScenarioSpec())
 
 
 def test_no_spy_records_fail_the_oracle_checks():
     cache = FixedCache(observation(scenarios.UNEVEN, [dict(GOOD_LOGS), dict(GOOD_LOGS)]))
-    run = ScenarioSpec()
-    for result in (scenarios.freshness(cache, run), scenarios.rollout_objectives(cache, run)):
+    for result in (check("freshness", cache), check("rollout_objectives[rollout=uneven_split]", cache)):
         assert not result.passed and "recorded no calls" in result.message
 
 
 def test_a_missing_metric_fails():
     logs = {k: v for k, v in GOOD_LOGS.items() if k != "val/ratio"}
-    cache = FixedCache(observation(scenarios.LR0, [logs]))
-    result = scenarios.lr0_ratio(cache, ScenarioSpec(), epochs=1)
+    result = check("lr0_ratio[epochs=1]", FixedCache(observation(scenarios.LR0, [logs])))
     assert not result.passed and "never logged val/ratio" in result.message
 
 
 def test_a_nan_metric_fails():
     logs = dict(GOOD_LOGS, **{"val/ratio": math.nan, "val/ratio_var": 0.0, "policy/approxkl_avg": 0.0})
     logs["policy/clipfrac_avg"] = 0.0
-    cache = FixedCache(observation(scenarios.LR0, [logs]))
-    result = scenarios.lr0_ratio(cache, ScenarioSpec(), epochs=1)
+    result = check("lr0_ratio[epochs=1]", FixedCache(observation(scenarios.LR0, [logs])))
     assert not result.passed and "val/ratio=nan" in result.message
 
 
 def test_no_optimizer_step_fails_the_gradient_checks():
     cache = FixedCache(observation(scenarios.LR0, [dict(GOOD_LOGS)]))
-    assert not scenarios.gradient_partition(cache, ScenarioSpec()).passed
-    assert not scenarios.every_microbatch_applied(cache, ScenarioSpec()).passed
+    assert not check("gradient_partition", cache).passed
+    assert not check("every_microbatch_applied[epochs=2]", cache).passed
 
 
-def test_partition_invariance_needs_two_lr0_splits():
-    cache = FixedCache(observation(scenarios.LR0, [dict(GOOD_LOGS)]))
-    assert not scenarios.partition_invariance(cache, [scenarios.LR0]).passed
-    assert not scenarios.partition_invariance(cache, [scenarios.UNEVEN, scenarios.UNEVEN]).passed
+def test_a_crashed_run_fails_every_check_that_reads_it():
+    from harness.instrument.observe import Crashed
+
+    cache = FixedCache(Observation(scenarios.UNEVEN, Crashed("RuntimeError: boom")))
+    for c in cases("ppo"):
+        result = c.run(cache, ScenarioSpec())
+        assert not result.passed and "RuntimeError: boom" in result.message, c.id
+
+
+def test_an_exception_inside_a_check_fails_that_check_and_keeps_its_row(monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("row 3")
+
+    monkeypatch.setattr(scenarios, "oracle_update", broken)
+    result = check("uneven_split[epochs=1]", FixedCache(observation(scenarios.UNEVEN, [dict(GOOD_LOGS)])))
+    assert not result.passed and str(result.id) == "uneven_split[epochs=1]"
+    assert result.message == "harness error: KeyError: 'row 3'"
 
 
 # ------------------------------------------------------------------ the GPU session's paths, on CPU
@@ -140,8 +159,8 @@ def test_other_dtypes_pass_with_their_own_tolerances(tmp_path, dtype):
 
 
 def test_same_seed_same_verdicts_and_numbers(tmp_path):
-    first = verify(tmp_path / "a", "-k", "uneven_split or freshness or rollout")
-    second = verify(tmp_path / "b", "-k", "uneven_split or freshness or rollout")
+    first = verify(tmp_path / "a", "-k", "uneven_split or freshness or rollout or partition")
+    second = verify(tmp_path / "b", "-k", "uneven_split or freshness or rollout or partition")
     assert first[0] == second[0] == 0
     assert first[1] == second[1] and len(first[1]["checks"]) >= 4
 
@@ -151,49 +170,42 @@ def test_same_seed_same_verdicts_and_numbers(tmp_path):
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.runner import ObservationCache
-    from harness.targets.reference import factory
+    from harness.algorithms.ppo.targets.reference import factory
 
     return ObservationCache(factory)
 
 
 @pytest.mark.parametrize(
-    "scenario, helper, why",
+    "check_id, helper, why",
     [
-        ("uneven_split", "padded_rows", "no response was padded"),
-        ("all_masked", "empty_microbatches", "no all-masked micro-batch was seen"),
-        ("empty_update", "empty_microbatches", "some response was not empty"),
+        ("uneven_split[epochs=1]", "padded_rows", "no response was padded"),
+        ("all_masked", "empty_micro_batches", "no all-masked micro-batch was seen"),
+        ("empty_update", "empty_micro_batches", "some response was not empty"),
     ],
 )
-def test_a_run_that_lacks_what_the_scenario_needs_fails(reference_cache, monkeypatch, scenario, helper, why):
-    run = ScenarioSpec()
-    check = (
-        (lambda: scenarios.uneven_split(reference_cache, run, 1))
-        if scenario == "uneven_split"
-        else (lambda: getattr(scenarios, scenario)(reference_cache, run))
-    )
-    assert check().passed  # the real run has what it needs
-    fake = (lambda update, stop, pad: []) if scenario != "empty_update" else (lambda update, stop, pad: [0])
-    monkeypatch.setattr(scenarios.oracle, helper, fake)
-    result = check()
+def test_a_run_that_lacks_what_the_scenario_needs_fails(reference_cache, monkeypatch, check_id, helper, why):
+    from harness.algorithms.ppo.view import UpdateView
+
+    assert check(check_id, reference_cache).passed  # the real run has what it needs
+    fake = (lambda update: []) if check_id != "empty_update" else (lambda update: [0])
+    monkeypatch.setattr(UpdateView, helper, fake)
+    result = check(check_id, reference_cache)
     assert not result.passed and why in result.message and "did not test what it should" in result.message
 
 
 def test_a_wrong_mask_passed_to_masked_mean_is_named():
-    from harness.runner import ObservationCache
     from tests.gate_variants import value_stats_on_the_response_mask
 
-    result = scenarios.uneven_split(ObservationCache(value_stats_on_the_response_mask), ScenarioSpec(), 1)
+    result = check("uneven_split[epochs=1]", ObservationCache(value_stats_on_the_response_mask))
     assert not result.passed
     assert "site 'vf_loss': mask" in result.message and "the oracle's V mask" in result.message
     assert {m.name for m in result.metrics if m.failed} >= {"loss/value_avg", "val/clipfrac_avg"}
 
 
 def test_nan_for_an_update_with_no_response_token_fails():
-    from harness.runner import ObservationCache
     from tests.gate_variants import nan_when_nothing_to_average
 
     cache = ObservationCache(nan_when_nothing_to_average)
-    assert scenarios.uneven_split(cache, ScenarioSpec(), 1).passed  # the variant is right where tokens exist
-    result = scenarios.empty_update(cache, ScenarioSpec())
+    assert check("uneven_split[epochs=1]", cache).passed  # the variant is right where tokens exist
+    result = check("empty_update", cache)
     assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message

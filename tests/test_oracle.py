@@ -1,4 +1,9 @@
-"""The oracle against slow, obviously-correct loops, and end to end on a tiny fake trainer."""
+"""The oracle against slow, obviously-correct loops, and end to end on a tiny fake trainer.
+
+Covers the algorithm-neutral blocks (`harness.oracle`: masks, row pairing, pooling,
+expectations), the PPO view and expectations (`harness.algorithms.ppo.view` / `.expect`),
+and `harness.compare` with the tolerance table.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,26 @@ import importlib.util
 import math
 import statistics
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import oracle
-from harness.errors import HarnessConfigError
-from harness.oracle import Expected, NotRecomputable, SiteMap, compare, derive_masks, expected_metrics
-from harness.spy import Record, Site, Spy
+from harness.algorithms.ppo.contract import POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT, SiteMap
+from harness.algorithms.ppo.expect import expected_metrics, pooled_expectations, rollout_expectations
+from harness.algorithms.ppo.view import UpdateView, build_view
+from harness.compare import compare
+from harness.errors import HarnessConfigError, NotRecomputable
+from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Site
+from harness.instrument.spy import Spy
+from harness.oracle.expectation import Expectation
+from harness.oracle.masks import derive_masks, first_true, mask_difference
+from harness.oracle.pairing import Rows, map_rows
+from harness.oracle.pooling import Pooled
 from harness.tolerances import Tolerance, close, tolerance
+from harness.verdict import MetricStatus
 
 PAD, STOP = 0, 1
 
@@ -94,20 +107,33 @@ def slow_pooled(responses, old, micros: list[SlowMicro], stop, pad) -> dict[str,
 _seq = iter(range(10**9))
 
 
-def slsm(name: str, index, logprobs, entropy=None) -> Record:
+def slsm(name: str, index, logprobs, entropy=None) -> LogProbCall:
     index = torch.as_tensor(index, dtype=torch.int64)
     logprobs = torch.as_tensor(logprobs, dtype=torch.float64)
     entropy = torch.zeros_like(logprobs) if entropy is None else torch.as_tensor(entropy, dtype=torch.float64)
-    tensors = {"index": index, "logprobs": logprobs, "entropy": entropy}
-    return Record("selective_log_softmax", Site("fake.py", "f", name), next(_seq), tensors)
+    site = Site("fake.py", "f", name)
+    return LogProbCall(site, next(_seq), index=index, logprobs=logprobs, entropy=entropy, dtype="float64")
 
 
-def mm(name: str, values, mask) -> Record:
+def mm(name: str, values, mask) -> MaskedMeanCall:
     values = torch.as_tensor(values, dtype=torch.float64)
     mask = torch.as_tensor(mask, dtype=torch.bool)
     result = torch.where(mask, values, 0.0).sum() / mask.sum()
-    tensors = {"values": values, "mask": mask, "result": result}
-    return Record("masked_mean", Site("fake.py", "f", name), next(_seq), tensors)
+    site = Site("fake.py", "f", name)
+    return MaskedMeanCall(site, next(_seq), values=values, mask=mask, result=result, dtype="float64")
+
+
+def updates_of(records, sites: SiteMap | None = None) -> list[UpdateView]:
+    """The update views of `records` (what `oracle.split_updates` gave)."""
+    return list(build_view(records, STOP, PAD, sites).updates)
+
+
+def rows_of(update: UpdateView) -> tuple[Rows, list[Rows]]:
+    """The rollout rows and each micro-batch's rows of an update, as the row pairing reads them."""
+    rollout = update.rollout
+    whole = Rows(rollout.responses, rollout.logprobs, rollout.entropy, rollout.response_mask)
+    micro = [Rows(mb.responses, mb.record.logprobs, mb.record.entropy, mb.response_mask) for mb in update.micro_batches]
+    return whole, micro
 
 
 @st.composite
@@ -189,6 +215,17 @@ def test_derive_masks_examples():
     assert value_mask.sum(1).tolist() == [4, 2, 5, 1, 2]
 
 
+def test_first_true_and_mask_difference():
+    flags = torch.tensor([[False, True, True], [False, False, False], [True, False, False]])
+    assert first_true(flags).tolist() == [1, 3, 0]
+    want = torch.tensor([[True, True, False], [True, False, False]])
+    assert mask_difference(want.clone(), want) is None
+    got = want.clone()
+    got[1, 2] = got[0, 2] = True
+    assert mask_difference(got, want) == "differs at 2 positions (first: row 0, t=2) from"
+    assert mask_difference(want[:, :2], want) == "of shape (2, 2) does not match the shape (2, 3) of"
+
+
 # ---------------------------------------------------------------------------- pooled formulas
 
 
@@ -197,28 +234,38 @@ def test_derive_masks_examples():
 def test_pooled_means_match_slow_loops(run):
     responses, order, sizes, seed = run
     records, old, micros = build(responses, order, sizes, seed)
-    (update,) = oracle.split_updates(records)
-    assert oracle.observed_geometry(update) == sizes
-    assert oracle.check_masks(update, STOP, PAD) == []
-    got = oracle.pooled_metrics([update], STOP, PAD)
+    (update,) = updates_of(records)
+    assert update.geometry == sizes
+    assert update.mask_problems() == []
+    got = pooled_expectations([update])
     want = slow_pooled(responses, old, micros, STOP, PAD)
+    assert set(got) == set(want) == set(POOLED_STATS)
     for name, value in want.items():
+        assert got[name].metric == name
         if value is None:  # the slow loop has nothing to average: the convention is 0, with the reason
             assert got[name].value == 0.0
             assert "no R-active" in got[name].reason or "no V-active" in got[name].reason
         else:
             assert got[name].value == pytest.approx(value, rel=1e-9, abs=1e-12), name
+        # the sums and counts behind each pooled value are kept, one per micro-batch
+        assert len(got[name].pooled.counts) == len(sizes), name
+    for name in POOLED_NAMES:
+        assert got[name].value == got[name].pooled.token_mean() and got[name].count == got[name].pooled.count
+    assert got[RATIO_VAR].value == got["val/ratio"].pooled.variance_of_part_means()
 
 
 def test_values_outside_the_masks_do_not_matter():
     responses = [[5, 6, 1, 0], [5, 0, 0, 0], [7, 7, 7, 7]]
     records, _, _ = build(responses, [0, 1, 2], [2, 1], seed=3)
-    clean = oracle.pooled_metrics(oracle.split_updates(records), STOP, PAD)
-    for record in records:
-        if record.fn == "masked_mean" and record.site.name in ("pg_loss", "vf_loss"):
-            outside = ~(record.mask)
-            record.tensors["values"] = torch.where(outside, float("nan"), record.values)
-    poisoned = oracle.pooled_metrics(oracle.split_updates(records), STOP, PAD)
+    clean = pooled_expectations(updates_of(records))
+    poisoned_records = [
+        replace(record, values=torch.where(~record.mask, float("nan"), record.values))
+        if record.fn == "masked_mean" and record.site.name in ("pg_loss", "vf_loss")
+        else record
+        for record in records
+    ]
+    assert sum(r is not p for r, p in zip(records, poisoned_records)) == 4  # two sites in each of two micro-batches
+    poisoned = pooled_expectations(updates_of(poisoned_records))
     for name in clean:
         assert poisoned[name].value == pytest.approx(clean[name].value, rel=1e-12), name
 
@@ -226,9 +273,9 @@ def test_values_outside_the_masks_do_not_matter():
 def test_zero_count_micro_batch_adds_nothing():
     responses = [[5, 6, 1, 0], [0, 0, 0, 0], [7, 7, 7, 7], [8, 1, 0, 0]]
     records, old, micros = build(responses, [0, 2, 1, 3], [2, 1, 1], seed=5)
-    (update,) = oracle.split_updates(records)
-    assert oracle.empty_microbatches(update, STOP, PAD) == [1]
-    got = oracle.pooled_metrics([update], STOP, PAD)
+    (update,) = updates_of(records)
+    assert update.empty_micro_batches() == [1]
+    got = pooled_expectations([update])
     want = slow_pooled(responses, old, micros, STOP, PAD)
     assert got["val/ratio_var"].count == 2  # the empty micro-batch is not a ratio sample
     for name, value in want.items():
@@ -238,17 +285,30 @@ def test_zero_count_micro_batch_adds_nothing():
 
 def test_ratio_var_is_zero_with_one_micro_batch():
     records, _, _ = build([[5, 6, 1, 0], [7, 7, 7, 7]], [0, 1], [2], seed=1)
-    got = oracle.pooled_metrics(oracle.split_updates(records), STOP, PAD)
+    got = pooled_expectations(updates_of(records))
     assert got["val/ratio_var"].value == 0.0
     assert got["val/ratio"].value != 1.0
 
 
 def test_all_masked_update_expects_zero_not_nan():
     records, _, _ = build([[0, 0, 0], [PAD, 5, 5]], [0, 1], [1, 1], seed=1)
-    got = oracle.pooled_metrics(oracle.split_updates(records), STOP, PAD)
+    got = pooled_expectations(updates_of(records))
     assert got["loss/policy_avg"].value == 0.0 and "no R-active" in got["loss/policy_avg"].reason
     assert got["loss/value_avg"].value is not None  # V still holds position 0 of each row
     assert got["val/ratio_var"].value == 0.0
+
+
+def test_pooled_sums_and_counts():
+    values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 4.0, 5.0]], dtype=torch.float64)
+    masks = [torch.tensor([[True, True, False]]), torch.tensor([[False, False, False]]), torch.tensor([[True] * 3])]
+    pooled = Pooled.of([(values[:1], masks[0]), (values[:1], masks[1]), (values[1:], masks[2])])
+    assert pooled == Pooled((3.0, 0.0, 12.0), (2, 0, 3)) and pooled.count == 5
+    assert pooled.token_mean() == 15.0 / 5
+    assert pooled.part_means() == [1.5, 4.0]  # the empty part is no sample
+    assert pooled.variance_of_part_means() == pytest.approx(statistics.variance([1.5, 4.0]), rel=1e-15)
+    empty = Pooled.of([(values[:1], masks[1])])
+    assert (empty.token_mean(), empty.part_means(), empty.variance_of_part_means()) == (0.0, [], 0.0)
+    assert Pooled.of([(values[:1], masks[0])]).variance_of_part_means() == 0.0
 
 
 # ---------------------------------------------------------------------------- grouping
@@ -257,35 +317,39 @@ def test_all_masked_update_expects_zero_not_nan():
 def test_split_updates_on_logprob_after_training_and_on_marks():
     first, _, _ = build([[5, 1, 0], [6, 6, 6]], [0, 1], [1, 1], seed=1)
     second, _, _ = build([[7, 1, 0], [8, 8, 8]], [1, 0], [2], seed=2)
-    mark = Record("mark", Site("<mark>", "<mark>", "third"), next(_seq), label="third")
+    mark = Mark(Site("<mark>", "<mark>", "third"), next(_seq), label="third")
     third, _, _ = build([[9, 1, 0]], [0], [1], seed=3)
-    updates = oracle.split_updates(first + second + [mark] + third)
-    assert [oracle.observed_geometry(u) for u in updates] == [[1, 1], [2], [1]]
-    assert [u.index for u in updates] == [0, 1, 2] and updates[2].label == "third"
-    assert updates[1].responses().tolist() == [[7, 1, 0], [8, 8, 8]]
-    assert all(len(u.ignored) >= 1 for u in updates)  # the "mean" sites
     records = first + second + [mark] + third
-    assert oracle.update_starts(records) == [0, len(first), len(first) + len(second)]
+    run = build_view(records, STOP, PAD)
+    updates = run.updates
+    assert [u.geometry for u in updates] == [[1, 1], [2], [1]]
+    # an update no longer carries the mark's label: the mark is where it starts
+    assert [u.index for u in updates] == [0, 1, 2] and updates[2].start_seq == mark.seq
+    assert updates[1].rollout.responses.tolist() == [[7, 1, 0], [8, 8, 8]]
+    assert all(len(u.ignored) >= 1 for u in updates)  # the "mean" sites
+    assert run.starts == (0, len(first), len(first) + len(second))
+    # an event at the position where an update's first record lands happened before that update
+    assert [run.update_at(c) for c in (0, len(first), len(first) + 1, len(records))] == [0, 0, 1, 2]
 
 
 def test_custom_site_map():
     records, _, _ = build([[5, 1, 0], [6, 6, 6]], [0, 1], [2], seed=1)
-    for record in records:
-        if record.site.name == "pg_loss":
-            record.site = Site("fake.py", "f", "policy_loss")
-    default = oracle.split_updates(records)[0]
+    records = [
+        replace(record, site=Site("fake.py", "f", "policy_loss")) if record.site.name == "pg_loss" else record
+        for record in records
+    ]
+    default = updates_of(records)[0]
     assert "pg_loss" not in default.micro_batches[0].sites
-    custom = oracle.split_updates(records, SiteMap(pg_loss="policy_loss"))[0]
+    custom = updates_of(records, SiteMap(pg_loss="policy_loss"))[0]
     assert len(custom.micro_batches[0].sites["pg_loss"]) == 1
 
 
 def test_stray_micro_batch_sites_are_reported():
     records, _, _ = build([[5, 1, 0], [6, 6, 6]], [0, 1], [2], seed=1)
-    stray = mm("vf_loss", torch.ones(2, 3), torch.ones(2, 3))
-    stray.seq = records[0].seq - 1  # called before the rollout, so before any micro-batch
-    (update,) = oracle.split_updates([stray] + records)
-    assert update.stray == [stray]
-    assert any("before any 'new_logprobs'" in p for p in oracle.check_masks(update, STOP, PAD))
+    stray = replace(mm("vf_loss", torch.ones(2, 3), torch.ones(2, 3)), seq=records[0].seq - 1)  # before the rollout
+    (update,) = updates_of([stray] + records)
+    assert update.stray == (stray,)
+    assert any("before any 'new_logprobs'" in p for p in update.mask_problems())
 
 
 # ---------------------------------------------------------------------------- what cannot be recomputed
@@ -293,10 +357,14 @@ def test_stray_micro_batch_sites_are_reported():
 
 def test_identical_responses_are_not_recomputable():
     records, _, _ = build([[5, 1, 0], [5, 1, 0], [6, 6, 6]], [0, 1, 2], [2, 1], seed=1)
-    (update,) = oracle.split_updates(records)
+    (update,) = updates_of(records)
     with pytest.raises(NotRecomputable, match=r"rows \[0, 1\] have identical responses"):
-        oracle.map_rows(update, STOP, PAD)
-    got = expected_metrics(update, STOP, PAD, 0.05, "k1")
+        map_rows(*rows_of(update), where="update 0")
+    for micro in update.micro_batches:  # the view keeps why, and the log-ratio raises it
+        assert micro.old_logprobs is None and "identical responses" in micro.old_problem
+        with pytest.raises(NotRecomputable, match=r"rows \[0, 1\] have identical responses"):
+            micro.log_ratio()
+    got = expected_metrics(update, 0.05, "k1")
     for name in ("policy/approxkl_avg", "val/ratio", "val/ratio_var"):
         assert got[name].value is None and "identical responses" in got[name].reason
     assert got["loss/policy_avg"].value is not None  # what needs no row mapping is still checked
@@ -308,24 +376,25 @@ def test_missing_site_is_not_recomputable_with_a_reason():
     records, _, _ = build([[5, 1, 0], [6, 6, 6]], [0, 1], [1, 1], seed=1)
     vf_loss_records = [r for r in records if r.site.name == "vf_loss"]
     records = [r for r in records if r is not vf_loss_records[1]]
-    got = expected_metrics(oracle.split_updates(records), STOP, PAD, 0.05, "k1")
+    got = expected_metrics(updates_of(records), 0.05, "k1")
     assert got["loss/value_avg"].value is None
     assert "micro-batch 1" in got["loss/value_avg"].reason and "'vf_loss'" in got["loss/value_avg"].reason
     assert got["val/clipfrac_avg"].value is not None
 
 
 def test_no_records_gives_reasons_not_silence():
-    got = expected_metrics([], STOP, PAD, 0.05, "k1")
-    assert set(got) == set(oracle.POOLED) | set(oracle.ROLLOUT)
+    got = expected_metrics([], 0.05, "k1")
+    assert set(got) == set(POOLED_STATS) | set(ROLLOUT)
     assert all(e.value is None and e.reason for e in got.values())
 
 
 def test_check_masks_flags_the_wrong_mask():
     records, _, _ = build([[5, 1, 0, 0], [6, 6, 6, 6]], [0, 1], [2], seed=1)
-    for record in records:
-        if record.site.name == "vf_loss":  # the response mask where the value mask belongs
-            record.tensors["mask"] = derive_masks(torch.tensor([[5, 1, 0, 0], [6, 6, 6, 6]]), STOP, PAD)[0]
-    (problem,) = oracle.check_masks(oracle.split_updates(records)[0], STOP, PAD)
+    response_mask = derive_masks(torch.tensor([[5, 1, 0, 0], [6, 6, 6, 6]]), STOP, PAD)[0]
+    records = [  # the response mask where the value mask belongs
+        replace(record, mask=response_mask) if record.site.name == "vf_loss" else record for record in records
+    ]
+    (problem,) = updates_of(records)[0].mask_problems()
     assert "'vf_loss'" in problem and "V mask" in problem and "row 0, t=2" in problem
 
 
@@ -336,8 +405,8 @@ def test_check_masks_flags_the_wrong_mask():
 def test_rollout_objectives_match_loops(estimator):
     responses = [[5, 6, 1, 0, 0], [7, 0, 0, 0, 0], [8, 8, 8, 8, 8], [0, 0, 0, 0, 0], [9, 1, 5, 5, 5]]
     records, _, _ = build(responses, [0, 1, 2, 3, 4], [3, 2], seed=11)
-    (update,) = oracle.split_updates(records)
-    old, ref = update.old_logprobs().tolist(), update.ref_logprobs().tolist()
+    (update,) = updates_of(records)
+    old, ref = update.rollout.logprobs.tolist(), update.rollout.ref_logprobs.tolist()
     kl_rows, entropy_rows = [], []
     for i, response in enumerate(responses):
         r_mask, _ = slow_masks(response, STOP, PAD)
@@ -350,7 +419,8 @@ def test_rollout_objectives_match_loops(estimator):
         kl_rows.append(kl)
         entropy_rows.append(entropy)
     scores = [0.5, -1.0, 2.0, 0.0, 1.5]
-    got = expected_metrics(update, STOP, PAD, 0.1, estimator, scores=scores)
+    got = expected_metrics(update, 0.1, estimator, scores=scores)
+    assert rollout_expectations([update], 0.1, estimator, scores) == {name: got[name] for name in ROLLOUT}
     kl_mean = sum(kl_rows) / len(responses)
     assert got["objective/kl"].value == pytest.approx(kl_mean, rel=1e-12)
     assert got["objective/entropy"].value == pytest.approx(sum(entropy_rows) / len(responses), rel=1e-12)
@@ -361,18 +431,18 @@ def test_rollout_objectives_match_loops(estimator):
 
 def test_scores_are_optional_and_counted():
     records, _, _ = build([[5, 1, 0], [6, 6, 6]], [0, 1], [2], seed=1)
-    got = expected_metrics(oracle.split_updates(records), STOP, PAD, 0.05, "k1")
+    got = expected_metrics(updates_of(records), 0.05, "k1")
     assert got["objective/scores"].value is None and not got["objective/scores"].required
-    wrong = expected_metrics(oracle.split_updates(records), STOP, PAD, 0.05, "k1", scores=[1.0])
+    wrong = expected_metrics(updates_of(records), 0.05, "k1", scores=[1.0])
     assert wrong["objective/scores"].required and "1 scores" in wrong["objective/scores"].reason
     with pytest.raises(HarnessConfigError, match="kl_estimator"):
-        expected_metrics(oracle.split_updates(records), STOP, PAD, 0.05, "k2")
+        expected_metrics(updates_of(records), 0.05, "k2")
 
 
 def test_two_ranks_pool_sums_and_counts():
     a, old_a, micros_a = build([[5, 1, 0, 0], [6, 6, 6, 6]], [0, 1], [2], seed=1)
     b, old_b, micros_b = build([[7, 0, 0, 0], [8, 8, 1, 0], [9, 9, 9, 9]], [2, 0, 1], [2, 1], seed=2)
-    got = oracle.pooled_metrics(oracle.split_updates(a) + oracle.split_updates(b), STOP, PAD)
+    got = pooled_expectations(updates_of(a) + updates_of(b))
     responses_a, responses_b = [[5, 1, 0, 0], [6, 6, 6, 6]], [[7, 0, 0, 0], [8, 8, 1, 0], [9, 9, 9, 9]]
     # one rank's rows, offset: both ranks' data in one slow run
     shifted = [SlowMicro([r + 2 for r in m.rows], m.new, m.entropy, m.pg, m.pg_clip, m.vf, m.vf_clip)
@@ -387,13 +457,13 @@ def test_two_ranks_pool_sums_and_counts():
 
 def test_compare_statuses():
     expected = {
-        "val/ratio": Expected("val/ratio", 1.0),
-        "loss/policy_avg": Expected("loss/policy_avg", 0.5),
-        "val/ratio_var": Expected("val/ratio_var", 0.0),
-        "policy/entropy_avg": Expected("policy/entropy_avg", 2.0),
-        "objective/kl": Expected("objective/kl", None, "no records"),
-        "objective/scores": Expected("objective/scores", None, "no scores", required=False),
-        "objective/entropy": Expected("objective/entropy", float("nan")),
+        "val/ratio": Expectation("val/ratio", 1.0),
+        "loss/policy_avg": Expectation("loss/policy_avg", 0.5),
+        "val/ratio_var": Expectation("val/ratio_var", 0.0),
+        "policy/entropy_avg": Expectation("policy/entropy_avg", 2.0),
+        "objective/kl": Expectation.unknown("objective/kl", "no records"),
+        "objective/scores": Expectation.unknown("objective/scores", "no scores", required=False),
+        "objective/entropy": Expectation("objective/entropy", float("nan")),
     }
     logged = {
         "val/ratio": 1.0 + 1e-7,
@@ -414,16 +484,22 @@ def test_compare_statuses():
         "objective/scores": "not_recomputable",
         "objective/entropy": "nan",
     }
+    assert all(isinstance(r.status, MetricStatus) for r in results.values())
     assert [n for n, r in results.items() if not r.failed] == ["val/ratio", "objective/scores"]
     fail = results["loss/policy_avg"]
     assert fail.abs_err == pytest.approx(0.1) and fail.rel_err == pytest.approx(0.2)
     assert fail.tol == pytest.approx(tolerance("loss/policy_avg", "float32").allowed(0.5))
+    assert fail.where is None and fail.label == "loss/policy_avg"
+    assert results["objective/kl"].reason == "no records" and not results["objective/scores"].required
 
 
-def test_compare_plain_numbers_and_suffixed_names():
-    results = compare({"val/ratio @ bs=2": 0.6667}, {"val/ratio @ bs=2": 1.0}, torch.float32, kind="partition")
+def test_compare_plain_numbers_and_where():
+    # labels are no longer put into metric names: `where` says which comparison it is
+    results = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, torch.float32, kind="partition", where="bs=2")
     (result,) = results
     assert result.status == "fail" and result.reason.startswith("partition:")
+    assert (result.name, result.where, result.label) == ("val/ratio", "bs=2", "val/ratio @ bs=2")
+    assert result.tol == pytest.approx(tolerance("val/ratio", "float32").allowed(1.0))  # val/ratio's own row
     (inf,) = compare({"val/ratio": float("inf")}, {"val/ratio": 1.0}, "float32")
     assert inf.status == "nan" and inf.failed
 
@@ -441,7 +517,7 @@ def test_close_is_never_true_for_non_finite(x, y):
 
 
 def test_tolerance_table():
-    for metric in oracle.POOLED + oracle.ROLLOUT:
+    for metric in POOLED_STATS + ROLLOUT:
         f64, f32, bf16 = (tolerance(metric, d) for d in ("float64", "float32", "bfloat16"))
         assert f64.abs_tol <= f32.abs_tol <= bf16.abs_tol and f64.rel_tol <= f32.rel_tol <= bf16.rel_tol
         assert f32.rel_tol < 1e-3 or metric == "val/ratio_var"
@@ -601,26 +677,29 @@ def run_fake(fake, dtype, pooling, **geometry):
     batch = fake_batch(dtype)
     with Spy(fake) as spy:
         logs = fake.train(batch, pooling=pooling, **geometry)
-    updates = oracle.split_updates(spy.records)
+    updates = updates_of(spy.records)
     assert len(updates) == 1
-    expected = expected_metrics(updates[0], STOP, PAD, 0.05, "k1", scores=batch["scores"])
-    return updates[0], compare(logs, expected, str(dtype))
+    expected = expected_metrics(updates[0], 0.05, "k1", scores=batch["scores"])
+    return updates[0], compare(logs, expected, str(dtype)), spy
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_fake_trainer_with_correct_pooling_passes(fake, dtype, epochs):
-    update, results = run_fake(fake, dtype, "pooled", epochs=epochs)
-    assert oracle.observed_geometry(update) == [4, 2, 4, 2] * epochs
-    assert oracle.check_masks(update, STOP, PAD) == []
-    assert len(update.rollout) == 3 and len(update.ref) == 3  # chunks of 5, 5, 2
+    update, results, spy = run_fake(fake, dtype, "pooled", epochs=epochs)
+    assert update.geometry == [4, 2, 4, 2] * epochs
+    assert update.mask_problems() == []
+    rollout_calls = [len(spy.calls("selective_log_softmax", name=n)) for n in ("logprob", "ref_logprob")]
+    assert rollout_calls == [3, 3]  # chunks of 5, 5, 2
+    assert update.rollout.samples == 12 and update.rollout.ref_problem is None
+    assert update.rollout.ref_logprobs.shape == update.rollout.logprobs.shape == (12, 8)
     failed = [f"{r.name}: {r.status} {r.logged} vs {r.expected} ({r.reason})" for r in results if r.failed]
     assert failed == []
-    assert {r.name for r in results} == set(oracle.POOLED) | set(oracle.ROLLOUT)
+    assert {r.name for r in results} == set(POOLED_STATS) | set(ROLLOUT)
 
 
 def test_fake_trainer_mean_of_means_is_flagged(fake):
-    update, results = run_fake(fake, torch.float32, "mean_of_means")
+    update, results, _ = run_fake(fake, torch.float32, "mean_of_means")
     status = {r.name: r.status for r in results}
     flagged = {name for name, s in status.items() if s == "fail"}
     assert {
@@ -630,14 +709,14 @@ def test_fake_trainer_mean_of_means_is_flagged(fake):
         "policy/approxkl_avg",
         "val/ratio",
     } <= flagged
-    assert all(status[name] == "pass" for name in oracle.ROLLOUT)
+    assert all(status[name] == "pass" for name in ROLLOUT)
     assert status["val/ratio_var"] == "pass"  # computed the same way in both poolings
 
 
 def test_mean_of_means_is_flagged_even_with_equal_micro_batches(fake):
     # micro-batches of 3 rows each: the token counts still differ through padding
-    _, results = run_fake(fake, torch.float64, "mean_of_means", bs=3, gas=2, mini_batches=2)
-    assert any(r.status == "fail" for r in results if r.name in oracle.POOLED)
+    _, results, _ = run_fake(fake, torch.float64, "mean_of_means", bs=3, gas=2, mini_batches=2)
+    assert any(r.status == "fail" for r in results if r.name in POOLED_STATS)
 
 
 def test_identical_responses_are_told_apart_by_their_entropies():
@@ -648,6 +727,8 @@ def test_identical_responses_are_told_apart_by_their_entropies():
     records = [slsm("logprob", responses, old, rollout_entropy), slsm("ref_logprob", responses, old)]
     # one micro-batch holding rollout rows 1 then 0, with entropies that drifted a little
     records.append(slsm("new_logprobs", [responses[1], responses[0]], old[[1, 0]], rollout_entropy[[1, 0]] + 0.01))
-    (update,) = oracle.split_updates(records)
-    (mapping,) = oracle.map_rows(update, STOP, PAD)
+    (update,) = updates_of(records)
+    (mapping,) = map_rows(*rows_of(update), where="update 0")
     assert mapping.tolist() == [1, 0]
+    (micro,) = update.micro_batches  # the view paired the rows the same way
+    assert micro.old_problem is None and torch.equal(micro.old_logprobs, old[[1, 0]])

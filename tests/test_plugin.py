@@ -30,10 +30,12 @@ def test_ppo_spy_fixture_records_the_trainer_and_is_undone(ppo_spy):
 def test_a_failing_check_writes_the_reports(pytester):
     pytester.makepyfile(
         """
-        from harness.scenarios import CheckResult
+        from harness.verdict import Check, CheckId
 
         def test_check(ppo_report):
-            ppo_report.add(CheckResult("demo", "demo").fail("logged 0.5, expected 1"))
+            check = Check(CheckId("demo"))
+            check.fail("logged 0.5, expected 1")
+            ppo_report.add(check.finish())
             assert False
         """
     )

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 
-from harness.oracle import Expected, compare
-from harness.report import (
-    METRIC_KEYS,
-    ReportCollector,
+from harness.compare import compare
+from harness.oracle.expectation import Expectation
+from harness.report import JSON_NAME, MARKDOWN_NAME, Report
+from harness.report.markdown import render_markdown
+from harness.report.terminal import failure_lines, render_terminal
+from harness.verdict import (
+    Check,
+    CheckId,
+    CheckResult,
+    CheckStatus,
+    MetricStatus,
+    MetricVerdict,
     failure_line,
-    overall_status,
-    render_markdown,
-    render_terminal,
-    to_json,
 )
+
+METRIC_KEYS = ("name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "status", "reason", "failed")
+"""The keys of one metric in verify.json, in order."""
 
 
 def strict_load(text: str):
@@ -29,13 +35,13 @@ def strict_load(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def uneven_results():
+def uneven_results() -> list[MetricVerdict]:
     expected = {
-        "val/ratio": Expected("val/ratio", 1.0),
-        "val/ratio_var": Expected("val/ratio_var", 0.0),
-        "loss/policy_avg": Expected("loss/policy_avg", 0.25),
-        "policy/entropy_avg": Expected("policy/entropy_avg", 2.0),
-        "objective/scores": Expected("objective/scores", None, "no scores were supplied", required=False),
+        "val/ratio": Expectation("val/ratio", 1.0),
+        "val/ratio_var": Expectation("val/ratio_var", 0.0),
+        "loss/policy_avg": Expectation("loss/policy_avg", 0.25),
+        "policy/entropy_avg": Expectation("policy/entropy_avg", 2.0),
+        "objective/scores": Expectation.unknown("objective/scores", "no scores were supplied", required=False),
     }
     logged = {
         "val/ratio": 0.6667,
@@ -46,37 +52,76 @@ def uneven_results():
     return compare(logged, expected, "float32")
 
 
-def collector(status_of_second: str | None = None) -> ReportCollector:
-    report = ReportCollector(target="reference", device="cpu", torch_version="2.13.0", seed=7, dtype="float32")
-    report.add("uneven_split[epochs=1]", "uneven_split", uneven_results())
-    report.add("lr0_ratio", "lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32"))
+def checked(scenario: str, verdicts, **params) -> CheckResult:
+    """A finished check of `scenario` that absorbed `verdicts`, as a scenario makes it."""
+    check = Check(CheckId(scenario, tuple(params.items())))
+    check.absorb(verdicts)
+    return check.finish()
+
+
+def collector() -> Report:
+    report = Report(target="reference", device="cpu", torch="2.13.0", seed=7, dtype="float32", algorithm="ppo")
+    report.add(checked("uneven_split", uneven_results(), epochs=1))
+    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32")))
     return report
 
 
 def test_json_schema_and_nulls(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    path = collector().write(tmp_path / "reports")
-    assert path == tmp_path / "reports" / "verify.json"
+    report = collector()
+    path = report.write(tmp_path / "reports")
+    assert path == tmp_path / "reports" / "verify.json" and path.name == JSON_NAME
     data = strict_load(path.read_text())
-    assert set(data) == {"target", "device", "dtype", "torch", "status", "seed", "checks"}
+    assert set(data) == {"target", "algorithm", "device", "dtype", "torch", "status", "seed", "checks"}
     assert (data["target"], data["device"], data["torch"], data["seed"]) == ("reference", "cpu", "2.13.0", 7)
+    assert (data["algorithm"], data["dtype"]) == ("ppo", "float32")
     assert data["status"] == "fail"
     first, second = data["checks"]
     assert set(first) == {"id", "scenario", "status", "message", "metrics"}
+    assert (first["id"], first["scenario"], second["id"]) == ("uneven_split[epochs=1]", "uneven_split", "lr0_ratio")
     assert (first["status"], second["status"]) == ("fail", "pass")
     for metric in first["metrics"]:
-        assert tuple(metric) == (*METRIC_KEYS, "failed")
+        assert tuple(metric) == METRIC_KEYS
+        assert metric["where"] is None
+        # verify.json reads back into the same verdicts (the mutant runner relies on it)
+        assert MetricVerdict.from_dict(metric).as_dict() == metric
     by_name = {m["name"]: m for m in first["metrics"]}
     assert by_name["val/ratio_var"]["logged"] is None and by_name["val/ratio_var"]["status"] == "nan"
     assert by_name["policy/entropy_avg"]["logged"] is None and by_name["policy/entropy_avg"]["status"] == "missing"
     assert by_name["val/ratio"]["abs_err"] == pytest.approx(0.3333)
-    assert "FAIL uneven_split val/ratio" in first["message"]
-    assert (tmp_path / "reports" / "verify.md").read_text().startswith("## PPO statistics verify: FAIL")
+    assert by_name["objective/scores"]["failed"] is False and by_name["val/ratio_var"]["failed"] is True
+    # The message is now the check's problems and notes; the pasteable FAIL lines are `failure_lines()`.
+    assert first["message"] == (
+        "3 metric(s) disagree: val/ratio, val/ratio_var, policy/entropy_avg; "
+        "objective/scores not recomputable: no scores were supplied"
+    )
+    uneven = report.checks[0]
+    assert any(line.startswith("FAIL uneven_split val/ratio:") for line in uneven.failure_lines())
+    assert (tmp_path / "reports" / MARKDOWN_NAME).read_text().startswith("## PPO statistics verify: FAIL")
 
 
 def test_to_json_turns_nan_and_inf_into_null():
-    data = strict_load(to_json({"a": float("nan"), "b": [float("inf"), 1.5, None], "c": (1, -float("inf"))}))
-    assert data == {"a": None, "b": [None, 1.5, None], "c": [1, None]}
+    odd = MetricVerdict(
+        "val/ratio", MetricStatus.NAN, logged=float("nan"), expected=float("inf"),
+        abs_err=-float("inf"), rel_err=float("nan"), tol=float("inf"), where="bs=2",
+    )  # fmt: skip
+    assert odd.as_dict() == {
+        "name": "val/ratio",
+        "where": "bs=2",
+        "logged": None,
+        "expected": None,
+        "abs_err": None,
+        "rel_err": None,
+        "tol": None,
+        "status": "nan",
+        "reason": "",
+        "failed": True,
+    }
+    report = Report("reference", "cpu", torch="2", seed=0)
+    report.add(CheckResult(CheckId("s"), CheckStatus.FAIL, problems=("odd",), metrics=(odd, odd)))
+    data = strict_load(report.to_json())
+    assert data["checks"][0]["metrics"] == [odd.as_dict(), odd.as_dict()]  # tuples became lists
+    assert data["dtype"] is None and data["algorithm"] is None
 
 
 def test_failure_line_format():
@@ -89,22 +134,36 @@ def test_failure_line_format():
     assert missing.endswith("[missing: policy/entropy_avg is not in the logged metrics]")
     nan = failure_line("uneven_split", results["val/ratio_var"])
     assert "logged=nan" in nan and "[nan:" in nan
+    (where,) = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, "float32", where="bs=2")
+    assert failure_line("uneven_split", where) == line.replace("val/ratio:", "val/ratio @ bs=2:")
 
 
 def test_markdown_tables():
-    text = render_markdown(collector().as_dict())
+    text = render_markdown(collector())
     assert "| check | scenario | status | message |" in text
+    assert "| uneven_split[epochs=1] | uneven_split | fail |" in text
     assert "### Failing metrics" in text
     failing = text.split("### Failing metrics")[1].split("<details>")[0]
     rows = [line for line in failing.splitlines() if line.startswith("| uneven_split")]
     assert {row.split(" | ")[1] for row in rows} == {"val/ratio", "val/ratio_var", "policy/entropy_avg"}
     assert "| lr0_ratio | val/ratio | 1 | 1 | 0 |" in text  # passing metrics are in the folded table only
+    assert "algorithm `ppo`" in text.splitlines()[2]
+
+
+def test_markdown_and_terminal_label_metrics_with_where():
+    report = Report("reference", "cpu", torch="2", seed=0)
+    report.add(checked("partition", compare({"val/ratio": 0.5}, {"val/ratio": 1.0}, "float32", where="bs=2")))
+    failing = render_markdown(report).split("### Failing metrics")[1].split("<details>")[0]
+    assert "| partition | val/ratio @ bs=2 | 0.5 | 1 |" in failing
+    assert strict_load(report.to_json())["checks"][0]["metrics"][0]["where"] == "bs=2"
+    assert failure_lines(report) == [failure_line("partition", report.checks[0].metrics[0])]
+    assert failure_lines(report)[0].startswith("FAIL partition val/ratio @ bs=2: logged=0.5 expected=1")
 
 
 def test_markdown_escapes_pipes():
-    report = ReportCollector("t|x", "cpu", torch_version="2", seed=0)
-    report.add("c", "s", message="a | b", status="error")
-    assert "a \\| b" in report.markdown()
+    report = Report("t|x", "cpu", torch="2", seed=0)
+    report.add(CheckResult(CheckId("s", (("case", "c"),)), CheckStatus.ERROR, problems=("a | b",)))
+    assert "a \\| b" in render_markdown(report)
 
 
 def test_step_summary_is_appended(tmp_path, monkeypatch):
@@ -122,8 +181,10 @@ def test_step_summary_is_appended(tmp_path, monkeypatch):
 
 
 def test_terminal_table_lists_every_metric_and_the_failures():
-    lines = render_terminal(collector().as_dict()).splitlines()
-    assert lines[0].startswith("PPO statistics verify: FAIL  target=reference device=cpu dtype=float32")
+    report = collector()
+    lines = render_terminal(report).splitlines()
+    # the header line now names the algorithm too
+    assert lines[0].startswith("PPO statistics verify: FAIL  target=reference algorithm=ppo device=cpu dtype=float32")
     header = lines[1].split()
     assert header[:4] == ["check", "metric", "logged", "expected"]
     table = lines[2:8]
@@ -139,41 +200,65 @@ def test_terminal_table_lists_every_metric_and_the_failures():
     assert all(row[column - 2 : column] == "  " and row[column] != " " for row in table)  # aligned
     failures = [line for line in lines if line.startswith("FAIL ")]
     assert len(failures) == 3  # val/ratio, val/ratio_var, policy/entropy_avg; optional scores left out
+    assert failures == failure_lines(report) == lines[8:]
 
 
 def test_overall_status():
-    assert overall_status([]) == "error"  # nothing verified is never a pass
-    assert overall_status(["skip"]) == "error"
-    assert overall_status(["pass", "skip"]) == "pass"
-    assert overall_status(["pass", "error"]) == "error"
-    assert overall_status(["pass", "fail", "error"]) == "fail"
+    overall = CheckStatus.overall
+    assert overall([]) == "error"  # nothing verified is never a pass
+    assert overall(["skip"]) == "error"
+    assert overall(["pass", "skip"]) == "pass"
+    assert overall(["pass", "error"]) == "error"
+    assert overall(["pass", "fail", "error"]) == "fail"
+    assert overall([CheckStatus.PASS, "fail"]) is CheckStatus.FAIL
+    with pytest.raises(ValueError, match="passed"):
+        overall(["passed"])
 
 
 def test_empty_collector_and_config_errors():
-    report = ReportCollector("reference", "cpu", torch_version="2.13.0", seed=0)
-    assert report.status == "error"
-    report.add("ok", "lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32"))
+    report = Report("reference", "cpu", torch="2.13.0", seed=0)
+    assert report.status == "error" and report.status is CheckStatus.ERROR
+    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32")))
     assert report.status == "pass"
     report.config_errors.append("suite/test_verify.py::test_x: bad option")
     data = report.as_dict()
     assert data["status"] == "error" and data["checks"][-1]["status"] == "error"
+    error = data["checks"][-1]
+    assert (error["id"], error["scenario"]) == ("configuration[error=0]", "configuration")
+    assert error["message"] == "suite/test_verify.py::test_x: bad option" and error["metrics"] == []
+    assert failure_lines(report) == [
+        "ERROR configuration configuration[error=0]: suite/test_verify.py::test_x: bad option"
+    ]
 
 
 def test_add_a_check_object_and_validate_status():
-    report = ReportCollector("reference", "cpu", torch_version="2.13.0", seed=0)
-    check = SimpleNamespace(id="freshness", scenario="freshness", status="fail", message="stale", metrics=[])
-    added = report.add(check)
-    assert (added.id, added.status, added.message) == ("freshness", "fail", "stale")
-    with pytest.raises(ValueError, match="status"):
-        report.add("x", "y", status="passed")
+    report = Report("reference", "cpu", torch="2.13.0", seed=0)
+    check = Check(CheckId("freshness"))
+    check.fail("stale")
+    result = check.finish()
+    added = report.add(result)
+    assert added is result and report.checks == [result]
+    assert (str(added.id), added.status, added.message) == ("freshness", "fail", "stale")
+    assert report.as_dict()["checks"] == [
+        {"id": "freshness", "scenario": "freshness", "status": "fail", "message": "stale", "metrics": []}
+    ]
+    # a status is a CheckStatus now: an unknown one cannot be made, a known string becomes the enum
+    with pytest.raises(ValueError, match="passed"):
+        CheckStatus("passed")
+    with pytest.raises(ValueError, match="passed"):
+        CheckResult(CheckId("x"), "passed")
+    assert CheckResult(CheckId("x"), "pass").passed and report.add(CheckResult(CheckId("x"), "pass")).passed
 
 
 def test_missing_and_nan_metrics_fail_the_check():
-    report = ReportCollector("reference", "cpu", torch_version="2.13.0", seed=0)
+    report = Report("reference", "cpu", torch="2.13.0", seed=0)
     (missing,) = compare({}, {"val/ratio": 1.0}, "float32")
     (nan,) = compare({"val/ratio": math.nan}, {"val/ratio": 1.0}, "float32")
-    assert report.add("a", "s", [missing]).status == "fail"
-    assert report.add("b", "s", [nan]).status == "fail"
-    opted_out = {"objective/scores": Expected("objective/scores", None, "none", required=False)}
+    assert (missing.status, nan.status) == ("missing", "nan") and missing.failed and nan.failed
+    assert report.add(checked("s", [missing], case="a")).status == "fail"
+    assert report.add(checked("s", [nan], case="b")).status == "fail"
+    opted_out = {"objective/scores": Expectation.unknown("objective/scores", "none", required=False)}
     optional = compare({"objective/scores": 1.0}, opted_out, "float32")
-    assert report.add("c", "s", optional).status == "pass"
+    passed = report.add(checked("s", optional, case="c"))
+    assert passed.status == "pass" and passed.notes == ("objective/scores not recomputable: none",)
+    assert report.status == "fail"

@@ -10,6 +10,7 @@ import textwrap
 import threading
 import types
 import weakref
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import HarnessConfigError
-from harness.spy import Record, Site, Spy, SpyError, spy_on, token_entropy
+from harness.instrument import callsite
+from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site
+from harness.instrument.spy import (
+    DEFAULT_FUNCTIONS,
+    RECORDERS,
+    Spy,
+    SpyError,
+    recorder_for,
+    spy_on,
+    token_entropy,
+)
 
 SITE_SOURCE = """
 import torch
@@ -135,6 +146,7 @@ def test_records_are_detached_cpu_float64_copies(mod):
     with Spy(mod) as spy:
         mod.keyword_call(values, mask)
     (record,) = spy.records
+    assert isinstance(record, MaskedMeanCall)
     assert record.fn == "masked_mean" and record.site.name == "per_row"
     assert record.axis == 1 and record.dtype == "float32"
     assert record.values.dtype == torch.float64 and not record.values.requires_grad
@@ -144,6 +156,8 @@ def test_records_are_detached_cpu_float64_copies(mod):
     torch.testing.assert_close(record.result, expected.detach().double())
     values.data.add_(1.0)  # a later in-place change of the trainer's tensor does not reach the record
     assert not torch.equal(record.values, values.detach().double())
+    with pytest.raises(FrozenInstanceError):  # and nothing downstream can swap a recorded tensor
+        record.values = values.detach().double()
 
 
 def test_wrapper_returns_the_real_result_object():
@@ -170,12 +184,14 @@ def test_selective_log_softmax_record(mod):
     with Spy(mod) as spy:
         out = mod.log_probs(logits, index)
     (record,) = spy.records
-    assert record.site.name == "new_logprobs"
+    assert isinstance(record, LogProbCall) and record.fn == "selective_log_softmax"
+    assert record.site.name == "new_logprobs" and record.dtype == "float32"
     assert record.index.dtype == torch.int64 and torch.equal(record.index, index)
     assert record.logprobs.dtype == torch.float64 and torch.equal(record.logprobs, out.double())
     want = torch.distributions.Categorical(logits=logits.double()).entropy()
     torch.testing.assert_close(record.entropy, want, rtol=0, atol=1e-12)
-    assert "logits" not in record.tensors
+    assert not hasattr(record, "logits") and not hasattr(record, "tensors")
+    assert {f.name for f in fields(record)} == {"site", "seq", "index", "logprobs", "entropy", "dtype"}
 
 
 @settings(max_examples=40, deadline=None)
@@ -211,8 +227,12 @@ def test_records_hold_no_logits(mod):
     del logits
     gc.collect()
     assert alive() is None, "a record (or the spy) kept the logits alive"
+    assert spy.records
     for record in spy.records:
-        for name, tensor in record.tensors.items():
+        tensors = {f.name: getattr(record, f.name) for f in fields(record)}
+        tensors = {name: value for name, value in tensors.items() if isinstance(value, torch.Tensor)}
+        assert set(tensors) == {"index", "logprobs", "entropy"}
+        for name, tensor in tensors.items():
             assert tensor.numel() <= batch * width, f"{name} holds {tuple(tensor.shape)}"
             assert vocab not in tensor.shape
 
@@ -284,6 +304,8 @@ def test_pause_mark_clear_and_calls(mod):
         marker = spy.mark("update 2")
         mod.log_probs(logits, index)
     assert [r.fn for r in spy.records] == ["masked_mean", "mark", "selective_log_softmax"]
+    assert [type(r) for r in spy.records] == [MaskedMeanCall, Mark, LogProbCall]
+    assert isinstance(marker, Mark) and spy.records[1] is marker
     assert marker.label == "update 2" and marker.site.name == "update 2"
     assert [r.seq for r in spy.records] == sorted(r.seq for r in spy.records)
     assert len(spy.calls("masked_mean")) == 1
@@ -319,34 +341,44 @@ def test_threads_record_every_call_once(mod):
             worker.join()
     assert len(spy.records) == calls_per_thread * threads
     assert len({r.seq for r in spy.records}) == len(spy.records)
+    assert [r.seq for r in spy.records] == sorted(r.seq for r in spy.records)  # list order is call order
     assert all(r.site.name == "per_row" for r in spy.records)
 
 
 def test_record_accessors_name_the_missing_tensor():
-    record = Record(fn="masked_mean", site=Site("f", "g", "x"), seq=0)
-    with pytest.raises(AttributeError, match="no tensor 'values'"):
-        _ = record.values
-    assert record.name == "x"
+    # Records are typed now: a record has exactly the fields of its call, and reading a tensor
+    # another kind of call has is an AttributeError naming it.
+    site = Site("f", "g", "x")
+    for record in (Record(site, 0), LogProbCall(site, 0), Mark(site, 0, label="x")):
+        with pytest.raises(AttributeError, match="'values'"):
+            _ = record.values
+    with pytest.raises(AttributeError, match="'index'"):
+        _ = MaskedMeanCall(site, 0).index
+    assert MaskedMeanCall(site, 0).name == "x" and Mark(site, 0).name == "x"
+    kinds = (Record, MaskedMeanCall, LogProbCall, Mark)
+    assert [kind.fn for kind in kinds] == ["", "masked_mean", "selective_log_softmax", "mark"]
+    assert OtherCall(site, 0, function="clamp").fn == "clamp"
 
 
 def test_spy_does_not_import_torch_at_module_load():
-    code = "import sys, harness.spy; print('torch' in sys.modules)"
+    code = (
+        "import sys, harness.instrument.spy, harness.instrument.records, harness.instrument.callsite; "
+        "print('torch' in sys.modules)"
+    )
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"
 
 
 def test_line_fallback_when_positions_are_unknown(mod, monkeypatch):
-    import harness.spy as spy_module
-
-    monkeypatch.setattr(spy_module, "_call_span", lambda frame: None)
-    spy_module.clear_source_cache()
+    monkeypatch.setattr(callsite, "_call_span", lambda frame: None)
+    callsite.clear_source_cache()
     values, mask = inputs()
     try:
         with Spy(mod) as spy:
             mod.all_forms(values, mask)
     finally:
-        spy_module.clear_source_cache()
+        callsite.clear_source_cache()
     fallback = FORM_NAMES.copy()
     fallback[5:7] = ["first,second", "first,second"]  # without columns, a tuple target gives joined names
     assert [r.site.name for r in spy.records] == fallback
@@ -379,3 +411,18 @@ def test_innermost_assignment_wins(tmp_path):
     with Spy(module) as spy:
         module.nested(torch.ones(2), torch.ones(2, dtype=torch.bool))
     assert [r.site.name for r in spy.records] == ["inner", "other"]
+
+
+def test_other_spied_functions_get_an_other_call_record():
+    assert set(RECORDERS) == set(DEFAULT_FUNCTIONS)
+    assert all(recorder_for(fn) is RECORDERS[fn] for fn in DEFAULT_FUNCTIONS)
+    module = types.ModuleType("other_functions")
+    module.scale = lambda x, factor, offset=None: x * factor
+    x = torch.arange(3, dtype=torch.float32)
+    with Spy(module, functions=("scale",)) as spy:
+        out = module.scale(x, 2.0, offset=torch.ones(1, dtype=torch.int64))
+    (record,) = spy.records
+    assert isinstance(record, OtherCall) and record.fn == "scale" and record.function == "scale"
+    assert set(record.tensors) == {"arg0", "arg2", "result"}  # tensor arguments by position, and the result
+    assert all(t.dtype == torch.float64 for t in record.tensors.values())
+    assert torch.equal(record.tensors["result"], out.double()) and torch.equal(record.tensors["arg0"], x.double())

@@ -207,7 +207,7 @@ def test_uneven_split_at_lr0_logs_the_identities(epochs):
 
 def record_steps(trainer):
     """(backward passes, optimizer steps) per update, from hooks on the trainer's parameters and optimizer."""
-    from harness.grad import GradRecorder
+    from harness.instrument.grad import GradRecorder
 
     optimizer = trainer.optimizer.optimizer
     recorder = GradRecorder(list(trainer.model.parameters()), optimizer, clock=lambda: trainer.update)

@@ -9,13 +9,14 @@ pytestmark = pytest.mark.trl
 
 import torch  # noqa: E402
 
-from harness import scenarios  # noqa: E402
+from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT  # noqa: E402
+from harness.algorithms.ppo.scenarios import LR0  # noqa: E402
+from harness.algorithms.ppo.targets import trl as trl_target  # noqa: E402
 from harness.errors import HarnessConfigError  # noqa: E402
-from harness.targets import trl as trl_target  # noqa: E402
 
 # 12 rollout rows, two minibatches of 6, micro-batches of 4 then 2: each minibatch fills two
 # of the three gradient-accumulation slots of TRL's stats grid, the third stays 0.
-UNEVEN_LR0 = scenarios.LR0
+UNEVEN_LR0 = LR0
 assert (UNEVEN_LR0.per_device_train_batch_size, UNEVEN_LR0.gradient_accumulation_steps) == (4, 3)
 assert (UNEVEN_LR0.num_mini_batches, UNEVEN_LR0.num_ppo_epochs, UNEVEN_LR0.learning_rate) == (2, 1, 0.0)
 
@@ -41,7 +42,7 @@ def test_one_metrics_dict_per_update_with_trl_names(uneven_run):
     _, metrics = uneven_run
     assert len(metrics) == UNEVEN_LR0.total_updates
     logged = metrics[0]
-    for name in scenarios.POOLED + scenarios.OBJECTIVES + ("val/ratio_var",):
+    for name in POOLED_STATS + ROLLOUT:
         assert name in logged, name
     assert all("/" in key for key in logged)
     assert all(isinstance(value, float) for value in logged.values())

@@ -29,7 +29,7 @@ TRL_FAILS = {
     "empty_update",
     "partition_invariance",
 }
-TRL_PASSES = {"rollout_objectives[uneven_split]", "rollout_objectives[padding_rows]"}
+TRL_PASSES = {"rollout_objectives[rollout=uneven_split]", "rollout_objectives[rollout=padding_rows]"}
 
 
 def verify(target: str, tmp_path_factory) -> tuple[int, dict, str]:
@@ -63,9 +63,9 @@ def statuses(report: dict) -> dict[str, str]:
     return {check["id"]: check["status"] for check in report["checks"]}
 
 
-def metric(report: dict, check_id: str, name: str) -> dict:
+def metric(report: dict, check_id: str, name: str, where: str | None = None) -> dict:
     (check,) = [c for c in report["checks"] if c["id"] == check_id]
-    (found,) = [m for m in check["metrics"] if m["name"] == name]
+    (found,) = [m for m in check["metrics"] if m["name"] == name and m["where"] == where]
     return found
 
 
@@ -100,8 +100,8 @@ def test_trl_uneven_split_names_each_pooled_mean_that_disagrees(trl_verdict):
 
 def test_trl_scores_are_recomputed_from_its_reward_model(trl_verdict):
     _, report, _ = trl_verdict
-    for name in ("objective/scores @ update 1", "objective/rlhf_reward @ update 2"):
-        found = metric(report, "rollout_objectives[uneven_split]", name)
+    for name, where in (("objective/scores", "update 1"), ("objective/rlhf_reward", "update 2")):
+        found = metric(report, "rollout_objectives[rollout=uneven_split]", name, where)
         assert found["status"] == "pass" and found["expected"] is not None
 
 

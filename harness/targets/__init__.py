@@ -1,54 +1,35 @@
-"""Targets: adapters that build and run a trainer for a scenario.
+"""Targets: which trainer the gate runs, and for which algorithm.
 
-A target is a callable `factory(spec: ScenarioSpec) -> TargetRun` (see
-docs/architecture.md). `resolve("reference")`, `resolve("trl")` or
-`resolve("package.module:factory")` returns one.
+`resolve("reference")`, `resolve("trl")` (the built-in targets of the registered
+algorithms) or `resolve("package.module:factory")` returns a `Target`: the factory
+`factory(spec) -> TargetRun` (see `harness.instrument.observe.TargetRun`) and the
+algorithm whose scenarios it runs. A factory of your own names its algorithm with an
+`algorithm` attribute (default "ppo"). Anything that cannot be resolved is a
+HarnessConfigError (exit 2).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from ..errors import HarnessConfigError
-
-BUILTIN = {
-    "reference": "harness.targets.reference:factory",
-    "trl": "harness.targets.trl:factory",
-}
+from harness.algorithms import DEFAULT_ALGORITHM, builtin_targets, known_algorithms
+from harness.errors import HarnessConfigError
 
 
-def toy_world(spec):
-    """The offline toy world both built-in targets train on, from a scenario's seed, sizes, device and dtype."""
-    import torch
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: its name as given, its algorithm, its factory."""
 
-    from reference_ppo.toy import build_world
-
-    if spec.device.startswith("cuda") and not torch.cuda.is_available():
-        raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")
-    if spec.device != "cpu" and not spec.device.startswith("cuda"):
-        raise HarnessConfigError(f"the built-in targets run on 'cpu' or 'cuda', not {spec.device!r}")
-    dtype = getattr(torch, spec.dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise HarnessConfigError(f"unknown dtype {spec.dtype!r} in scenario")
-    return build_world(
-        seed=spec.seed,
-        vocab_size=spec.vocab_size,
-        prompt_length=spec.prompt_length,
-        num_prompts=spec.num_prompts,
-        device=spec.device,
-        dtype=dtype,
-        independent_ref=True,
-        pad_logit_bias=spec.pad_logit_bias,
-    )
+    name: str
+    algorithm: str
+    factory: Callable
 
 
-def resolve(name: str) -> Callable:
-    """The factory named by `name`; HarnessConfigError (exit 2) when it cannot be found."""
-    path = BUILTIN.get(name, name)
-    if ":" not in path:
-        known = ", ".join(sorted(BUILTIN))
-        raise HarnessConfigError(f"unknown target {name!r}: use one of {known} or 'package.module:factory'")
+def _load(name: str, path: str) -> Callable:
+    """The callable at `module:attr`, or a HarnessConfigError saying why not."""
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -58,3 +39,35 @@ def resolve(name: str) -> Callable:
     if not callable(factory):
         raise HarnessConfigError(f"target {name!r}: {module_name!r} has no callable {attr!r}")
     return factory
+
+
+def _takes_one_spec(factory: Callable) -> bool:
+    """True when `factory` can be called with one positional argument (the spec)."""
+    try:
+        inspect.signature(factory).bind(object())
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
+
+
+def resolve(name: str) -> Target:
+    """The target named `name`; HarnessConfigError (exit 2) when it cannot be found or is not a factory."""
+    builtin = builtin_targets()
+    if name in builtin:
+        algorithm, path = builtin[name]
+    elif ":" in name:
+        algorithm, path = None, name
+    else:
+        known = ", ".join(sorted(builtin))
+        raise HarnessConfigError(f"unknown target {name!r}: use one of {known} or 'package.module:factory'")
+    factory = _load(name, path)
+    if not _takes_one_spec(factory):
+        raise HarnessConfigError(f"target {name!r}: the factory must take one argument, the scenario spec")
+    algorithm = algorithm or getattr(factory, "algorithm", DEFAULT_ALGORITHM)
+    if algorithm not in known_algorithms():
+        raise HarnessConfigError(
+            f"target {name!r} names algorithm {algorithm!r}; known: {', '.join(sorted(known_algorithms()))}"
+        )
+    return Target(name, algorithm, factory)

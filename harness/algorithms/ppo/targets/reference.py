@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import HarnessConfigError
-from ..spec import ScenarioSpec
+from harness.algorithms.ppo.spec import ScenarioSpec
+from harness.errors import HarnessConfigError
 
 
 def scenario_reward(target_token: int = 7, length_penalty: float = 0.05):
@@ -84,9 +84,8 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
     """Build the reference trainer, toy models and a recording reward for `spec`."""
     from accelerate import Accelerator
 
+    from harness.targets.toy import toy_world
     from reference_ppo import ConfigError, trainer
-
-    from . import toy_world
 
     world = toy_world(spec)
     try:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.errors import HarnessConfigError
-from harness.spec import ScenarioSpec
 
 TRL_VERSION = "1.12.0"
 _MISSING = f"trl target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
@@ -163,7 +163,7 @@ def factory(spec: ScenarioSpec) -> TrlRun:
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from . import toy_world
+    from harness.targets.toy import toy_world
 
     transformers.set_seed(spec.seed)  # TRL draws its minibatch permutation from numpy
     world = toy_world(spec)  # validates device and dtype

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
     """One real optimizer step: when it ran, the backward passes it saw, and the gradient it applied."""
 
@@ -29,6 +29,15 @@ class Step:
     def grad(self) -> torch.Tensor:
         """The whole gradient of the step as one float64 vector on the CPU."""
         return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.grads])
+
+
+@dataclass(frozen=True)
+class GradTrace:
+    """What the recorder saw, frozen: the clock of each backward pass, each step, the unapplied passes."""
+
+    backwards: tuple[int, ...] = ()
+    steps: tuple[Step, ...] = ()
+    unapplied: tuple[int, ...] = ()
 
 
 @dataclass
@@ -82,6 +91,10 @@ class GradRecorder:
         self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale))
         self._pending = [None] * len(self.params)
         self._pending_ids = []
+
+    def trace(self) -> GradTrace:
+        """The frozen record of the run so far."""
+        return GradTrace(tuple(self.backwards), tuple(self.steps), tuple(self.unapplied))
 
     @property
     def unapplied(self) -> list[int]:

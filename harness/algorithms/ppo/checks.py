@@ -1,0 +1,90 @@
+"""The steps every PPO scenario takes before it judges anything: the run finished, logged, and looked as expected.
+
+Each `require_*` records why on the `Check` it is given and returns None or False when the
+run did not show what the scenario needs, so that a check that saw nothing never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from harness.compare import compare
+from harness.instrument.observe import Observation, Ran
+from harness.verdict import Check
+
+from .contract import POOLED_STATS
+from .expect import expected_metrics
+from .view import RunView, UpdateView, view_of
+
+
+def require_ran(obs: Observation, check: Check) -> Ran | None:
+    """The finished run, or None after failing the check with what the trainer raised."""
+    if obs.error:
+        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
+    return obs.ran
+
+
+def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
+    """Every update logged every name as a finite number; otherwise the check fails, saying which."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return False
+    if len(ran.logs) != obs.spec.total_updates:
+        check.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(ran.logs)}")
+        return False
+    where = f" ({obs.spec.split_label})"
+    for i, logs in enumerate(ran.logs):
+        missing = [n for n in names if n not in logs]
+        bad = [f"{n}={logs[n]}" for n in names if n in logs and not math.isfinite(float(logs[n]))]
+        if missing:
+            check.fail(f"update {i + 1}{where}: the trainer never logged {', '.join(missing)}")
+        if bad:
+            check.fail(f"update {i + 1}{where}: non-finite logged values {', '.join(bad)}")
+        if missing or bad:
+            return False
+    return True
+
+
+def require_view(obs: Observation, check: Check) -> RunView | None:
+    """The oracle's view of the run's records, after checking it saw the updates and micro-batches it expected."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return None
+    if not ran.records:
+        check.fail("the spy recorded no calls")
+        return None
+    view = view_of(obs)
+    if len(view.updates) != obs.spec.total_updates:
+        check.fail(f"spy saw {len(view.updates)} update(s), expected {obs.spec.total_updates}")
+        return None
+    want = obs.spec.expected_rows()
+    for i, update in enumerate(view.updates):
+        if update.geometry != want:
+            check.fail(f"update {i + 1}: micro-batch rows {update.geometry}, expected {want}")
+            return None
+    return view
+
+
+def require(check: Check, condition: object, missing: str) -> bool:
+    """True when `condition` holds; else the check fails: the run did not test what the scenario is for."""
+    if not condition:
+        check.fail(f"{missing}: the scenario did not test what it should")
+    return bool(condition)
+
+
+def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[str] = POOLED_STATS) -> UpdateView | None:
+    """Update `index`'s view, when the run has the expected geometry and logged every one of `names`."""
+    view = require_view(obs, check)
+    if view is None or not require_logs(obs, names, check):
+        return None
+    return view.updates[index]
+
+
+def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Sequence[str] = POOLED_STATS) -> None:
+    """Update `update.index`'s logged metrics against the oracle fed that update's records alone; masks too."""
+    for problem in update.mask_problems():
+        check.fail(f"update {update.index + 1}: {problem}")
+    expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator)
+    logged = obs.ran.logs[update.index]
+    check.absorb(compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype))

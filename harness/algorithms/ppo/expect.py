@@ -1,0 +1,152 @@
+"""What the PPO contract says each logged statistic should be, recomputed in float64 from update views.
+
+Pooled means: per micro-batch sums of per-token values over the oracle's own masks, over
+every micro-batch of the given updates (one per rank), divided once (`oracle.pooling`).
+Rollout objectives: per-sample sums over R, averaged over every rollout sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from harness.errors import HarnessConfigError, NotRecomputable
+from harness.oracle.expectation import Expectation
+from harness.oracle.pooling import Pooled
+
+from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, ROLLOUT, SCORED, PooledMean
+from .view import MicroBatchView, UpdateView
+
+NO_MICRO_BATCHES = "no training micro-batches were recorded (no 'new_logprobs' calls)"
+KL_ESTIMATORS = ("k1", "k3")
+_OF_LOG_RATIO = {"half_square": lambda d: 0.5 * d.square(), "exp": torch.exp}
+
+
+def per_token(metric: PooledMean, micro: MicroBatchView) -> torch.Tensor:
+    """The per-token values `metric` pools in `micro` (NotRecomputable when the records do not give them)."""
+    if metric.source == "entropy":
+        values = micro.record.entropy
+    elif metric.source == "log_ratio":
+        values = _OF_LOG_RATIO[metric.of_log_ratio](micro.log_ratio())
+    else:
+        values = metric.scale * micro.site_values(metric.source)
+    mask = micro.mask(metric.mask)
+    if values.shape != mask.shape:
+        raise NotRecomputable(
+            f"{micro.where}: values of shape {tuple(values.shape)} "
+            f"do not match the {metric.mask} mask of shape {tuple(mask.shape)}"
+        )
+    return values
+
+
+def pooled(metric: PooledMean, micros: Sequence[MicroBatchView]) -> Pooled:
+    """`metric`'s sums and counts, one per micro-batch (NotRecomputable from any micro-batch)."""
+    return Pooled.of([(per_token(metric, micro), micro.mask(metric.mask)) for micro in micros])
+
+
+def pooled_mean(metric: PooledMean, micros: Sequence[MicroBatchView]) -> Expectation:
+    """The token mean of `metric` over `micros`; 0 for a mean over no token (docs/architecture.md)."""
+    if not micros:
+        return Expectation.unknown(metric.name, NO_MICRO_BATCHES)
+    try:
+        sums = pooled(metric, micros)
+    except NotRecomputable as why:
+        return Expectation.unknown(metric.name, str(why))
+    if sums.count == 0:
+        reason = f"no {metric.mask}-active token in any micro-batch: logged as 0"
+        return Expectation(metric.name, 0.0, reason, count=0, pooled=sums)
+    return Expectation(metric.name, sums.token_mean(), count=sums.count, pooled=sums)
+
+
+def ratio_variance(micros: Sequence[MicroBatchView]) -> Expectation:
+    """Unbiased variance of per-micro-batch masked ratio means, over micro-batches with |R| > 0."""
+    if not micros:
+        return Expectation.unknown(RATIO_VAR, NO_MICRO_BATCHES)
+    ratio = next(m for m in POOLED_MEANS if m.name == RATIO_VAR_OF)
+    try:
+        sums = pooled(ratio, micros)
+    except NotRecomputable as why:
+        return Expectation.unknown(RATIO_VAR, str(why))
+    return Expectation(RATIO_VAR, sums.variance_of_part_means(), count=len(sums.part_means()), pooled=sums)
+
+
+def pooled_expectations(updates: Sequence[UpdateView]) -> dict[str, Expectation]:
+    """The seven pooled means and val/ratio_var over all micro-batches of `updates`."""
+    micros = [micro for update in updates for micro in update.micro_batches]
+    out = {metric.name: pooled_mean(metric, micros) for metric in POOLED_MEANS}
+    out[RATIO_VAR] = ratio_variance(micros)
+    return out
+
+
+# ---------------------------------------------------------------------------- rollout objectives
+
+
+def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL estimate: k1 = logp - ref, k3 = (r - 1) - log r with r = exp(ref - logp)."""
+    log_r = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k3":
+        return log_r.exp() - 1 - log_r
+    raise HarnessConfigError(f"unknown kl_estimator {estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
+
+
+def _row_sums(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-row sums over the positions where `mask` holds (whatever is elsewhere, a NaN sentinel too, is ignored)."""
+    return torch.where(mask, values, torch.zeros_like(values)).sum(dim=-1)
+
+
+def rollout_expectations(
+    updates: Sequence[UpdateView], kl_coef: float, kl_estimator: str, scores: Any = None
+) -> dict[str, Expectation]:
+    """objective/*: per-sample sums over R, averaged over every sample of `updates` (one update per rank)."""
+    if not updates:
+        return {name: Expectation.unknown(name, "no update was given to the oracle") for name in ROLLOUT}
+    missing = next((u.rollout_problem for u in updates if u.rollout is None), None)
+    if missing:
+        return {name: Expectation.unknown(name, missing) for name in ROLLOUT}
+    rollouts = [u.rollout for u in updates]
+    mask = torch.cat([r.response_mask for r in rollouts])
+    logprobs = torch.cat([r.logprobs for r in rollouts])
+    samples = int(mask.shape[0])
+    out = {"objective/entropy": Expectation("objective/entropy", float(_row_sums(-logprobs, mask).mean()))}
+    ref_problem = next((r.ref_problem for r in rollouts if r.ref_problem), None)
+    kl_mean = None
+    if ref_problem:
+        out.update({n: Expectation.unknown(n, ref_problem) for n in ("objective/kl", "objective/non_score_reward")})
+    else:
+        ref = torch.cat([r.ref_logprobs for r in rollouts])
+        kl_mean = float(_row_sums(kl_per_token(logprobs, ref, kl_estimator), mask).mean())
+        out["objective/kl"] = Expectation("objective/kl", kl_mean, count=samples)
+        out["objective/non_score_reward"] = Expectation("objective/non_score_reward", -kl_coef * kl_mean)
+    out.update(score_expectations(scores, samples, kl_mean, kl_coef))
+    return {name: out[name] for name in ROLLOUT}
+
+
+def score_expectations(scores: Any, samples: int, kl_mean: float | None, kl_coef: float) -> dict[str, Expectation]:
+    """objective/scores and objective/rlhf_reward; optional when the target hands over no scores."""
+    if scores is None:
+        return {n: Expectation.unknown(n, "no scores were supplied to the oracle", required=False) for n in SCORED}
+    values = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
+    if values.numel() != samples:
+        reason = f"{values.numel()} scores were supplied for {samples} rollout samples"
+        return {n: Expectation.unknown(n, reason) for n in SCORED}
+    mean_score = float(values.mean())
+    out = {"objective/scores": Expectation("objective/scores", mean_score, count=samples)}
+    if kl_mean is None:
+        out["objective/rlhf_reward"] = Expectation.unknown("objective/rlhf_reward", "objective/kl is unknown")
+    else:
+        out["objective/rlhf_reward"] = Expectation("objective/rlhf_reward", mean_score - kl_coef * kl_mean)
+    return out
+
+
+def expected_metrics(
+    updates: UpdateView | Sequence[UpdateView], kl_coef: float, kl_estimator: str, scores: Any = None
+) -> dict[str, Expectation]:
+    """Every logged statistic the oracle can recompute for one update (a list: the same update on each rank)."""
+    updates = [updates] if isinstance(updates, UpdateView) else list(updates)
+    if kl_estimator not in KL_ESTIMATORS:
+        raise HarnessConfigError(f"unknown kl_estimator {kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
+    return {**pooled_expectations(updates), **rollout_expectations(updates, kl_coef, kl_estimator, scores)}

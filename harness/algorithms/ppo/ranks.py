@@ -1,0 +1,92 @@
+"""PPO across data-parallel ranks: the runs each rank makes, and the checks on every rank's records pooled.
+
+Each rank saves its `Ran` (logs, records, token ids, scores); the parent checks that the
+logged metrics equal the oracle's pooled value over all ranks, not a mean of per-rank means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from harness.compare import compare
+from harness.instrument.observe import Ran
+from harness.verdict import Check, CheckId, CheckResult
+
+from .contract import LR0_IDENTITIES, POOLED_STATS, ROLLOUT
+from .expect import expected_metrics
+from .scenarios import LR0, UNEVEN
+from .spec import ScenarioSpec
+from .view import UpdateView, build_view
+
+ENTROPY = "policy/entropy_avg"
+"""The metric whose per-rank means are compared with the pooled one to show the run has teeth."""
+
+
+def rank_specs(seed: int) -> dict[str, ScenarioSpec]:
+    """The runs every rank makes: the uneven split over two updates (also freshness), and LR 0."""
+    return {"uneven_split": UNEVEN.with_(seed=seed), "lr0_ratio": LR0.with_(seed=seed)}
+
+
+def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
+    """uneven_split (update 1), freshness (update 2) and lr0_ratio on the pooled records of every rank."""
+    uneven = runs["uneven_split"]
+    return [
+        pooled_across_ranks(uneven, UNEVEN, 0, CheckId("uneven_split", (("ranks", len(uneven)),))),
+        pooled_across_ranks(uneven, UNEVEN, 1, CheckId("freshness", (("ranks", len(uneven)),))),
+        lr0_identities(runs["lr0_ratio"], CheckId("lr0_ratio", (("ranks", len(runs["lr0_ratio"])),))),
+    ]
+
+
+def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, check_id: CheckId) -> CheckResult:
+    """Logged metrics of update `index` against the oracle fed every rank's records of that update."""
+    check = Check(check_id)
+    names = POOLED_STATS + ROLLOUT
+    logs = [r.logs for r in ranks]
+    if any(len(log) != spec.total_updates for log in logs):
+        check.fail(f"ranks logged {[len(log) for log in logs]} updates, expected {spec.total_updates} each")
+        return check.finish()
+    contract_logs = [{n: log[index].get(n) for n in names} for log in logs]
+    if any(c != contract_logs[0] for c in contract_logs[1:]):
+        check.fail("ranks logged different values of the contract's metrics for the same update")
+    per_rank = [build_view(r.records, r.stop_token_id, r.pad_token_id, r.sites).updates for r in ranks]
+    if any(len(u) != spec.total_updates for u in per_rank):
+        check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank")
+        return check.finish()
+    updates = [u[index] for u in per_rank]
+    scores = None
+    if all(r.scores for r in ranks):
+        scores = torch.cat([r.scores[index] for r in ranks])
+    expected = expected_metrics(updates, spec.kl_coef, spec.kl_estimator, scores=scores)
+    if ranks_differ(updates, expected[ENTROPY].value, spec, check):
+        check.absorb(compare({n: logs[0][index][n] for n in names}, {n: expected[n] for n in names}, spec.dtype))
+    return check.finish()
+
+
+def ranks_differ(updates: Sequence[UpdateView], pooled: float | None, spec: ScenarioSpec, check: Check) -> bool:
+    """The scenario has teeth only if a mean of per-rank means differs from the pooled mean."""
+    counts = [int(u.rollout.response_mask.sum()) if u.rollout is not None else 0 for u in updates]
+    if len(set(counts)) < 2:
+        check.fail(f"every rank has {counts[0]} response tokens: a per-rank mean would equal the pooled one")
+        return False
+    alone = [expected_metrics([u], spec.kl_coef, spec.kl_estimator)[ENTROPY].value for u in updates]
+    if pooled is None or any(a is None for a in alone):
+        check.fail(f"{ENTROPY} is not recomputable on every rank")
+        return False
+    if abs(sum(alone) / len(alone) - pooled) < 1e-6:
+        check.fail(f"per-rank padding too alike: mean of per-rank {ENTROPY} equals the pooled one")
+        return False
+    check.note(f"response tokens per rank {counts}")
+    return True
+
+
+def lr0_identities(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
+    """The LR-0 identities, as logged by the first rank."""
+    check = Check(check_id)
+    logs = ranks[0].logs
+    if not logs or any(n not in logs[0] for n in LR0_IDENTITIES):
+        check.fail("the trainer logged no update, or not every identity metric")
+    else:
+        check.absorb(compare(logs[0], LR0_IDENTITIES, "float32", kind="identity"))
+    return check.finish()

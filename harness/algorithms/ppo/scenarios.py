@@ -1,0 +1,204 @@
+"""The PPO gate's scenarios. Each reads top-down: run, view, expect, compare; none passes on what it did not see.
+
+Every scenario first checks that it saw what it expected (the micro-batch row counts, every
+metric present and finite, spy records where it needs them, the padding or empty
+micro-batches it exists for) and fails otherwise. The specs are plain `ScenarioSpec`s, so
+any PPO target runs them. Check ids come from `Scenario.cases()`.
+"""
+
+from __future__ import annotations
+
+from harness.compare import compare
+from harness.instrument.observe import ObservationCache
+from harness.scenario import Case, Scenario
+from harness.tolerances import close, tolerance
+from harness.verdict import Check, CheckResult
+
+from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
+from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
+from .expect import expected_metrics
+from .partitions import partition_invariance
+from .spec import ScenarioSpec
+
+# The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
+UNEVEN = ScenarioSpec(name="uneven_split", learning_rate=1e-3, total_updates=2)
+EVEN = UNEVEN.with_(name="even_split", per_device_train_batch_size=6, gradient_accumulation_steps=2, total_updates=1)
+LR0 = UNEVEN.with_(name="lr0_ratio", learning_rate=0.0, total_updates=1)
+GRADIENT_CUTS = ((4, 3), (2, 6), (6, 2), (3, 4))
+"""Cuts of the same minibatches of 6 rows into micro-batches: 4+2, 2+2+2, 6, 3+3."""
+ALL_MASKED = UNEVEN.with_(
+    name="all_masked",
+    per_device_train_batch_size=1,
+    gradient_accumulation_steps=12,
+    pad_logit_bias=2.5,
+    total_updates=1,
+)
+EMPTY_UPDATE = UNEVEN.with_(name="empty_update", pad_logit_bias=40.0, total_updates=1)
+PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
+ROLLOUTS = {"uneven_split": UNEVEN, "padding_rows": PADDING_ROWS}
+"""The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5."""
+
+
+def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:
+    """`base` with the run-wide settings (seed, device, dtype) of `run`."""
+    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype)
+
+
+def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs")))
+    update = oracle_update(obs, 0, check)
+    if update is not None and require(check, update.padded_rows(), "no response was padded"):
+        compare_pooled(obs, update, check)
+    return check.finish()
+
+
+def even_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Two micro-batches of 6 rows per update (the smallest val/ratio_var), non-zero LR: pooled equals the oracle."""
+    check, obs = Check(case.id), cache.get(spec_for(EVEN, run))
+    update = oracle_update(obs, 0, check)
+    if update is not None:
+        compare_pooled(obs, update, check)
+    return check.finish()
+
+
+def freshness(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """The second update's metrics equal an oracle fed only the second update's records."""
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run))
+    update = oracle_update(obs, 1, check)
+    if update is not None:
+        compare_pooled(obs, update, check)
+    return check.finish()
+
+
+def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """`objective/*` of every update against the oracle (sums over R only, means over real samples)."""
+    check, obs = Check(case.id), cache.get(spec_for(ROLLOUTS[case.param("rollout")], run))
+    view = require_view(obs, check)
+    if view is None or not require_logs(obs, ROLLOUT, check):
+        return check.finish()
+    scores = obs.ran.scores
+    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    for i, update in enumerate(view.updates):
+        expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, scores=scores[i])
+        where = f"update {i + 1}" if len(view.updates) > 1 else None
+        logged = obs.ran.logs[i]
+        check.absorb(compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, obs.spec.dtype,
+                             where=where))  # fmt: skip
+    return check.finish()
+
+
+def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At learning rate 0: val/ratio == 1, val/ratio_var == 0, approxkl == 0, clipfrac == 0. No spy needed."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs")), spy=False)
+    if require_logs(obs, LR0_IDENTITIES, check):
+        check.absorb(compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, kind="identity"))
+    return check.finish()
+
+
+def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
+    check = Check(case.id)
+    base = spec_for(LR0, run).with_(name="gradient_partition")
+    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g))
+                for b, g in GRADIENT_CUTS]  # fmt: skip
+    if not all([require_ran(o, check) for o in observed]):
+        return check.finish()
+    first = observed[0]
+    if not first.ran.grads.steps:
+        check.fail("no optimizer step was seen")
+        return check.finish()
+    tol = tolerance("gradient", run.dtype)
+    for other in observed[1:]:
+        label, steps = other.spec.split_label, other.ran.grads.steps
+        if len(steps) != len(first.ran.grads.steps):
+            check.fail(f"{label}: {len(steps)} optimizer steps, {first.spec.split_label}: {len(first.ran.grads.steps)}")
+            continue
+        for k, (a, b) in enumerate(zip(first.ran.grads.steps, steps)):
+            gap = (a.grad - b.grad).abs().max().item()
+            scale = max(a.grad.abs().max().item(), 1e-30)
+            if not close(gap / scale, 0.0, tol):
+                check.fail(f"{label}: step {k + 1} gradient differs by {gap:.3g} (relative {gap / scale:.3g})")
+    return check.finish()
+
+
+def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs")))
+    view = require_view(obs, check)  # also: the trainer did not raise, and ran the expected micro-batches
+    if view is None:
+        return check.finish()
+    grads, spec = obs.ran.grads, obs.spec
+    per_update = len(spec.expected_rows())
+    for u in range(spec.total_updates):
+        n_back = sum(1 for c in grads.backwards if view.update_at(c) == u)
+        n_steps = sum(1 for s in grads.steps if view.update_at(s.clock) == u)
+        if n_back != per_update or n_steps != spec.steps_per_update:
+            check.fail(f"update {u + 1}: {n_back} backward passes and {n_steps} optimizer steps, "
+                       f"expected {per_update} and {spec.steps_per_update}")  # fmt: skip
+    tol = tolerance("gradient", spec.dtype)
+    for k, step in enumerate(grads.steps):
+        owners = {view.update_at(grads.backwards[i]) for i in step.backward_ids}
+        if owners != {view.update_at(step.clock)}:
+            check.fail(f"step {k + 1} (update {view.update_at(step.clock) + 1}) applied backward passes of updates "
+                       f"{sorted(o + 1 for o in owners)}")  # fmt: skip
+        if not close(step.unexplained, 0.0, tol):
+            check.fail(
+                f"step {k + 1}: .grad differs from its micro-batches' gradients (relative {step.unexplained:.3g})"
+            )
+    if grads.unapplied:
+        check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    return check.finish()
+
+
+def all_masked(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
+    check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run))
+    update = oracle_update(obs, 0, check)
+    if update is not None and require(check, update.empty_micro_batches(), "no all-masked micro-batch was seen"):
+        compare_pooled(obs, update, check)
+    return check.finish()
+
+
+def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Every response of the update is empty: the response means are 0 (no NaN), the value means still pool."""
+    check, obs = Check(case.id), cache.get(spec_for(EMPTY_UPDATE, run))
+    update = oracle_update(obs, 0, check)
+    only_empty = update is not None and len(update.empty_micro_batches()) == len(update.micro_batches)
+    if update is not None and require(check, only_empty, "some response was not empty"):
+        compare_pooled(obs, update, check)
+    return check.finish()
+
+
+def partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means."""
+    base = spec_for(LR0, run).with_(name="partition_invariance")
+    return partition_invariance(cache, base, case.id, POOLED_NAMES, RATIO_VAR)
+
+
+SCENARIOS = (
+    Scenario(
+        "uneven_split", uneven_split, (("epochs", (1, 2)),), "4,3,2 (micro-batches 4+2), LR 1e-3: pooled == oracle"
+    ),
+    Scenario("lr0_ratio", lr0_ratio, (("epochs", (1, 2)),), "the uneven split at LR 0: the LR-0 identities"),
+    Scenario("even_split", even_split, (), "6,2,2 (two micro-batches): pooled == oracle"),
+    Scenario("freshness", freshness, (), "update 2's metrics == an oracle fed only update 2's records"),
+    Scenario(
+        "rollout_objectives",
+        rollout_objectives,
+        (("rollout", tuple(ROLLOUTS)),),
+        "objective/* are per-sample sums over R, means over real samples",
+    ),  # fmt: skip
+    Scenario("gradient_partition", gradient_partition, (), "LR 0: the step gradient does not depend on the cut"),
+    Scenario(
+        "every_microbatch_applied",
+        every_microbatch_applied,
+        (("epochs", (2,)),),
+        "each backward reaches a step of its own update; .grad is exactly its micro-batches'",
+    ),  # fmt: skip
+    Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
+    Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),
+    Scenario("partition_invariance", partition, (), "LR 0: Hypothesis-drawn splits log the same pooled means"),
+)

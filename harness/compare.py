@@ -1,0 +1,77 @@
+"""Compare logged metrics with expectations: a `MetricVerdict` each, never prose about why.
+
+A metric missing from the log, or logged as NaN or inf, is never a pass. The tolerance is
+the metric's own row of `tolerances.py` for the run's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .oracle.expectation import Expectation
+from .tolerances import Tolerance, close, tolerance
+from .verdict import MetricStatus, MetricVerdict
+
+
+def as_float(value: Any) -> float | None:
+    """float(value), or None when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def as_expectation(metric: str, want: Expectation | float) -> Expectation:
+    """An `Expectation` from an oracle entry or a plain number (an identity, another run's log)."""
+    if isinstance(want, Expectation):
+        return want
+    value = as_float(want)
+    return Expectation(metric, value, None if value is not None else f"expected value {want!r} is not a number")
+
+
+def compare_one(
+    metric: str, logged: Mapping[str, Any], want: Expectation, tol: Tolerance, kind: str, where: str | None
+) -> MetricVerdict:
+    """One metric's verdict; `kind` names what it is compared with (oracle, identity, partition)."""
+    base = {"name": metric, "expected": want.value, "where": where, "required": want.required}
+    if metric not in logged:
+        return MetricVerdict(status=MetricStatus.MISSING, reason=f"{metric} is not in the logged metrics", **base)
+    value = as_float(logged[metric])
+    if value is None or not math.isfinite(value):
+        reason = f"logged value {logged[metric]!r} is not a finite number"
+        return MetricVerdict(status=MetricStatus.NAN, logged=value, reason=reason, **base)
+    if want.value is None:
+        reason = want.reason or "no reason given"
+        return MetricVerdict(status=MetricStatus.NOT_RECOMPUTABLE, logged=value, reason=reason, **base)
+    if not math.isfinite(want.value):
+        reason = f"the {kind} value {want.value!r} is not finite"
+        return MetricVerdict(status=MetricStatus.NAN, logged=value, reason=reason, **base)
+    gap = abs(value - want.value)
+    rel = gap / abs(want.value) if want.value != 0 else (0.0 if gap == 0 else math.inf)
+    allowed = tol.allowed(want.value)
+    ok = close(value, want.value, tol)
+    return MetricVerdict(
+        status=MetricStatus.PASS if ok else MetricStatus.FAIL,
+        logged=value,
+        abs_err=gap,
+        rel_err=rel,
+        tol=allowed,
+        reason="" if ok else f"{kind}: gap {gap:.3g} exceeds tolerance {allowed:.3g}",
+        **base,
+    )
+
+
+def compare(
+    logged: Mapping[str, Any],
+    expected: Mapping[str, Expectation | float],
+    dtype: Any,
+    kind: str = "oracle",
+    where: str | None = None,
+) -> list[MetricVerdict]:
+    """Each expected metric (an `Expectation` or a number) against the logged one, in `expected`'s order."""
+    return [
+        compare_one(metric, logged, as_expectation(metric, want), tolerance(metric, dtype), kind, where)
+        for metric, want in expected.items()
+    ]

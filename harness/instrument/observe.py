@@ -1,0 +1,168 @@
+"""Run a target for one spec under every instrument, once, and keep what was seen as a frozen `Observation`.
+
+A target is `factory(spec) -> TargetRun`; `TargetRun` below is the protocol a run satisfies,
+checked member by member when the run is built (docs/architecture.md). A run that raises
+becomes a `Crashed` outcome, so that every check that reads it fails, naming what it raised;
+a `HarnessConfigError` is a usage error instead (exit 2).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from harness.errors import HarnessConfigError
+
+from .grad import GradTrace
+
+if TYPE_CHECKING:
+    import torch
+
+    from .records import Record
+
+
+@runtime_checkable
+class TargetRun(Protocol):
+    """One built trainer run, as a target's factory returns it."""
+
+    module: types.ModuleType
+    """Where the spied functions live; the trainer must look them up there at call time."""
+    optimizer: torch.optim.Optimizer
+    """The underlying torch optimizer (the gradient recorder hooks its steps)."""
+    params: list[torch.nn.Parameter]
+    """Trainable parameters (policy and value)."""
+    pad_token_id: int
+    stop_token_id: int
+
+    def train(self) -> list[dict[str, float]]:
+        """Run every update; one dict of logged metrics per update."""
+        ...
+
+
+OPTIONAL_MEMBERS = {
+    "scores": "scores handed to the trainer, one tensor per rollout",
+    "site_map": "the trainer's own names for the call sites, when they are not the algorithm's defaults",
+}
+"""Members a run may have; without them the checks that need them report 'not recomputable'."""
+
+
+def missing_members(run: Any) -> list[str]:
+    """The members of `TargetRun` that `run` lacks (empty when it satisfies the protocol)."""
+    members = [*TargetRun.__annotations__, "train"]
+    return [name for name in members if not hasattr(run, name)]
+
+
+class RunSpec(Protocol, Hashable):
+    """What observe needs of a spec: it is hashable (the cache key) and validates its own geometry."""
+
+    def validate(self) -> None:
+        """Raise HarnessConfigError for settings no trainer can run."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A run that finished: what it logged, what the spy recorded, what the gradient recorder saw."""
+
+    logs: tuple[dict[str, float], ...]
+    records: tuple[Record, ...]
+    grads: GradTrace
+    pad_token_id: int
+    stop_token_id: int
+    scores: tuple[torch.Tensor, ...] | None = None
+    sites: Any = None
+    """The run's site map (its names for the call sites), or None for the algorithm's default."""
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """A run whose trainer raised: what it raised, on one line."""
+
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Observation:
+    """The outcome of one instrumented run of a target for `spec` (compared by identity)."""
+
+    spec: Any
+    outcome: Ran | Crashed
+
+    @property
+    def ran(self) -> Ran | None:
+        """The finished run, or None when the trainer raised."""
+        return self.outcome if isinstance(self.outcome, Ran) else None
+
+    @property
+    def error(self) -> str | None:
+        """What the trainer raised, or None when it finished."""
+        return self.outcome.reason if isinstance(self.outcome, Crashed) else None
+
+
+def build_run(factory: Callable, spec: RunSpec) -> TargetRun:
+    """The target's run for `spec`, after checking it satisfies `TargetRun` (HarnessConfigError if not)."""
+    spec.validate()
+    run = factory(spec)
+    missing = missing_members(run)
+    if missing:
+        listed = ", ".join(repr(m) for m in missing)
+        raise HarnessConfigError(f"target run {type(run).__name__} lacks {listed} (see docs/architecture.md)")
+    return run
+
+
+def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
+    """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder."""
+    from .grad import GradRecorder
+    from .spy import Spy
+
+    run = build_run(factory, spec)
+    records: tuple = ()
+    if spy:
+        with (
+            Spy(run.module) as watcher,
+            GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
+        ):
+            logs = run.train()
+        records = tuple(watcher.records)
+    else:
+        with GradRecorder(run.params, run.optimizer) as grads:
+            logs = run.train()
+    scores = getattr(run, "scores", None)
+    outcome = Ran(
+        logs=tuple(logs),
+        records=records,
+        grads=grads.trace(),
+        pad_token_id=run.pad_token_id,
+        stop_token_id=run.stop_token_id,
+        scores=None if scores is None else tuple(scores),
+        sites=getattr(run, "site_map", None),
+    )
+    return Observation(spec, outcome)
+
+
+class ObservationCache:
+    """Session-wide cache: each (target, spec) runs once however many checks read it."""
+
+    def __init__(self, factory: Callable) -> None:
+        self.factory = factory
+        self._seen: dict[tuple[Hashable, bool], Observation] = {}
+
+    def clear(self) -> None:
+        """Forget every observation (mutmut links tests to code only when each test runs its trainer)."""
+        self._seen.clear()
+
+    def get(self, spec: RunSpec, spy: bool = True) -> Observation:
+        """The observation of `spec`; a spied run also serves a request without the spy."""
+        if (spec, True) in self._seen:
+            return self._seen[(spec, True)]
+        if (spec, spy) not in self._seen:
+            try:
+                self._seen[(spec, spy)] = observe(self.factory, spec, spy=spy)
+            except HarnessConfigError:
+                raise
+            except Exception as exc:  # a trainer that crashes fails every check of this run, loudly
+                why = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+                self._seen[(spec, spy)] = Observation(spec, Crashed(why))
+        return self._seen[(spec, spy)]

@@ -1,0 +1,85 @@
+"""The records the spy makes: one frozen value per call (or boundary mark), typed by what was called.
+
+Tensors are detached CPU copies: float64 for values, bool for masks, int64 for ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a spied function was called: file, function (qualified name), assigned name."""
+
+    file: str
+    function: str
+    name: str | None
+
+
+@dataclass(frozen=True)
+class Record:
+    """What every record has: its call site and its place in call order (`seq`)."""
+
+    fn: ClassVar[str] = ""
+    site: Site
+    seq: int
+
+    @property
+    def name(self) -> str | None:
+        """The call site's assigned name."""
+        return self.site.name
+
+
+@dataclass(frozen=True)
+class MaskedMeanCall(Record):
+    """A `masked_mean(values, mask, axis)` call: the per-token values, the mask, the result."""
+
+    fn: ClassVar[str] = "masked_mean"
+    values: torch.Tensor = field(repr=False, default=None)
+    mask: torch.Tensor = field(repr=False, default=None)
+    result: torch.Tensor = field(repr=False, default=None)
+    axis: Any = None
+    dtype: str | None = None
+    """The dtype of the traced `values`."""
+
+
+@dataclass(frozen=True)
+class LogProbCall(Record):
+    """A `selective_log_softmax(logits, index)` call: response ids, returned log-probs, per-token entropy.
+
+    The `(B, T, V)` logits are never kept: the spy reduces them to the entropy at record time.
+    """
+
+    fn: ClassVar[str] = "selective_log_softmax"
+    index: torch.Tensor = field(repr=False, default=None)
+    logprobs: torch.Tensor = field(repr=False, default=None)
+    entropy: torch.Tensor = field(repr=False, default=None)
+    dtype: str | None = None
+    """The dtype of the traced logits."""
+
+
+@dataclass(frozen=True)
+class OtherCall(Record):
+    """A call of any other spied function: its tensor arguments (`arg0`, ...) and `result`, as float64."""
+
+    function: str = ""
+    tensors: Mapping[str, torch.Tensor] = field(repr=False, default_factory=dict)
+
+    @property
+    def fn(self) -> str:  # type: ignore[override]
+        """The spied function's name."""
+        return self.function
+
+
+@dataclass(frozen=True)
+class Mark(Record):
+    """A boundary marker a test drops between updates (`Spy.mark`); it records no call."""
+
+    fn: ClassVar[str] = "mark"
+    label: str | None = None

@@ -1,0 +1,53 @@
+"""The one correct pooling: per-part sums and counts, kept, and divided once.
+
+An expectation keeps its `Pooled` (one numerator and one count per micro-batch, across
+epochs, minibatches and ranks), so that a diagnosis can later re-divide the same sums in
+the known wrong ways and see which one reproduces a logged number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Per-part numerators (float64 sums over a mask) and counts (tokens in that mask), in run order."""
+
+    numerators: tuple[float, ...]
+    counts: tuple[int, ...]
+
+    @classmethod
+    def of(cls, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Pooled:
+        """Pool (values, mask) pairs: the sum of `values` where `mask` holds, and the mask's count, per part."""
+        numerators, counts = [], []
+        for values, mask in parts:
+            numerators.append(float(torch.where(mask, values, torch.zeros_like(values)).sum()))
+            counts.append(int(mask.sum()))
+        return cls(tuple(numerators), tuple(counts))
+
+    @property
+    def count(self) -> int:
+        """Tokens over every part."""
+        return sum(self.counts)
+
+    def token_mean(self) -> float:
+        """Sum of numerators over sum of counts; 0 for a mean over no token (never NaN)."""
+        count = self.count
+        if count == 0:
+            return 0.0
+        total = torch.tensor(self.numerators, dtype=torch.float64).sum()
+        return float(total / count)
+
+    def part_means(self) -> list[float]:
+        """The mean of each part that has a token (parts with a zero count add nothing)."""
+        return [n / c for n, c in zip(self.numerators, self.counts) if c > 0]
+
+    def variance_of_part_means(self) -> float:
+        """Unbiased (Bessel) variance of the part means; 0.0 with fewer than two parts that have a token."""
+        means = self.part_means()
+        if len(means) < 2:
+            return 0.0
+        return float(torch.tensor(means, dtype=torch.float64).var(correction=1))

@@ -1,0 +1,105 @@
+"""The report of one verify run, typed, and its JSON form.
+
+Schema of `verify.json`::
+
+    {"target", "algorithm", "device", "dtype", "torch", "status", "seed",
+     "checks": [{"id", "scenario", "status", "message",
+                 "metrics": [{"name", "where", "logged", "expected", "abs_err", "rel_err", "tol",
+                              "status", "reason", "failed"}]}]}
+
+`where` tells apart several comparisons of one metric in a check (`update 2`, a split);
+`tol` is the allowed gap around `expected` (abs_tol + rel_tol * |expected|); `failed` is
+false for a pass and for a not-recomputable metric the check opted out of (no scores
+supplied), true otherwise. NaN, inf and None are written as null. A check's status is
+"pass", "fail", "error" or "skip"; the run's is "fail" if any check failed, else "error"
+if any errored or none passed (nothing was verified), else "pass".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.verdict import CheckId, CheckResult, CheckStatus
+
+JSON_NAME = "verify.json"
+MARKDOWN_NAME = "verify.md"
+
+
+def torch_version() -> str | None:
+    """torch's installed version, read from package metadata (torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass
+class Report:
+    """The checks of one run as they come in; `config_errors` (one line each) become checks with status error."""
+
+    target: str
+    device: str
+    seed: int | None = None
+    dtype: str | None = None
+    algorithm: str | None = None
+    torch: str | None = field(default_factory=torch_version)
+    checks: list[CheckResult] = field(default_factory=list)
+    config_errors: list[str] = field(default_factory=list)
+
+    def add(self, result: CheckResult) -> CheckResult:
+        """Record one check's result."""
+        self.checks.append(result)
+        return result
+
+    def all_checks(self) -> list[CheckResult]:
+        """The added checks, then one error check per configuration error."""
+        errors = [
+            CheckResult(CheckId("configuration", (("error", i),)), CheckStatus.ERROR, problems=(line,))
+            for i, line in enumerate(self.config_errors)
+        ]
+        return self.checks + errors
+
+    @property
+    def status(self) -> CheckStatus:
+        """The run's status (see CheckStatus.overall)."""
+        return CheckStatus.overall(c.status for c in self.all_checks())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (see the module docstring for the schema)."""
+        return {
+            "target": self.target,
+            "algorithm": self.algorithm,
+            "device": self.device,
+            "dtype": self.dtype,
+            "torch": self.torch,
+            "status": self.status.value,
+            "seed": self.seed,
+            "checks": [c.as_dict() for c in self.all_checks()],
+        }
+
+    def to_json(self) -> str:
+        """The report as strict JSON."""
+        return json.dumps(self.as_dict(), indent=2, allow_nan=False)
+
+    def write(self, directory: str | os.PathLike[str] = "reports", step_summary: bool = True) -> Path:
+        """Write verify.json and verify.md under `directory`; append the Markdown to $GITHUB_STEP_SUMMARY
+        when it is set and `step_summary`; return the JSON path."""
+        from .markdown import render_markdown
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        json_path = out / JSON_NAME
+        json_path.write_text(self.to_json() + "\n", encoding="utf-8")
+        markdown = render_markdown(self)
+        (out / MARKDOWN_NAME).write_text(markdown, encoding="utf-8")
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary and step_summary:
+            with open(summary, "a", encoding="utf-8") as handle:
+                handle.write(markdown + "\n")
+        return json_path

@@ -1,0 +1,30 @@
+"""The offline toy world the built-in targets train on (tiny models from a config, a local tokenizer)."""
+
+from __future__ import annotations
+
+from harness.errors import HarnessConfigError
+
+
+def toy_world(spec):
+    """The toy world of a scenario's seed, sizes, device and dtype (HarnessConfigError if it lacks them)."""
+    import torch
+
+    from reference_ppo.toy import build_world
+
+    if spec.device.startswith("cuda") and not torch.cuda.is_available():
+        raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")
+    if spec.device != "cpu" and not spec.device.startswith("cuda"):
+        raise HarnessConfigError(f"the built-in targets run on 'cpu' or 'cuda', not {spec.device!r}")
+    dtype = getattr(torch, spec.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise HarnessConfigError(f"unknown dtype {spec.dtype!r} in scenario")
+    return build_world(
+        seed=spec.seed,
+        vocab_size=spec.vocab_size,
+        prompt_length=spec.prompt_length,
+        num_prompts=spec.num_prompts,
+        device=spec.device,
+        dtype=dtype,
+        independent_ref=True,
+        pad_logit_bias=spec.pad_logit_bias,
+    )

@@ -1,0 +1,240 @@
+"""The verdict types every stage after the oracle speaks: statuses, check ids, metric and check results.
+
+Results are frozen once made (the model is Hypothesis's `ConjectureData.as_result()`): a
+scenario fills a mutable `Check`, then `finish()` turns it into a `CheckResult` that the
+report, the suite and the mutant runner read. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class MetricStatus(str, Enum):
+    """How one logged metric compared with what it should be."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    MISSING = "missing"
+    """The trainer never logged it."""
+    NAN = "nan"
+    """The trainer logged NaN or inf (or the expected value is not finite)."""
+    NOT_RECOMPUTABLE = "not_recomputable"
+    """The records do not determine it; the reason says why."""
+
+
+class CheckStatus(str, Enum):
+    """The verdict of one named check (and, through `overall`, of a run)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+
+    @staticmethod
+    def overall(statuses: Iterable[CheckStatus | str]) -> CheckStatus:
+        """FAIL if any check failed, else ERROR if any errored or none passed (nothing verified), else PASS."""
+        seen = {CheckStatus(s) for s in statuses}
+        if CheckStatus.FAIL in seen:
+            return CheckStatus.FAIL
+        if CheckStatus.ERROR in seen or CheckStatus.PASS not in seen:
+            return CheckStatus.ERROR
+        return CheckStatus.PASS
+
+
+@dataclass(frozen=True, order=True)
+class CheckId:
+    """A check's name, generated once from its scenario and parameters: `uneven_split[epochs=1]`.
+
+    The report, the verify suite, the mutant catalogue and the docs all print it with `str()`.
+    """
+
+    scenario: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.scenario
+        return f"{self.scenario}[{','.join(f'{key}={value}' for key, value in self.params)}]"
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One logged metric against its expected value. `tol` is the allowed gap around `expected`.
+
+    `where` says which of several comparisons of the same metric this is (e.g. `update 2`,
+    or the split `bs=2,gas=6,mb=1,epochs=1`); it is never part of `name`.
+    """
+
+    name: str
+    status: MetricStatus
+    logged: float | None = None
+    expected: float | None = None
+    abs_err: float | None = None
+    rel_err: float | None = None
+    tol: float | None = None
+    reason: str = ""
+    where: str | None = None
+    required: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", MetricStatus(self.status))  # ValueError for an unknown status
+
+    @property
+    def passed(self) -> bool:
+        """True for a pass."""
+        return self.status is MetricStatus.PASS
+
+    @property
+    def failed(self) -> bool:
+        """Anything but a pass fails, except a not-recomputable metric the check opted out of."""
+        return not self.passed and (self.required or self.status is not MetricStatus.NOT_RECOMPUTABLE)
+
+    @property
+    def label(self) -> str:
+        """`name @ where` for people; the name alone when there is one comparison."""
+        return f"{self.name} @ {self.where}" if self.where else self.name
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for verify.json (numbers that are not finite become None)."""
+        return {
+            "name": self.name,
+            "where": self.where,
+            "logged": _finite(self.logged),
+            "expected": _finite(self.expected),
+            "abs_err": _finite(self.abs_err),
+            "rel_err": _finite(self.rel_err),
+            "tol": _finite(self.tol),
+            "status": self.status.value,
+            "reason": self.reason,
+            "failed": self.failed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetricVerdict:
+        """The inverse of `as_dict` (for readers of verify.json, such as the mutant runner)."""
+        numbers = {k: data.get(k) for k in ("logged", "expected", "abs_err", "rel_err", "tol")}
+        return cls(
+            name=data["name"],
+            status=MetricStatus(data["status"]),
+            reason=data.get("reason") or "",
+            where=data.get("where"),
+            required=not (data["status"] == MetricStatus.NOT_RECOMPUTABLE.value and data.get("failed") is False),
+            **numbers,
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    """`value` when it is a finite number, else None (strict JSON has no NaN)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def fmt(value: Any) -> str:
+    """A number for people: 6 significant digits; 'n/a' for None."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def failure_line(scenario: str, metric: MetricVerdict) -> str:
+    """`FAIL <scenario> <metric>: logged=<v> expected=<v> gap=<abs> (rel <r>, tol <t>)`, one pasteable line.
+
+    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`.
+    """
+    logged = "missing" if metric.status is MetricStatus.MISSING else fmt(metric.logged)
+    line = (
+        f"FAIL {scenario} {metric.label}: logged={logged} expected={fmt(metric.expected)} "
+        f"gap={fmt(metric.abs_err)} (rel {fmt(metric.rel_err)}, tol {fmt(metric.tol)})"
+    )
+    if metric.status is not MetricStatus.FAIL:
+        line += f" [{metric.status.value}: {metric.reason or 'no reason given'}]"
+    return line
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The frozen verdict of one named check: what failed (`problems`), what it noted, each metric."""
+
+    id: CheckId
+    status: CheckStatus
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    metrics: tuple[MetricVerdict, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", CheckStatus(self.status))  # ValueError for an unknown status
+
+    @property
+    def scenario(self) -> str:
+        """The scenario this check belongs to."""
+        return self.id.scenario
+
+    @property
+    def passed(self) -> bool:
+        """True when the check passed."""
+        return self.status is CheckStatus.PASS
+
+    @property
+    def message(self) -> str:
+        """Problems, then notes, in one line."""
+        return "; ".join(self.problems + self.notes)
+
+    def failure_lines(self) -> list[str]:
+        """The check's problems and each failing metric, one pasteable line each."""
+        lines = [f"FAIL {self.scenario}: {self.message}"] if self.problems else []
+        return lines + [failure_line(self.scenario, m) for m in self.metrics if m.failed]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for verify.json."""
+        return {
+            "id": str(self.id),
+            "scenario": self.scenario,
+            "status": self.status.value,
+            "message": self.message,
+            "metrics": [m.as_dict() for m in self.metrics],
+        }
+
+
+@dataclass
+class Check:
+    """The mutable builder of one check's result while its scenario runs; `finish()` freezes it."""
+
+    id: CheckId
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    metrics: list[MetricVerdict] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """True once a problem was recorded or a metric failed."""
+        return bool(self.problems) or any(m.failed for m in self.metrics)
+
+    def fail(self, problem: str) -> None:
+        """Record why the check fails."""
+        self.problems.append(problem)
+
+    def note(self, text: str) -> None:
+        """Record something a reviewer should read that does not fail the check."""
+        self.notes.append(text)
+
+    def absorb(self, verdicts: Iterable[MetricVerdict]) -> None:
+        """Add metric verdicts; any that failed fails the check, naming them once."""
+        verdicts = list(verdicts)
+        self.metrics.extend(verdicts)
+        bad = [m.label for m in verdicts if m.failed]
+        if bad:
+            self.fail(f"{len(bad)} metric(s) disagree: {', '.join(bad)}")
+        for m in verdicts:
+            if not m.failed and m.status is MetricStatus.NOT_RECOMPUTABLE:
+                self.note(f"{m.label} not recomputable: {m.reason}")
+
+    def finish(self) -> CheckResult:
+        """The frozen result: FAIL with any problem, else PASS."""
+        status = CheckStatus.FAIL if self.problems else CheckStatus.PASS
+        return CheckResult(self.id, status, tuple(self.problems), tuple(self.notes), tuple(self.metrics))
