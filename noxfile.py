@@ -14,13 +14,16 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 CPU_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+ROOT = os.path.dirname(os.path.abspath(__file__))
+# exact versions for every install a session makes (torch 2.13.0 among them); pyproject.toml has ranges
+CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project (torch pinned in pyproject.toml) with extras, then print the stack."""
-    session.install("--upgrade", "pip", silent=True)
+    """Install the project with extras under constraints.txt (torch pinned there), then print the stack."""
+    session.install("-c", CONSTRAINTS, "--upgrade", "pip", silent=True)
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-c", CONSTRAINTS, "-e", spec)
     session.run(
         "python",
         "-c",
@@ -60,7 +63,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
     """ruff over the code."""
-    session.install("ruff")
+    session.install("-c", CONSTRAINTS, "ruff")
     session.run("ruff", "check", "reference_ppo", "harness", "tests", "mutants", "noxfile.py", *session.posargs)
 
 
