@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 
 import nox
 
@@ -14,13 +19,16 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 CPU_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+ROOT = os.path.dirname(os.path.abspath(__file__))
+# exact versions for every install a session makes (torch 2.13.0 among them); pyproject.toml has ranges
+CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project (torch pinned in pyproject.toml) with extras, then print the stack."""
-    session.install("--upgrade", "pip", silent=True)
+    """Install the project with extras under constraints.txt (torch pinned there), then print the stack."""
+    session.install("-c", CONSTRAINTS, "--upgrade", "pip", silent=True)
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-c", CONSTRAINTS, "-e", spec)
     session.run(
         "python",
         "-c",
@@ -60,7 +68,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
     """ruff over the code."""
-    session.install("ruff")
+    session.install("-c", CONSTRAINTS, "ruff")
     session.run("ruff", "check", "reference_ppo", "harness", "tests", "mutants", "noxfile.py", *session.posargs)
 
 
@@ -93,3 +101,61 @@ def bench(session: nox.Session) -> None:
     """Harness overhead, recording memory vs vocabulary, verify wall time: ratios from one run."""
     install(session, "test")
     run_exit_code(session, "-m", "harness.bench", *session.posargs)
+
+
+# what a CUDA build of torch brings along; none of it may be installed by the install check
+CUDA_STACK = ("torch", "triton", "nvidia-", "cuda-")
+FETCHED = ("Downloading", "Processing")
+# left out of the copy that the install check builds from
+NOT_SOURCE = (
+    ".git",
+    ".nox",
+    ".venv",
+    ".hypothesis",
+    "__pycache__",
+    "*.egg-info",
+    "build",
+    "reports",
+    "mutants-scratch",
+)
+
+
+@nox.session(python=False, default=False)
+def install_check(session: nox.Session) -> None:
+    """Installing the package into an environment that has torch 2.13.0 leaves that torch alone."""
+    started = time.monotonic()
+    scratch = tempfile.mkdtemp(prefix="ppo-install-check-")
+    try:
+        venv = os.path.join(scratch, "venv")
+        session.run(sys.executable, "-m", "venv", venv, external=True)
+        python = os.path.join(venv, "bin", "python")
+        pip = (python, "-m", "pip")
+        session.run(*pip, "install", "--quiet", "--upgrade", "pip", external=True)
+        # the trainer's environment: a torch is there first (pinned: an unpinned torch is a CUDA build)
+        session.run(*pip, "install", "torch==2.13.0", external=True)
+        probe = "import importlib.metadata as m; print(m.version('torch'))"
+        before = session.run(python, "-c", probe, external=True, silent=True).strip()
+        # the package as a user installs it: no constraints file, pyproject.toml's ranges only
+        # (from a copy, so that the build's build/ and *.egg-info stay out of the work tree)
+        source = shutil.copytree(ROOT, os.path.join(scratch, "src"), ignore=shutil.ignore_patterns(*NOT_SOURCE))
+        report = os.path.join(scratch, "report.json")
+        output = session.run(*pip, "install", "--report", report, source, external=True, silent=True)
+        after = session.run(python, "-c", probe, external=True, silent=True).strip()
+        with open(report, encoding="utf-8") as f:
+            installed = sorted(
+                f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.load(f)["install"]
+            )
+        # what pip fetched: "Downloading <url or file name>", "Processing <local file>"
+        fetched = [line.strip() for line in output.splitlines() if line.lstrip().startswith(FETCHED)]
+        cuda = [spec for spec in installed if spec.lower().startswith(CUDA_STACK)]
+        cuda += [line for line in fetched if re.search(r"\b(torch|triton|nvidia|cuda)[-_]", line.lower())]
+        for line in output.splitlines():
+            if "satisfied: torch" in line:
+                session.log(line.strip())
+        session.log(f"torch before: {before} | after: {after}")
+        session.log(f"the package's install added {len(installed)} distributions: {', '.join(installed)}")
+        if after != before or cuda:
+            session.error(f"installing the package changed torch ({before} -> {after}) or fetched {cuda}")
+        session.log(f"torch left alone; {time.monotonic() - started:.0f} s")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
