@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mutants import catalogue, mutmut_run, report, runner
+from mutants import catalogue, locate, mutmut_hooks, mutmut_run, report, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
@@ -153,17 +153,29 @@ def test_mutmut_config_and_scratch_layout(tmp_path):
     assert config["only_mutate"] == [catalogue.TRAINER]
     assert config["process_isolation"] == "fork"
     scratch = mutmut_run.prepare_scratch(tmp_path / "scratch")
-    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").is_file()
+    hooks = Path(mutmut_hooks.__file__).read_text(encoding="utf-8")
+    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").read_text(encoding="utf-8") == hooks
     assert (scratch / "_pristine_trainer.py").read_text(encoding="utf-8") == TRAINER_SOURCE
     assert mutmut_run.PRAGMA in (scratch / catalogue.TRAINER).read_text(encoding="utf-8")
     with pytest.raises(RuntimeError, match="inside the project"):
         mutmut_run.prepare_scratch(ROOT / "mutants-scratch")
 
 
+def test_the_hooks_plugin_imports_nothing_of_the_mutants_package():
+    """mutmut_hooks.py is copied alone into the scratch project, where the `mutants` package does not exist."""
+    import ast
+
+    tree = ast.parse(Path(mutmut_hooks.__file__).read_text(encoding="utf-8"))
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
+    assert {m.split(".")[0] for m in modules} <= {"__future__", "os", "pytest", "hypothesis"}
+
+
 def test_locations_are_those_of_the_original_file():
     original = ["    x = a * b\n", "    return x if n >= 2 else 0.0\n"]
     mutant = ["    x = a / b\n", "    return x if n >= 2 else 0.0\n"]
-    where = mutmut_run.locate(original, mutant, first_line=10)
+    where = locate.locate(original, mutant, first_line=10)
     assert where == {
         "start": {"line": 10, "column": 11},
         "end": {"line": 10, "column": 12},
@@ -171,11 +183,11 @@ def test_locations_are_those_of_the_original_file():
         "replacement": "/",
     }
     mutant = ["    x = a * b\n", "    return x if not n >= 2 else 0.0\n"]
-    where = mutmut_run.locate(original, mutant, first_line=10)
+    where = locate.locate(original, mutant, first_line=10)
     assert where["start"]["line"] == 11 and where["original"] == "n" and where["replacement"] == "not n"
-    assert mutmut_run.mutator_name("==", "!=") == "EqualityOperator"
-    assert mutmut_run.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
-    assert mutmut_run.mutator_name("x, ", "") == "ArgumentRemoval"
+    assert locate.mutator_name("==", "!=") == "EqualityOperator"
+    assert locate.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
+    assert locate.mutator_name("x, ", "") == "ArgumentRemoval"
 
 
 def record(name, status, original="0", replacement="1", line="if n > 0:"):
