@@ -34,6 +34,7 @@ from pathlib import Path
 from . import mutmut_hooks
 from .locate import locate, mutator_name
 from .runner import ROOT, copy_project, scratch_env
+from .scoring import kill_costs
 
 try:
     import tomllib
@@ -266,72 +267,6 @@ def read_stats(scratch) -> dict:
         }
     except (OSError, json.JSONDecodeError):
         return {}
-
-
-COST_GOAL = 1.5  # the issue's goal: a killed mutant costs under 1.5x the time of the test that killed it
-
-
-def first_test(tests, duration_by_test: dict) -> str | None:
-    """The test mutmut runs first for a mutant, of the tests it links to the mutant's function.
-
-    mutmut 3 (ForkRunner.submit) runs `pytest -x` over the tests sorted by their stats-run
-    duration, fastest first, a missing duration counting 0. It stores only the exit code, not
-    which test failed. Equal durations are ordered by name here (mutmut's order among them is a
-    set's), which does not change the duration, hence not the ratio.
-    """
-    return min(tests, key=lambda t: (duration_by_test.get(t, 0.0), t), default=None)
-
-
-def percentile(values, q: float) -> float | None:
-    """The q-th percentile (0-100) of `values`, linear between the closest ranks (numpy's default)."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def kill_costs(records: list[dict], stats: dict) -> tuple[dict, dict]:
-    """The cost of each killed mutant against the test that killed it, and their summary.
-
-    Per killed mutant: mutmut's wall time for it (`seconds`, its meta file's durations_by_key:
-    fork of the worker to its exit, a whole `pytest -x` session) over the stats-run duration of
-    the first test mutmut runs for it (`first_test`), taken as the killer. A later test that
-    killed it is slower, so the ratio is then an upper bound. Returns ({name: fields}, summary).
-    """
-    durations = stats.get("duration_by_test") or {}
-    tests_by_function = stats.get("tests_by_function") or {}
-    per_mutant = {}
-    for r in records:
-        if r["status"] != "killed" or r.get("seconds") is None:
-            continue
-        test = first_test(tests_by_function.get(r["function"], ()), durations)
-        test_seconds = durations.get(test, 0.0) if test else None
-        ratio = r["seconds"] / test_seconds if test_seconds else None
-        per_mutant[r["name"]] = {"first_test": test, "first_test_seconds": test_seconds, "cost_ratio": ratio}
-    measured = {name: c for name, c in per_mutant.items() if c["cost_ratio"] is not None}
-    ratios = [c["cost_ratio"] for c in measured.values()]
-    seconds = [r["seconds"] for r in records if r["name"] in per_mutant]
-    first_tests: dict[str, int] = {}
-    for c in measured.values():
-        first_tests[c["first_test"]] = first_tests.get(c["first_test"], 0) + 1
-    p90 = percentile(ratios, 90)
-    summary = {
-        "killed": len(per_mutant),
-        "measured": len(ratios),
-        "goal_ratio": COST_GOAL,
-        "median_ratio": percentile(ratios, 50),
-        "p90_ratio": p90,
-        "share_under_goal": sum(x < COST_GOAL for x in ratios) / len(ratios) if ratios else None,
-        "goal_met": p90 < COST_GOAL if p90 is not None else None,
-        "mean_seconds": sum(seconds) / len(seconds) if seconds else None,
-        "median_seconds": percentile(seconds, 50),
-        "median_first_test_seconds": percentile([c["first_test_seconds"] for c in measured.values()], 50),
-        "first_tests": dict(sorted(first_tests.items(), key=lambda kv: (-kv[1], kv[0]))),
-    }
-    return per_mutant, summary
 
 
 def write_results(report_dir, scratch, records: list[dict], code: int, seconds: float, max_children: int) -> None:

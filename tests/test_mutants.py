@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mutants import catalogue, locate, mutmut_hooks, mutmut_run, report, runner
+from mutants import catalogue, html_page, locate, markdown, mutmut_hooks, mutmut_run, runner, schema, scoring
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
@@ -217,7 +217,7 @@ def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
         dict(record("x_pooled_stats__mutmut_9", "survived"), seconds=9.0),
         dict(record("x_masked_sum__mutmut_1", "killed"), function="masked_sum", seconds=0.4),
     ]
-    per_mutant, cost = mutmut_run.kill_costs(records, stats)
+    per_mutant, cost = scoring.kill_costs(records, stats)
     assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"] == {
         "first_test": "t::fast",
         "first_test_seconds": 0.5,
@@ -229,10 +229,10 @@ def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
     assert cost["median_ratio"] == pytest.approx(3.0) and cost["p90_ratio"] == pytest.approx(5.2)
     assert cost["share_under_goal"] == pytest.approx(0.2) and cost["goal_met"] is False
     assert cost["mean_seconds"] == pytest.approx(8.4 / 6)
-    text = report.cost_text(cost)
+    text = markdown.cost_text(cost)
     assert "median **3.00x**" in text and "90th percentile **5.20x**" in text and "Goal NOT met" in text
-    _, cost = mutmut_run.kill_costs([dict(records[0], seconds=0.6)], stats)
-    assert cost["goal_met"] is True and "Goal met" in report.cost_text(cost)
+    _, cost = scoring.kill_costs([dict(records[0], seconds=0.6)], stats)
+    assert cost["goal_met"] is True and "Goal met" in markdown.cost_text(cost)
 
 
 def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
@@ -258,16 +258,16 @@ def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
             "why": "w",
         },
     }
-    problems, _ = report.triage(records, entries)
+    problems, _ = scoring.triage(records, entries)
     assert any("untriaged survivor x_pooled_stats__mutmut_4" in p for p in problems)
     assert any("stale triage of x_pooled_stats__mutmut_3" in p for p in problems)
-    summary = report.score(records)
+    summary = scoring.score(records)
     assert summary["counts"] == {"killed": 1, "equivalent": 1, "survived": 2}
     assert summary["score"] == pytest.approx(100 / 3, abs=0.01)
 
 
 def test_the_triage_file_is_well_formed():
-    entries, problems = report.load_triage()
+    entries, problems = scoring.load_triage()
     assert problems == []
     assert entries, "mutants/equivalent.toml lists the triaged survivors"
     baseline = json.loads((ROOT / "mutants" / "baseline.json").read_text(encoding="utf-8"))
@@ -336,9 +336,9 @@ def synthetic_inputs():
 
 def test_report_json_is_schema_v2():
     curated, mutmut = synthetic_inputs()
-    doc, unplaced = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=80.0)
+    doc, unplaced = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=80.0)
     assert unplaced == []
-    assert report.validate(doc) == []
+    assert schema.validate(doc) == []
     doc = json.loads(json.dumps(doc))  # what is written is plain JSON
     assert doc["schemaVersion"] == "2"
     assert isinstance(doc["thresholds"]["high"], int) and isinstance(doc["thresholds"]["low"], int)
@@ -364,15 +364,15 @@ def test_report_json_is_schema_v2():
     bad = json.loads(json.dumps(doc))
     del bad["files"][catalogue.TRAINER]["mutants"][0]["status"]
     bad["schemaVersion"] = "1"
-    assert len(report.validate(bad)) == 2
+    assert len(schema.validate(bad)) == 2
 
 
 def test_html_without_the_component_says_so(tmp_path):
     curated, mutmut = synthetic_inputs()
-    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
-    page = report.render_html(doc, None, "t")
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    page = html_page.render(doc, None, "t")
     assert "was not available" in page and "<mutation-test-report-app" not in page
-    page = report.render_html(doc, "console.log('</script>')", "t")
+    page = html_page.render(doc, "console.log('</script>')", "t")
     assert page.count("</script>") == 3 and "<\\/script>" in page  # the inlined code cannot close its element
 
 
@@ -485,13 +485,13 @@ def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_mutation_html_renders_the_mutants_in_headless_chromium(chromium, tmp_path):
-    js, origin = report.find_elements(install=True)
+    js, origin = html_page.find_elements(install=True)
     if js is None:
         pytest.skip(f"the mutation-testing-elements component is not available: {origin}")
     curated, mutmut = synthetic_inputs()
-    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
     page = tmp_path / "mutation.html"
-    page.write_text(report.render_html(doc, js, "test report"), encoding="utf-8")
+    page.write_text(html_page.render(doc, js, "test report"), encoding="utf-8")
     check_rendered(chromium, page, doc, tmp_path)
 
 

@@ -1,0 +1,164 @@
+"""reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
+
+Built as plain dicts and written with the json module. mutmut's mutants and the
+curated mutants share the one file entry of reference_ppo/trainer.py; a survivor
+triaged "equivalent" is reported as Ignored with its reason.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from . import catalogue
+from .runner import ROOT
+from .scoring import short
+
+TRAINER = catalogue.TRAINER
+
+TEST_FILE = "harness/suite/test_verify.py"
+THRESHOLDS = {"high": 90, "low": 75}
+SCHEMA_STATUS = {
+    "killed": "Killed",
+    "timeout": "Timeout",
+    "survived": "Survived",
+    "no tests": "NoCoverage",
+    "skipped": "Ignored",
+    "caught by type check": "CompileError",
+    "suspicious": "RuntimeError",
+    "segfault": "RuntimeError",
+    "interrupted": "RuntimeError",
+    "check was interrupted by user": "RuntimeError",
+    "not checked": "Pending",
+}
+CURATED_STATUS = {
+    "killed": "Killed",
+    "killed by unnamed checks": "Killed",
+    "survived": "Survived",
+    "error": "RuntimeError",
+    "not run": "Ignored",
+}
+
+
+def position(text: str, offset: int) -> dict:
+    """The schema's 1-based line and column of `offset` in `text`."""
+    before = text[:offset]
+    return {"line": before.count("\n") + 1, "column": offset - (before.rfind("\n") + 1) + 1}
+
+
+def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[dict, str] | None:
+    """Location in `source` of the mutant's first replacement in trainer.py, and its new text."""
+    for rep in mutant.patch:
+        if rep.file != TRAINER:
+            continue
+        offset = source.find(rep.old)
+        if offset < 0 or source.count(rep.old) != 1:
+            return None
+        old = rep.old.rstrip("\n")
+        return {"start": position(source, offset), "end": position(source, offset + len(old))}, rep.new.rstrip("\n")
+    return None
+
+
+def schema_report(
+    curated: dict | None, results: dict | None, source: str, baseline: float | None
+) -> tuple[dict, list[str]]:
+    """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
+    mutants: list[dict] = []
+    unplaced: list[str] = []
+    tests = [{"id": cid, "name": f"{TEST_FILE}::{node}"} for cid, (_, node) in catalogue.CHECKS.items()]
+    for r in (results or {}).get("mutants", []):
+        entry = {
+            "id": short(r["name"]),
+            "mutatorName": r["mutator"],
+            "replacement": r["replacement"],
+            "location": r["location"],
+            "status": "Ignored" if r.get("verdict") == "equivalent" else SCHEMA_STATUS.get(r["status"], "RuntimeError"),
+            "description": f"mutmut, in {r['function']}: {r['original']} -> {r['replacement']}",
+        }
+        if r.get("why"):
+            entry["statusReason"] = f"{r['verdict']}: {r['why']}"
+        if r.get("seconds") is not None:
+            entry["duration"] = round(1000 * r["seconds"])
+        mutants.append(entry)
+    by_id = {m.id: m for m in catalogue.MUTANTS}
+    for r in (curated or {}).get("mutants", []):
+        mutant = by_id.get(r["id"])
+        where = curated_location(mutant, source) if mutant else None
+        if where is None:
+            unplaced.append(r["id"])
+            continue
+        location, replacement = where
+        entry = {
+            "id": r["id"],
+            "mutatorName": f"Curated bug class {r['bug_class']}",
+            "replacement": replacement,
+            "location": location,
+            "status": CURATED_STATUS.get(r["status"], "RuntimeError"),
+            "description": f"{r['title']} (source: {r['source']}; must be killed by {', '.join(r['killed_by'])})",
+            "statusReason": r["status"] + (f": {r['reason'].splitlines()[0]}" if r.get("reason") else ""),
+        }
+        killers = [c for c in r.get("failed_checks", []) if c in catalogue.CHECKS]
+        if killers:
+            entry["killedBy"] = killers
+        if r.get("seconds"):
+            entry["duration"] = round(1000 * r["seconds"])
+        mutants.append(entry)
+    thresholds = dict(THRESHOLDS)
+    if baseline is not None:
+        thresholds["break"] = int(baseline)
+    report = {
+        "schemaVersion": "2",
+        "thresholds": thresholds,
+        "projectRoot": str(ROOT),
+        "files": {TRAINER: {"language": "python", "source": source, "mutants": mutants}},
+        "testFiles": {TEST_FILE: {"tests": tests}},
+        "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
+    }
+    return report, unplaced
+
+
+def mutmut_version() -> str | None:
+    """The installed mutmut's version, for the report's `framework` entry; None where it is not installed."""
+    try:
+        return metadata.version("mutmut")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+REQUIRED_MUTANT_KEYS = ("id", "mutatorName", "location", "status")
+SCHEMA_STATUSES = ("Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending")
+
+
+def validate(report: dict) -> list[str]:
+    """Structural problems of a schema-v2 report (required keys, types, statuses, positions)."""
+    problems = []
+    for key in ("schemaVersion", "thresholds", "files"):
+        if key not in report:
+            problems.append(f"missing {key}")
+    if str(report.get("schemaVersion", "")).split(".")[0] != "2":
+        problems.append("schemaVersion is not 2")
+    th = report.get("thresholds", {})
+    if not all(isinstance(th.get(k), int) and 0 <= th[k] <= 100 for k in ("high", "low")):
+        problems.append("thresholds need integer high and low in 0..100")
+    for path, entry in report.get("files", {}).items():
+        for key in ("language", "source", "mutants"):
+            if key not in entry:
+                problems.append(f"{path}: missing {key}")
+        lines = entry.get("source", "").split("\n")
+        ids = set()
+        for m in entry.get("mutants", []):
+            missing = [k for k in REQUIRED_MUTANT_KEYS if k not in m]
+            if missing:
+                problems.append(f"{path}: mutant {m.get('id', '?')} lacks {missing}")
+                continue
+            if m["id"] in ids:
+                problems.append(f"{path}: duplicate mutant id {m['id']}")
+            ids.add(m["id"])
+            if m["status"] not in SCHEMA_STATUSES:
+                problems.append(f"{path}: mutant {m['id']}: status {m['status']!r}")
+            for end in ("start", "end"):
+                pos = m["location"].get(end) or {}
+                if not (isinstance(pos.get("line"), int) and isinstance(pos.get("column"), int)):
+                    problems.append(f"{path}: mutant {m['id']}: location.{end} needs integer line and column")
+                elif not (1 <= pos["line"] <= len(lines) and pos["column"] >= 1):
+                    problems.append(f"{path}: mutant {m['id']}: location.{end} {pos} is outside the source")
+    return problems
