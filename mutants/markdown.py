@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from .model import CuratedRun, CuratedStatus
 from .schema import TEST_FILE
 from .scoring import COST_GOAL, short
 
@@ -21,19 +22,15 @@ def fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
 
 
-def header_section(
-    title: str, failed: bool, curated: dict | None, results: dict | None, js: str | None, origin: str
-) -> list[str]:
-    """The top of mutation.md: the verdict, the inputs it was made from, and how mutation.html was rendered."""
+def header_section(title: str, failed: bool, finished: dict[str, str | None], js: str | None, origin: str) -> list[str]:
+    """The top of mutation.md: the verdict, the inputs it was made from, and how mutation.html was rendered.
+
+    `finished` maps each input file that was read to when its run finished.
+    """
+    inputs = "; ".join(f"{name} (finished {'?' if stamp is None else stamp})" for name, stamp in finished.items())
     md = [f"# {title}", ""]
     md.append(
-        f"Verdict: **{'FAIL' if failed else 'pass'}**. Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from "
-        + "; ".join(
-            f"{name} (finished {data.get('finished', '?')})"
-            for name, data in (("curated.json", curated), ("mutmut_results.json", results))
-            if data
-        )
-        + "."
+        f"Verdict: **{'FAIL' if failed else 'pass'}**. Generated {time.strftime('%Y-%m-%d %H:%M:%S')} from {inputs}."
     )
     md.append("")
     if js is None:
@@ -60,54 +57,49 @@ def findings_section(problems: list[str], notes: list[str]) -> list[str]:
     return md
 
 
-def curated_section(curated: dict) -> list[str]:
+def curated_section(curated: CuratedRun) -> list[str]:
     """The curated section of mutation.md: the controls, the table, each mutant not killed, and every patch."""
     out = ["## Curated known-bug mutants", ""]
-    control = curated.get("control", {})
     mode = (
         "full suite for every mutant"
-        if curated.get("full")
+        if curated.full
         else "each mutant's named checks (-k), plus the full suite once on the unmodified copy"
     )
+    controls = "; ".join(
+        f"{'full suite' if command == 'verify' else command} **{'pass' if c.passed else 'FAIL'}** "
+        f"({c.checks} checks, {c.seconds:.1f} s)"
+        for command, c in curated.controls.items()
+    )
     out.append(
-        f"{len(curated['mutants'])} mutant(s) in {curated.get('wall_seconds', 0):.0f} s wall with "
-        f"{curated.get('jobs')} job(s); selection: {mode}. Control runs on the unmodified copy: "
-        + "; ".join(
-            f"{'full suite' if command == 'verify' else command} **{'pass' if c.get('passed') else 'FAIL'}** "
-            f"({c.get('checks', 0)} checks, {c.get('seconds', 0):.1f} s)"
-            for command, c in (curated.get("controls") or {"verify": control}).items()
-        )
-        + "."
+        f"{len(curated.mutants)} mutant(s) in {curated.wall_seconds:.0f} s wall with {curated.jobs} job(s); "
+        f"selection: {mode}. Control runs on the unmodified copy: {controls}."
     )
     out += [
         "",
         "| mutant | bug class | source | must be killed by | killed by | status | s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in curated["mutants"]:
-        other = sorted(set(r.get("failed_checks", [])) - set(r.get("named_failed", [])))
-        killed = ", ".join(r.get("named_failed", [])) or "-"
+    for r in curated.mutants:
+        m = r.mutant
+        other = sorted(set(r.failed_checks) - set(r.named_failed))
+        killed = ", ".join(r.named_failed) or "-"
         if other:
             killed += f" (also: {', '.join(other)})"
         out.append(
-            f"| `{r['id']}` | {r['bug_class']} | {md_cell(r['source'])} | {md_cell(', '.join(r['killed_by']))} "
-            f"| {md_cell(killed)} | {r['status']} | {r.get('seconds', 0):.1f} |"
+            f"| `{m.id}` | {m.bug_class} | {md_cell(m.source)} | {md_cell(', '.join(m.killed_by))} "
+            f"| {md_cell(killed)} | {r.status.text} | {r.seconds:.1f} |"
         )
-    for item in curated.get("not_applicable", []):
-        out.append(f"\nBug class {item['bug_class']} cannot arise in the reference trainer: {item['reason']}")
-    details = [r for r in curated["mutants"] if r["status"] != "killed"]
-    for r in details:
-        out += ["", f"### `{r['id']}`: {r['status']}", "", md_cell(r["title"]), "", fence(r.get("reason", ""), "text")]
-        if r.get("diff"):
-            out += ["", fence(r["diff"], "diff")]
+    for item in curated.not_applicable:
+        out.append(f"\nBug class {item.bug_class} cannot arise in the reference trainer: {item.reason}")
+    for r in curated.mutants:
+        if r.status is CuratedStatus.KILLED:
+            continue
+        out += ["", f"### `{r.id}`: {r.status.text}", "", md_cell(r.mutant.title), "", fence(r.reason, "text")]
+        if r.diff:
+            out += ["", fence(r.diff, "diff")]
     out += ["", "<details><summary>The curated patches</summary>", ""]
-    for r in curated["mutants"]:
-        out += [
-            f"**`{r['id']}`** (class {r['bug_class']}): {md_cell(r['title'])}",
-            "",
-            fence(r.get("diff", ""), "diff"),
-            "",
-        ]
+    for r in curated.mutants:
+        out += [f"**`{r.id}`** (class {r.mutant.bug_class}): {md_cell(r.mutant.title)}", "", fence(r.diff, "diff"), ""]
     out += ["</details>", ""]
     return out
 
@@ -251,7 +243,7 @@ def render(
     title: str,
     problems: list[str],
     notes: list[str],
-    curated: dict | None,
+    curated: CuratedRun | None,
     results: dict | None,
     summary: dict | None,
     timings: dict,
@@ -260,7 +252,12 @@ def render(
     origin: str,
 ) -> str:
     """The text of mutation.md."""
-    md = header_section(title, bool(problems), curated, results, js, origin) + findings_section(problems, notes)
+    finished = {}
+    if curated is not None:
+        finished["curated.json"] = curated.finished
+    if results is not None:
+        finished["mutmut_results.json"] = results.get("finished", "?")
+    md = header_section(title, bool(problems), finished, js, origin) + findings_section(problems, notes)
     if curated is not None:
         md += curated_section(curated)
     else:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import catalogue, html_page, markdown, schema, scoring
+from .model import CuratedRun, CuratedStatus
 from .runner import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -31,20 +32,18 @@ def load_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def curated_findings(curated: dict) -> tuple[list[str], list[str]]:
+def curated_findings(curated: CuratedRun) -> tuple[list[str], list[str]]:
     """(problems, notes) of the curated run: a control that did not pass, a mutant neither killed nor skipped."""
     problems: list[str] = []
     notes: list[str] = []
-    for command, control in (curated.get("controls") or {"verify": curated.get("control", {})}).items():
-        if not control.get("passed"):
+    for command, control in curated.controls.items():
+        if not control.passed:
             problems.append(f"curated: the control run ({command}, unmodified trainer) did not pass")
-    for r in curated["mutants"]:
-        if r["status"] not in ("killed", "not run"):
-            problems.append(
-                f"curated: {r['id']} {r['status']}" + (f": {r['reason'].splitlines()[0]}" if r.get("reason") else "")
-            )
-        elif r["status"] == "not run":
-            notes.append(f"curated: {r['id']} not run: {r['reason']}")
+    for r in curated.mutants:
+        if not r.passed:
+            problems.append(f"curated: {r.id} {r.status_line}")
+        elif r.status is CuratedStatus.NOT_RUN:
+            notes.append(f"curated: {r.id} not run: {r.reason}")
     return problems, notes
 
 
@@ -104,11 +103,12 @@ def write_reports(
 ) -> int:
     """Write mutation.md/.json/.html from whatever ran; exit 1 when a problem fails the session."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    curated = load_json(report_dir / "curated.json")
+    curated_data = load_json(report_dir / "curated.json")
     results = load_json(report_dir / "mutmut_results.json")
-    if curated is None and results is None:
+    if curated_data is None and results is None:
         print(f"error: nothing to report in {report_dir}: run `python -m mutants curated` or `mutmut` first")
         return 2
+    curated = None if curated_data is None else CuratedRun.from_dict(curated_data)
     baseline_path = HERE / "baseline.json"
     baseline_data = load_json(baseline_path) or {}
     baseline = (baseline_data.get("mutmut") or {}).get("score")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib import metadata
 
 from . import catalogue
+from .model import CuratedResult, CuratedRun, SchemaStatus
 from .runner import ROOT
 from .scoring import short
 
@@ -29,13 +30,6 @@ SCHEMA_STATUS = {
     "interrupted": "RuntimeError",
     "check was interrupted by user": "RuntimeError",
     "not checked": "Pending",
-}
-CURATED_STATUS = {
-    "killed": "Killed",
-    "killed by unnamed checks": "Killed",
-    "survived": "Survived",
-    "error": "RuntimeError",
-    "not run": "Ignored",
 }
 
 
@@ -58,50 +52,60 @@ def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[dict, str] 
     return None
 
 
+def mutmut_entry(r: dict) -> dict:
+    """The schema-v2 entry of one mutmut mutant; a survivor triaged equivalent is Ignored, with its reason."""
+    entry = {
+        "id": short(r["name"]),
+        "mutatorName": r["mutator"],
+        "replacement": r["replacement"],
+        "location": r["location"],
+        "status": "Ignored" if r.get("verdict") == "equivalent" else SCHEMA_STATUS.get(r["status"], "RuntimeError"),
+        "description": f"mutmut, in {r['function']}: {r['original']} -> {r['replacement']}",
+    }
+    if r.get("why"):
+        entry["statusReason"] = f"{r['verdict']}: {r['why']}"
+    if r.get("seconds") is not None:
+        entry["duration"] = round(1000 * r["seconds"])
+    return entry
+
+
+def curated_entry(r: CuratedResult, source: str) -> dict | None:
+    """The schema-v2 entry of one curated mutant, or None when its patch cannot be placed in `source`."""
+    where = curated_location(r.mutant, source)
+    if where is None:
+        return None
+    location, replacement = where
+    m = r.mutant
+    entry = {
+        "id": m.id,
+        "mutatorName": f"Curated bug class {m.bug_class}",
+        "replacement": replacement,
+        "location": location,
+        "status": r.status.schema.value,
+        "description": f"{m.title} (source: {m.source}; must be killed by {', '.join(m.killed_by)})",
+        "statusReason": r.status_line,
+    }
+    killers = [c for c in r.failed_checks if c in catalogue.CHECKS]
+    if killers:
+        entry["killedBy"] = killers
+    if r.seconds:
+        entry["duration"] = round(1000 * r.seconds)
+    return entry
+
+
 def schema_report(
-    curated: dict | None, results: dict | None, source: str, baseline: float | None
+    curated: CuratedRun | None, results: dict | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
-    mutants: list[dict] = []
+    mutants = [mutmut_entry(r) for r in (results or {}).get("mutants", [])]
     unplaced: list[str] = []
+    for r in curated.mutants if curated is not None else ():
+        entry = curated_entry(r, source)
+        if entry is None:
+            unplaced.append(r.id)
+        else:
+            mutants.append(entry)
     tests = [{"id": cid, "name": f"{TEST_FILE}::{node}"} for cid, (_, node) in catalogue.CHECKS.items()]
-    for r in (results or {}).get("mutants", []):
-        entry = {
-            "id": short(r["name"]),
-            "mutatorName": r["mutator"],
-            "replacement": r["replacement"],
-            "location": r["location"],
-            "status": "Ignored" if r.get("verdict") == "equivalent" else SCHEMA_STATUS.get(r["status"], "RuntimeError"),
-            "description": f"mutmut, in {r['function']}: {r['original']} -> {r['replacement']}",
-        }
-        if r.get("why"):
-            entry["statusReason"] = f"{r['verdict']}: {r['why']}"
-        if r.get("seconds") is not None:
-            entry["duration"] = round(1000 * r["seconds"])
-        mutants.append(entry)
-    by_id = {m.id: m for m in catalogue.MUTANTS}
-    for r in (curated or {}).get("mutants", []):
-        mutant = by_id.get(r["id"])
-        where = curated_location(mutant, source) if mutant else None
-        if where is None:
-            unplaced.append(r["id"])
-            continue
-        location, replacement = where
-        entry = {
-            "id": r["id"],
-            "mutatorName": f"Curated bug class {r['bug_class']}",
-            "replacement": replacement,
-            "location": location,
-            "status": CURATED_STATUS.get(r["status"], "RuntimeError"),
-            "description": f"{r['title']} (source: {r['source']}; must be killed by {', '.join(r['killed_by'])})",
-            "statusReason": r["status"] + (f": {r['reason'].splitlines()[0]}" if r.get("reason") else ""),
-        }
-        killers = [c for c in r.get("failed_checks", []) if c in catalogue.CHECKS]
-        if killers:
-            entry["killedBy"] = killers
-        if r.get("seconds"):
-            entry["duration"] = round(1000 * r["seconds"])
-        mutants.append(entry)
     thresholds = dict(THRESHOLDS)
     if baseline is not None:
         thresholds["break"] = int(baseline)
@@ -125,7 +129,7 @@ def mutmut_version() -> str | None:
 
 
 REQUIRED_MUTANT_KEYS = ("id", "mutatorName", "location", "status")
-SCHEMA_STATUSES = ("Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending")
+SCHEMA_STATUSES = frozenset(s.value for s in SchemaStatus)
 
 
 def validate(report: dict) -> list[str]:

@@ -19,7 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from mutants import catalogue, html_page, locate, markdown, mutmut_hooks, mutmut_run, runner, schema, scoring
+from mutants import (
+    catalogue,
+    curated_output,
+    html_page,
+    locate,
+    markdown,
+    mutmut_hooks,
+    mutmut_run,
+    runner,
+    schema,
+    scoring,
+)
+from mutants.model import ControlResult, CuratedResult, CuratedRun, CuratedStatus, Judgement
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
@@ -110,22 +122,43 @@ def outcome(code, failed=(), passed=(), problem=""):
 
 def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
-    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"]))[0] == "killed"
-    assert runner.judge(m, outcome(1, failed=["freshness"]))[0] == "killed by unnamed checks"
-    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"]))[0] == "survived"
-    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"]))[0] == "error"
-    assert runner.judge(m, outcome(1))[0] == "error"
-    assert runner.judge(m, outcome(None, problem="timed out"))[0] == "error"
+    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.KILLED
+    assert runner.judge(m, outcome(1, failed=["freshness"])).status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
+    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.SURVIVED
+    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.ERROR
+    assert runner.judge(m, outcome(1)).status is CuratedStatus.ERROR
+    assert runner.judge(m, outcome(None, problem="timed out")).status is CuratedStatus.ERROR
     c09 = catalogue.by_id(["c09_mean_of_rank_means"])[0]  # any check of the two-process run, but not its launch
     ranks = [{"id": "uneven_split[ranks]", "scenario": "uneven_split", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, ""))[0] == "killed"
+    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, "")).status is CuratedStatus.KILLED
     launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, ""))[0] == "error"
+    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
     padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
-    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[padding_rows]"]))[0] == "killed"
-    assert (
-        runner.judge(padding, outcome(1, failed=["rollout_objectives[uneven_split]"]))[0] == "killed by unnamed checks"
-    )
+    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[padding_rows]"])).status is CuratedStatus.KILLED
+    unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[uneven_split]"]))
+    assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
+
+
+def test_a_verdict_names_the_failed_checks_and_says_why():
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    killed = runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]", "freshness"], passed=["lr0_ratio[epochs=2]"]))
+    assert killed == Judgement(CuratedStatus.KILLED, ("lr0_ratio[epochs=1]",), "")
+    unnamed = runner.judge(m, outcome(1, failed=["freshness"]))
+    assert unnamed == Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, (), "failed: freshness; named: lr0_ratio")
+    with pytest.raises(AttributeError):
+        killed.status = CuratedStatus.SURVIVED  # a verdict is frozen
+
+
+def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
+    assert {s.text for s in CuratedStatus if s.passes} == {"killed", "not run"}
+    assert {s.text: s.schema.value for s in CuratedStatus} == {
+        "killed": "Killed",
+        "killed by unnamed checks": "Killed",
+        "survived": "Survived",
+        "error": "RuntimeError",
+        "not run": "Ignored",
+    }
+    assert all(CuratedStatus(s.text) is s for s in CuratedStatus)
 
 
 # ---------------------------------------------------------------- mutmut plumbing
@@ -274,6 +307,58 @@ def test_the_triage_file_is_well_formed():
     assert 0 < baseline["mutmut"]["score"] <= 100
 
 
+# ---------------------------------------------------------------- the records read back from the reports' inputs
+
+
+def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path, capsys):
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    killed = CuratedResult(m, CuratedStatus.KILLED, ("lr0_ratio[epochs=1]",), ("lr0_ratio[epochs=1]",), "s", 2.5)
+    broken = CuratedResult(catalogue.MUTANTS[0], CuratedStatus.ERROR, reason="exit code 2\nlog", diff="--- a\n")
+    controls = {"verify": ControlResult(True, 3.0, 13), "verify-dist": ControlResult(False, 1.0, 0, "crash")}
+    run = CuratedRun(controls, (killed, broken), False, 2, 9.0, "2026-01-01T00:00:00+0000")
+    curated_output.write_curated_json(tmp_path, run)
+    data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
+    assert list(data) == [
+        "control",
+        "controls",
+        "full",
+        "jobs",
+        "wall_seconds",
+        "finished",
+        "mutants",
+        "not_applicable",
+    ]
+    assert data["control"] == {"passed": True, "seconds": 3.0, "checks": 13, "reason": ""}
+    assert data["mutants"][0] == {
+        "id": m.id,
+        "bug_class": 2,
+        "title": m.title,
+        "source": m.source,
+        "killed_by": ["lr0_ratio"],
+        "status": "killed",
+        "failed_checks": ["lr0_ratio[epochs=1]"],
+        "named_failed": ["lr0_ratio[epochs=1]"],
+        "selection": "s",
+        "seconds": 2.5,
+        "reason": "",
+        "diff": "",
+        "command": "verify",
+    }
+    back = CuratedRun.from_dict(data)
+    assert back == run and back.mutants[0].mutant == m  # the catalogue's mutant, patch included
+    assert [r.passed for r in back.mutants] == [True, False]
+    assert back.mutants[1].status_line == "error: exit code 2"
+    gone = dict(data["mutants"][0], id="c99_gone", title="renamed since")
+    lost = CuratedResult.from_dict(gone)
+    assert (lost.id, lost.mutant.title, lost.mutant.patch) == ("c99_gone", "renamed since", ())
+    assert CuratedRun.from_dict({"control": data["control"], "mutants": []}).controls == {"verify": controls["verify"]}
+    curated_output.print_summary(list(run.mutants), controls, 2, 9.0)
+    out = capsys.readouterr().out
+    assert "c02_unwritten_slots_averaged  2      killed  lr0_ratio[epochs=1]" in out
+    assert "c01_mean_of_microbatch_means [error]: exit code 2" in out
+    assert "`verify-dist` does not pass on the unmodified trainer" in out
+
+
 # ---------------------------------------------------------------- the report (schema v2)
 
 
@@ -305,6 +390,7 @@ def synthetic_inputs():
         ],
         "not_applicable": [],
     }
+    curated = CuratedRun.from_dict(curated)
     line = next(i for i, text in enumerate(TRAINER_SOURCE.splitlines(), 1) if "if count > 0 else 0.0" in text)
     column = TRAINER_SOURCE.splitlines()[line - 1].index("0.0") + 1
     loc = {"start": {"line": line, "column": column}, "end": {"line": line, "column": column + 3}}
@@ -346,7 +432,7 @@ def test_report_json_is_schema_v2():
     assert entry["language"] == "python" and entry["source"] == TRAINER_SOURCE
     statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
     ids = [m["id"] for m in entry["mutants"]]
-    assert len(ids) == len(set(ids)) == 3 + len(curated["mutants"])
+    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants)
     lines = TRAINER_SOURCE.split("\n")
     for m in entry["mutants"]:
         assert {"id", "mutatorName", "replacement", "location", "status"} <= set(m)
