@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
+
+from .model import Location, Position
 
 # Python-ish tokens: string literals, numbers, names, whitespace runs, multi-character operators, any other character
 TOKEN = re.compile(
@@ -27,12 +30,24 @@ OPERATOR_GROUPS = {
 }
 
 
+@dataclass(frozen=True)
+class Change:
+    """One mutation, token-exact: where it is in the project's file, the text it replaced, and the replacement."""
+
+    location: Location
+    original: str
+    replacement: str
+
+
+NO_CHANGE = Change(Location(None, None), "", "")  # a mutant whose function is its original's, text for text
+
+
 def tokens(text: str) -> list[str]:
     """`text` cut into tokens, whitespace kept, so that joining them gives `text` back."""
     return [m.group(0) for m in TOKEN.finditer(text)]
 
 
-def locate(original: list[str], mutant: list[str], first_line: int) -> dict:
+def locate(original: list[str], mutant: list[str], first_line: int) -> Change:
     """Location (1-based lines and columns, end exclusive), original text and replacement of one mutation.
 
     `original` and `mutant` are the lines of the two generated functions after their
@@ -44,7 +59,7 @@ def locate(original: list[str], mutant: list[str], first_line: int) -> dict:
         op for op in difflib.SequenceMatcher(None, original, mutant, autojunk=False).get_opcodes() if op[0] != "equal"
     ]
     if not ops:
-        return {}
+        return NO_CHANGE
     i1, i2, j1, j2 = ops[0][1], ops[-1][2], ops[0][3], ops[-1][4]
     old_tokens, new_tokens = tokens("".join(original[i1:i2])), tokens("".join(mutant[j1:j2]))
     head = 0
@@ -68,18 +83,8 @@ def locate(original: list[str], mutant: list[str], first_line: int) -> dict:
     start = len("".join(old_tokens[:head]))
     end = len("".join(old_tokens[:old_end]))
     old = "".join(original[i1:i2])
-
-    def position(offset: int) -> dict:
-        """Line and column in the project's file of `offset` in the changed span."""
-        before = old[:offset]
-        return {"line": first_line + i1 + before.count("\n"), "column": offset - (before.rfind("\n") + 1) + 1}
-
-    return {
-        "start": position(start),
-        "end": position(end),
-        "original": old[start:end],
-        "replacement": "".join(new_tokens[head:new_end]),
-    }
+    where = Location(Position.at(old, start, first_line + i1), Position.at(old, end, first_line + i1))
+    return Change(where, old[start:end], "".join(new_tokens[head:new_end]))
 
 
 def mutator_name(original: str, replacement: str) -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
-from .model import CuratedRun, CuratedStatus
+from .model import CuratedRun, CuratedStatus, KillCost, MutmutResults
 from .schema import TEST_FILE
-from .scoring import COST_GOAL, short
+from .scoring import COST_GOAL, Score, Timing
+
+SUMMARY_OUTCOMES = ("killed", "survived", "timeout", "equivalent", "no tests")  # named in the score's sentence
 
 
 def md_cell(text: str) -> str:
@@ -104,93 +106,92 @@ def curated_section(curated: CuratedRun) -> list[str]:
     return out
 
 
-def mutmut_section(results: dict, summary: dict, timings: dict, baseline: float | None) -> list[str]:
+def mutmut_section(results: MutmutResults, summary: Score, timing: Timing, baseline: float | None) -> list[str]:
     """The mutmut section of mutation.md: the score, timings, the per-function table and every survivor."""
     out = mutmut_summary(results, summary, baseline)
-    if timings.get("seconds"):
-        out += [timing_text(timings), ""]
+    if timing.seconds:
+        out += [timing_text(timing), ""]
     return out + per_function_table(results) + survivors_section(results)
 
 
-def mutmut_summary(results: dict, summary: dict, baseline: float | None) -> list[str]:
+def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | None) -> list[str]:
     """The section's heading, the functions and tests mutmut ran over, and the score against the baseline."""
-    c = summary["counts"]
-    out = ["## mutmut over the statistics code", ""]
-    out.append(
-        f"Functions: {', '.join(f'`{f}`' for f in results['functions'])} of `{results['file']}`; "
-        f"tests: the verify suite (`{TEST_FILE}`)."
-    )
-    score_text = f"{summary['score']:.2f} %" if summary["score"] is not None else "n/a"
+    c = summary.counts
+    functions = ", ".join(f"`{f}`" for f in results.functions)
+    score_text = f"{summary.score:.2f} %" if summary.score is not None else "n/a"
     base_text = f"{baseline:.2f} %" if baseline is not None else "none"
-    out += [
+    counted = [
+        f"{c.get('killed', 0)} killed",
+        f"{c.get('survived', 0)} survived ({summary.missing_check} triaged missing-check)",
+        f"{c.get('timeout', 0)} timeout",
+        f"{c.get('equivalent', 0)} equivalent (ignored)",
+        f"{c.get('no tests', 0)} without tests",
+    ]
+    counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]
+    return [
+        "## mutmut over the statistics code",
         "",
-        f"**Mutation score: {score_text}** (baseline {base_text}) — {summary['total']} mutants: "
-        f"{c.get('killed', 0)} killed, {c.get('survived', 0)} survived "
-        f"({summary['missing_check']} triaged missing-check), {c.get('timeout', 0)} timeout, "
-        f"{c.get('equivalent', 0)} equivalent (ignored), {c.get('no tests', 0)} without tests"
-        + "".join(
-            f", {n} {k}"
-            for k, n in sorted(c.items())
-            if k not in ("killed", "survived", "timeout", "equivalent", "no tests")
-        )
-        + ".",
+        f"Functions: {functions} of `{results.file}`; tests: the verify suite (`{TEST_FILE}`).",
+        "",
+        f"**Mutation score: {score_text}** (baseline {base_text}) — {summary.total} mutants: {', '.join(counted)}.",
         "",
     ]
-    return out
 
 
-def timing_text(timings: dict) -> str:
+def timing_text(timing: Timing) -> str:
     """The timing paragraph: the whole run, the cost per mutant and the cost against the killing test."""
     return (
-        f"Timing: {timings['seconds']:.0f} s for the mutmut run ({timings['workers']} worker(s), "
-        f"{timings['mutants_per_minute']:.1f} mutants/min, stats and clean run included). "
+        f"Timing: {timing.seconds:.0f} s for the mutmut run ({timing.workers} worker(s), "
+        f"{timing.mutants_per_minute:.1f} mutants/min, stats and clean run included). "
         + (
-            f"Per mutant: {timings['mean_seconds_killed']:.3f} s on average when killed"
-            if timings["mean_seconds_killed"]
+            f"Per mutant: {timing.mean_seconds_killed:.3f} s on average when killed"
+            if timing.mean_seconds_killed
             else ""
         )
         + (
-            f", {timings['mean_seconds_survived']:.2f} s when it survives (the whole suite)"
-            if timings["mean_seconds_survived"]
+            f", {timing.mean_seconds_survived:.2f} s when it survives (the whole suite)"
+            if timing.mean_seconds_survived
             else ""
         )
-        + (f"; the suite's tests take {timings['suite_seconds']:.1f} s in all. " if timings["suite_seconds"] else ". ")
-        + cost_text(timings.get("kill_cost") or {})
+        + (f"; the suite's tests take {timing.suite_seconds:.1f} s in all. " if timing.suite_seconds else ". ")
+        + cost_text(timing.kill_cost)
     )
 
 
-def cost_text(cost: dict) -> str:
+COST_METHOD = (
+    "Goal (from the issue): a killed mutant costs under {goal:g}x the killing test's own time (no re-import "
+    "of torch per mutant). Measured per killed mutant: the wall time mutmut records for it (`durations_by_key` "
+    "in its meta file: fork of the worker to its exit, one `pytest -x` session) over the killing test's "
+    "duration in mutmut's stats run (`duration_by_test` in mutmut-stats.json: the test's call phase, "
+    "from a cold observation cache). mutmut does not record which test killed a mutant: it runs the "
+    "tests linked to the mutated function fastest first and stops at the first failure, so the first test it "
+    "runs is taken as the killer; where a later, slower test killed it, the ratio is overstated."
+)
+
+
+def cost_text(cost: KillCost | None) -> str:
     """Each killed mutant's wall time over the time of the test that killed it, against the issue's goal."""
-    goal = cost.get("goal_ratio", COST_GOAL)
-    text = (
-        f"Goal (from the issue): a killed mutant costs under {goal:g}x the killing test's own time (no re-import "
-        "of torch per mutant). Measured per killed mutant: the wall time mutmut records for it (`durations_by_key` "
-        "in its meta file: fork of the worker to its exit, one `pytest -x` session) over the killing test's "
-        "duration in mutmut's stats run (`duration_by_test` in mutmut-stats.json: the test's call phase, "
-        "from a cold observation cache). mutmut does not record which test killed a mutant: it runs the "
-        "tests linked to the mutated function fastest first and stops at the first failure, so the first test it "
-        "runs is taken as the killer; where a later, slower test killed it, the ratio is overstated."
-    )
-    if not cost.get("measured"):
+    goal = cost.goal_ratio if cost is not None else COST_GOAL
+    text = COST_METHOD.format(goal=goal)
+    if cost is None or not cost.measured:
         return text + " No killed mutant could be measured (no test durations)."
-    tests = ", ".join(f"`{t.rpartition('::')[2]}` ({n})" for t, n in cost["first_tests"].items())
-    verdict = "met" if cost["goal_met"] else "NOT met"
+    tests = ", ".join(f"`{t.rpartition('::')[2]}` ({n})" for t, n in cost.first_tests.items())
+    verdict = "met" if cost.goal_met else "NOT met"
     return text + (
-        f" Over {cost['measured']} of {cost['killed']} killed mutants: ratio median "
-        f"**{cost['median_ratio']:.2f}x**, 90th percentile **{cost['p90_ratio']:.2f}x**, "
-        f"{100 * cost['share_under_goal']:.0f} % under {goal:g}x; medians: {cost['median_seconds']:.3f} s "
-        f"per killed mutant, {cost['median_first_test_seconds']:.3f} s for its first test (first test: {tests}). "
+        f" Over {cost.measured} of {cost.killed} killed mutants: ratio median "
+        f"**{cost.median_ratio:.2f}x**, 90th percentile **{cost.p90_ratio:.2f}x**, "
+        f"{100 * cost.share_under_goal:.0f} % under {goal:g}x; medians: {cost.median_seconds:.3f} s "
+        f"per killed mutant, {cost.median_first_test_seconds:.3f} s for its first test (first test: {tests}). "
         f"**Goal {verdict}** (met when the 90th percentile is under {goal:g}x)."
     )
 
 
-def per_function_table(results: dict) -> list[str]:
+def per_function_table(results: MutmutResults) -> list[str]:
     """The mutants of each function by outcome, and how many tests mutmut links to each function."""
     per_function: dict[str, dict[str, int]] = {}
-    for r in results["mutants"]:
-        key = "equivalent" if r.get("verdict") == "equivalent" else r["status"]
-        per_function.setdefault(r["function"], {})
-        per_function[r["function"]][key] = per_function[r["function"]].get(key, 0) + 1
+    for r in results.mutants:
+        counts = per_function.setdefault(r.function, {})
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
     out = ["| function | mutants | killed | survived | equivalent | other |", "|---|---|---|---|---|---|"]
     for fn, counts in per_function.items():
         other = sum(n for k, n in counts.items() if k not in ("killed", "survived", "equivalent"))
@@ -198,42 +199,34 @@ def per_function_table(results: dict) -> list[str]:
             f"| `{fn}` | {sum(counts.values())} | {counts.get('killed', 0)} | {counts.get('survived', 0)} "
             f"| {counts.get('equivalent', 0)} | {other} |"
         )
-    tests_by_function = (results.get("tests") or {}).get("tests_by_function") or {}
+    tests_by_function = results.tests.tests_by_function if results.tests else {}
     if tests_by_function:
-        out += [
-            "",
-            "Tests mutmut links to each function (from its stats run): "
-            + ", ".join(f"`{fn}` {len(t)}" for fn, t in sorted(tests_by_function.items()))
-            + ".",
-        ]
+        linked = ", ".join(f"`{fn}` {len(t)}" for fn, t in sorted(tests_by_function.items()))
+        out += ["", f"Tests mutmut links to each function (from its stats run): {linked}."]
     return out
 
 
-def survivors_section(results: dict) -> list[str]:
+def survivors_section(results: MutmutResults) -> list[str]:
     """Each surviving (or untested) mutant with its location, replacement, triage and diff."""
-    survivors = [r for r in results["mutants"] if r["status"] in ("survived", "no tests")]
-    verdicts = {}
+    survivors = [r for r in results.mutants if r.status.undetected]
+    verdicts: dict[str, int] = {}
     for r in survivors:
-        verdicts[r.get("verdict", "untriaged")] = verdicts.get(r.get("verdict", "untriaged"), 0) + 1
-    out = [
-        "",
-        f"### Survivors ({len(survivors)}: " + ", ".join(f"{n} {k}" for k, n in sorted(verdicts.items())) + ")",
-        "",
-    ]
+        key = r.verdict.value if r.verdict else "untriaged"
+        verdicts[key] = verdicts.get(key, 0) + 1
+    tally = ", ".join(f"{n} {k}" for k, n in sorted(verdicts.items()))
+    out = ["", f"### Survivors ({len(survivors)}: {tally})", ""]
     if not survivors:
         out.append("None.")
     for r in survivors:
-        loc = r["location"]["start"]
-        verdict = r.get("verdict", "UNTRIAGED")
         out += [
-            f"#### `{short(r['name'])}` — {verdict}",
+            f"#### `{r.short}` — {r.verdict.value if r.verdict else 'UNTRIAGED'}",
             "",
-            f"`{r['function']}`, line {loc['line']}: `{md_cell(r['original'])}` → "
-            f"`{md_cell(r['replacement'])}` ({r['mutator']}).",
+            f"`{r.function}`, line {r.location.start.line}: `{md_cell(r.original)}` → "
+            f"`{md_cell(r.replacement)}` ({r.mutator}).",
             "",
-            (r.get("why") or "Not triaged: add it to mutants/equivalent.toml (equivalent, with why) or add a check."),
+            r.why or "Not triaged: add it to mutants/equivalent.toml (equivalent, with why) or add a check.",
             "",
-            fence(r["diff"], "diff"),
+            fence(r.diff, "diff"),
             "",
         ]
     return out
@@ -244,9 +237,9 @@ def render(
     problems: list[str],
     notes: list[str],
     curated: CuratedRun | None,
-    results: dict | None,
-    summary: dict | None,
-    timings: dict,
+    results: MutmutResults | None,
+    summary: Score | None,
+    timing: Timing | None,
     baseline: float | None,
     js: str | None,
     origin: str,
@@ -256,14 +249,14 @@ def render(
     if curated is not None:
         finished["curated.json"] = curated.finished
     if results is not None:
-        finished["mutmut_results.json"] = results.get("finished", "?")
+        finished["mutmut_results.json"] = results.finished
     md = header_section(title, bool(problems), finished, js, origin) + findings_section(problems, notes)
     if curated is not None:
         md += curated_section(curated)
     else:
         md += ["## Curated known-bug mutants", "", "Not run in this session.", ""]
-    if results is not None and summary is not None:
-        md += mutmut_section(results, summary, timings, baseline)
+    if results is not None and summary is not None and timing is not None:
+        md += mutmut_section(results, summary, timing, baseline)
     else:
         md += ["## mutmut over the statistics code", "", "Not run in this session.", ""]
     return "\n".join(md).rstrip() + "\n"

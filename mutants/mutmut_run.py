@@ -29,10 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from . import mutmut_hooks
 from .locate import locate, mutator_name
+from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
 from .runner import ROOT, copy_project, scratch_env
 from .scoring import kill_costs
 
@@ -150,37 +152,6 @@ def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[in
     return code, time.perf_counter() - start
 
 
-STATUS_BY_EXIT_CODE = {
-    1: "killed",
-    3: "killed",
-    0: "survived",
-    5: "no tests",
-    33: "no tests",
-    34: "skipped",
-    35: "suspicious",
-    36: "timeout",
-    37: "caught by type check",
-    -24: "timeout",
-    24: "timeout",
-    152: "timeout",
-    255: "timeout",
-    -11: "segfault",
-    -9: "segfault",
-    2: "interrupted",
-    None: "not checked",
-}
-
-
-def mutmut_status(exit_code) -> str:
-    """mutmut's own status names for its exit codes (mutmut.stats.status_by_exit_code)."""
-    try:
-        from mutmut.stats import status_by_exit_code
-
-        return status_by_exit_code[exit_code]
-    except ImportError:
-        return STATUS_BY_EXIT_CODE.get(exit_code, "suspicious")
-
-
 def _functions(tree) -> dict:
     """The module-level functions of `tree` by name: mutmut generates its mutants as such functions."""
     return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
@@ -191,7 +162,7 @@ def _lines(source_lines: list[str], node) -> list[str]:
     return source_lines[node.lineno - 1 : node.end_lineno]
 
 
-def collect(scratch, project_trainer=None) -> list[dict]:
+def collect(scratch, project_trainer=None) -> list[MutantRecord]:
     """One record per mutant of trainer.py, read from mutmut's meta file and generated code."""
     scratch = Path(scratch)
     meta_path = scratch / "mutants" / (TRAINER + ".meta")
@@ -219,27 +190,28 @@ def collect(scratch, project_trainer=None) -> list[dict]:
         here = _lines(project_lines, source_node)[1:]
         if here != orig:
             raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {TRAINER} it was made from")
-        where = locate(orig, mutated, source_node.lineno + 1)
+        change = locate(orig, mutated, source_node.lineno + 1)
         start = source_node.lineno - 1
         changed = (
             project_lines[:start] + project_lines[start : start + 1] + mutated + project_lines[source_node.end_lineno :]
         )
         diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{TRAINER}", f"b/{TRAINER}", n=1))
+        first = change.location.start
         records.append(
-            {
-                "name": key,
-                "function": function,
-                "exit_code": exit_code,
-                "status": mutmut_status(exit_code),
-                "seconds": durations.get(key),
-                "estimated_test_seconds": estimated.get(key),
-                "location": {"start": where.get("start"), "end": where.get("end")},
-                "line": project_lines[where["start"]["line"] - 1].strip() if where else "",
-                "original": where.get("original", ""),
-                "replacement": where.get("replacement", ""),
-                "mutator": mutator_name(where.get("original", ""), where.get("replacement", "")),
-                "diff": diff,
-            }
+            MutantRecord(
+                name=key,
+                function=function,
+                exit_code=exit_code,
+                status=MutantStatus.from_exit_code(exit_code),
+                seconds=durations.get(key),
+                estimated_test_seconds=estimated.get(key),
+                location=change.location,
+                line=project_lines[first.line - 1].strip() if first else "",
+                original=change.original,
+                replacement=change.replacement,
+                mutator=mutator_name(change.original, change.replacement),
+                diff=diff,
+            )
         )
     return records
 
@@ -250,43 +222,47 @@ def tail(path, lines: int = 40) -> str:
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
-def read_stats(scratch) -> dict:
-    """mutmut's per-test statistics from its stats run (durations, tests by function); {} when missing or unreadable."""
+def read_stats(scratch) -> SuiteStats | None:
+    """mutmut's per-test statistics from its stats run (durations, tests by function); None if missing or unreadable."""
     statsfile = scratch / "mutants" / "mutmut-stats.json"
     if not statsfile.is_file():
-        return {}
+        return None
     try:
         data = json.loads(statsfile.read_text(encoding="utf-8"))
-        return {
-            "duration_by_test": data.get("duration_by_test", {}),
-            "stats_time": data.get("stats_time"),
-            "tests_by_function": {
+        return SuiteStats(
+            duration_by_test=data.get("duration_by_test", {}),
+            stats_time=data.get("stats_time"),
+            tests_by_function={
                 k.rpartition(".")[2].removeprefix("x_"): sorted(v)
                 for k, v in data.get("tests_by_mangled_function_name", {}).items()
             },
-        }
+        )
     except (OSError, json.JSONDecodeError):
-        return {}
+        return None
 
 
-def write_results(report_dir, scratch, records: list[dict], code: int, seconds: float, max_children: int) -> None:
-    """Write mutmut_results.json: the run, the source the locations refer to, every mutant and the test stats."""
+def write_results(
+    report_dir, scratch, records: list[MutantRecord], code: int, seconds: float, max_children: int
+) -> None:
+    """Write mutmut_results.json: the run, the source the locations refer to, every mutant, the stats, kill costs.
+
+    The kill costs are computed here, once, while mutmut's stats file is at hand; the report reads them back.
+    """
     stats = read_stats(scratch)
     costs, kill_cost = kill_costs(records, stats)
-    records = [dict(r, **costs.get(r["name"], {})) for r in records]
-    payload = {
-        "mutmut_exit_code": code,
-        "seconds": seconds,
-        "max_children": max_children,
-        "functions": list(MUTATED_FUNCTIONS),
-        "file": TRAINER,
-        "source": (scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
-        "mutants": records,
-        "tests": stats,
-        "kill_cost": kill_cost,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    (report_dir / "mutmut_results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    results = MutmutResults(
+        mutmut_exit_code=code,
+        seconds=seconds,
+        max_children=max_children,
+        functions=MUTATED_FUNCTIONS,
+        file=TRAINER,
+        source=(scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
+        mutants=tuple(replace(r, cost=costs.get(r.name)) for r in records),
+        tests=stats,
+        kill_cost=kill_cost,
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    (report_dir / "mutmut_results.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> int:
@@ -305,7 +281,7 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> in
         return 2
     records = collect(scratch)
     write_results(report_dir, scratch, records, code, seconds, max_children)
-    checked = [r for r in records if r["status"] != "not checked"]
+    checked = [r for r in records if r.status is not MutantStatus.NOT_CHECKED]
     print(
         f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
         f"({60 * len(checked) / max(seconds, 1e-9):.1f} mutants/min); exit {code}",

@@ -12,13 +12,14 @@ mutmut never checked, a score below the baseline, an invalid mutation.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
 from . import catalogue, html_page, markdown, schema, scoring
-from .model import CuratedRun, CuratedStatus
+from .model import CuratedRun, CuratedStatus, MutantStatus, MutmutResults
 from .runner import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -47,53 +48,51 @@ def curated_findings(curated: CuratedRun) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
-def triage_findings(results: dict) -> tuple[list[str], list[str]]:
-    """(problems, notes) of triaging the mutmut records against mutants/equivalent.toml (marks the records)."""
+def triage_findings(results: MutmutResults) -> tuple[MutmutResults, list[str], list[str]]:
+    """The results with each survivor's triage from mutants/equivalent.toml, and the (problems, notes) of it."""
     entries, problems = scoring.load_triage()
-    more, notes = scoring.triage(results["mutants"], entries)
-    return problems + more, notes
+    records, more, notes = scoring.triage(results.mutants, entries)
+    return dataclasses.replace(results, mutants=records), problems + more, notes
 
 
-def record_baseline(path: Path, data: dict, results: dict, summary: dict) -> float:
+def record_baseline(path: Path, data: dict, results: MutmutResults, summary: scoring.Score) -> float:
     """Write this run's mutmut score to the baseline file; returns the new baseline."""
     data["mutmut"] = {
-        "score": summary["score"],
-        "total": summary["total"],
-        "functions": results["functions"],
+        "score": summary.score,
+        "total": summary.total,
+        "functions": list(results.functions),
         "recorded": time.strftime("%Y-%m-%d"),
     }
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return summary["score"]
+    return summary.score
 
 
-def mutmut_problems(results: dict, summary: dict, baseline: float | None, baseline_name: str) -> list[str]:
+def mutmut_problems(
+    results: MutmutResults, summary: scoring.Score, baseline: float | None, baseline_name: str
+) -> list[str]:
     """What fails the session in the mutmut run: unchecked mutants, mutmut's exit code, a score below the baseline."""
     problems = []
-    pending = summary["counts"].get("not checked", 0)
+    pending = summary.counts.get(MutantStatus.NOT_CHECKED.text, 0)
     if pending:
         problems.append(f"mutmut: {pending} mutant(s) were never checked")
-    if results.get("mutmut_exit_code") not in (0, None):
-        problems.append(f"mutmut exited {results['mutmut_exit_code']}")
+    if results.mutmut_exit_code not in (0, None):
+        problems.append(f"mutmut exited {results.mutmut_exit_code}")
     if baseline is None:
         problems.append(f"{baseline_name} has no mutmut score to hold the line")
-    elif summary["score"] is None or summary["score"] < baseline - 1e-9:
-        problems.append(f"mutmut score {summary['score']} % is below the baseline {baseline:.2f} %")
+    elif summary.score is None or summary.score < baseline - 1e-9:
+        problems.append(f"mutmut score {summary.score} % is below the baseline {baseline:.2f} %")
     return problems
 
 
 def print_outcome(
-    report_dir: Path, summary: dict | None, baseline: float | None, js: str | None, problems: list[str]
+    report_dir: Path, summary: scoring.Score | None, baseline: float | None, js: str | None, problems: list[str]
 ) -> None:
     """The terminal summary: the mutmut score, the files written, and each problem on stderr."""
     if summary is not None:
-        print(
-            f"mutmut score {summary['score']} % (baseline {baseline}); {summary['total']} mutants: "
-            + ", ".join(f"{n} {k}" for k, n in sorted(summary["counts"].items()))
-        )
-    print(
-        f"wrote {report_dir / 'mutation.md'}, mutation.json, mutation.html"
-        + ("" if js else " (WITHOUT the web component)")
-    )
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(summary.counts.items()))
+        print(f"mutmut score {summary.score} % (baseline {baseline}); {summary.total} mutants: {counts}")
+    component = "" if js else " (WITHOUT the web component)"
+    print(f"wrote {report_dir / 'mutation.md'}, mutation.json, mutation.html{component}")
     for p in problems:
         print(f"PROBLEM {p}", file=sys.stderr)
 
@@ -104,26 +103,27 @@ def write_reports(
     """Write mutation.md/.json/.html from whatever ran; exit 1 when a problem fails the session."""
     report_dir.mkdir(parents=True, exist_ok=True)
     curated_data = load_json(report_dir / "curated.json")
-    results = load_json(report_dir / "mutmut_results.json")
-    if curated_data is None and results is None:
+    results_data = load_json(report_dir / "mutmut_results.json")
+    if curated_data is None and results_data is None:
         print(f"error: nothing to report in {report_dir}: run `python -m mutants curated` or `mutmut` first")
         return 2
     curated = None if curated_data is None else CuratedRun.from_dict(curated_data)
+    results = None if results_data is None else MutmutResults.from_dict(results_data)
     baseline_path = HERE / "baseline.json"
     baseline_data = load_json(baseline_path) or {}
     baseline = (baseline_data.get("mutmut") or {}).get("score")
     # the source mutmut's locations refer to: the trainer as it was copied for the mutmut run
-    source = (results or {}).get("source") or (ROOT / TRAINER).read_text(encoding="utf-8")
+    source = (results.source if results is not None else "") or (ROOT / TRAINER).read_text(encoding="utf-8")
     problems, notes = curated_findings(curated) if curated is not None else ([], [])
 
-    summary, timings = None, {}
+    summary, timing = None, None
     if results is not None:
-        more, triage_notes = triage_findings(results)
+        results, more, triage_notes = triage_findings(results)
         problems += more
         notes += triage_notes
-        summary = scoring.score(results["mutants"])
-        timings = scoring.timing(results)
-        if update_baseline and summary["score"] is not None:
+        summary = scoring.score(results.mutants)
+        timing = scoring.timing(results)
+        if update_baseline and summary.score is not None:
             baseline = record_baseline(baseline_path, baseline_data, results, summary)
             notes.append(f"baseline updated to {baseline:.2f} %")
         problems += mutmut_problems(results, summary, baseline, baseline_path.name)
@@ -139,7 +139,7 @@ def write_reports(
     js, origin = html_page.find_elements(install_elements)
     title = "PPO statistics gate: mutation testing"
     (report_dir / "mutation.html").write_text(html_page.render(report, js, title), encoding="utf-8")
-    md = markdown.render(title, problems, notes, curated, results, summary, timings, baseline, js, origin)
+    md = markdown.render(title, problems, notes, curated, results, summary, timing, baseline, js, origin)
     (report_dir / "mutation.md").write_text(md, encoding="utf-8")
     print_outcome(report_dir, summary, baseline, js, problems)
     return 1 if problems else 0

@@ -10,36 +10,16 @@ from __future__ import annotations
 from importlib import metadata
 
 from . import catalogue
-from .model import CuratedResult, CuratedRun, SchemaStatus
+from .model import CuratedResult, CuratedRun, Location, MutantRecord, MutmutResults, Position, SchemaStatus
 from .runner import ROOT
-from .scoring import short
 
 TRAINER = catalogue.TRAINER
 
 TEST_FILE = "harness/suite/test_verify.py"
 THRESHOLDS = {"high": 90, "low": 75}
-SCHEMA_STATUS = {
-    "killed": "Killed",
-    "timeout": "Timeout",
-    "survived": "Survived",
-    "no tests": "NoCoverage",
-    "skipped": "Ignored",
-    "caught by type check": "CompileError",
-    "suspicious": "RuntimeError",
-    "segfault": "RuntimeError",
-    "interrupted": "RuntimeError",
-    "check was interrupted by user": "RuntimeError",
-    "not checked": "Pending",
-}
 
 
-def position(text: str, offset: int) -> dict:
-    """The schema's 1-based line and column of `offset` in `text`."""
-    before = text[:offset]
-    return {"line": before.count("\n") + 1, "column": offset - (before.rfind("\n") + 1) + 1}
-
-
-def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[dict, str] | None:
+def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[Location, str] | None:
     """Location in `source` of the mutant's first replacement in trainer.py, and its new text."""
     for rep in mutant.patch:
         if rep.file != TRAINER:
@@ -48,24 +28,24 @@ def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[dict, str] 
         if offset < 0 or source.count(rep.old) != 1:
             return None
         old = rep.old.rstrip("\n")
-        return {"start": position(source, offset), "end": position(source, offset + len(old))}, rep.new.rstrip("\n")
+        return Location(Position.at(source, offset), Position.at(source, offset + len(old))), rep.new.rstrip("\n")
     return None
 
 
-def mutmut_entry(r: dict) -> dict:
+def mutmut_entry(r: MutantRecord) -> dict:
     """The schema-v2 entry of one mutmut mutant; a survivor triaged equivalent is Ignored, with its reason."""
     entry = {
-        "id": short(r["name"]),
-        "mutatorName": r["mutator"],
-        "replacement": r["replacement"],
-        "location": r["location"],
-        "status": "Ignored" if r.get("verdict") == "equivalent" else SCHEMA_STATUS.get(r["status"], "RuntimeError"),
-        "description": f"mutmut, in {r['function']}: {r['original']} -> {r['replacement']}",
+        "id": r.short,
+        "mutatorName": r.mutator,
+        "replacement": r.replacement,
+        "location": r.location.to_dict(),
+        "status": (SchemaStatus.IGNORED if r.equivalent else r.status.schema).value,
+        "description": f"mutmut, in {r.function}: {r.original} -> {r.replacement}",
     }
-    if r.get("why"):
-        entry["statusReason"] = f"{r['verdict']}: {r['why']}"
-    if r.get("seconds") is not None:
-        entry["duration"] = round(1000 * r["seconds"])
+    if r.why:
+        entry["statusReason"] = f"{r.verdict.value}: {r.why}"
+    if r.seconds is not None:
+        entry["duration"] = round(1000 * r.seconds)
     return entry
 
 
@@ -80,7 +60,7 @@ def curated_entry(r: CuratedResult, source: str) -> dict | None:
         "id": m.id,
         "mutatorName": f"Curated bug class {m.bug_class}",
         "replacement": replacement,
-        "location": location,
+        "location": location.to_dict(),
         "status": r.status.schema.value,
         "description": f"{m.title} (source: {m.source}; must be killed by {', '.join(m.killed_by)})",
         "statusReason": r.status_line,
@@ -94,10 +74,10 @@ def curated_entry(r: CuratedResult, source: str) -> dict | None:
 
 
 def schema_report(
-    curated: CuratedRun | None, results: dict | None, source: str, baseline: float | None
+    curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
-    mutants = [mutmut_entry(r) for r in (results or {}).get("mutants", [])]
+    mutants = [mutmut_entry(r) for r in (results.mutants if results is not None else ())]
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
         entry = curated_entry(r, source)

@@ -9,6 +9,7 @@ the whole catalogue end to end, and headless Chromium renders mutation.html.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -31,7 +32,23 @@ from mutants import (
     schema,
     scoring,
 )
-from mutants.model import ControlResult, CuratedResult, CuratedRun, CuratedStatus, Judgement
+from mutants.model import (
+    ControlResult,
+    CuratedResult,
+    CuratedRun,
+    CuratedStatus,
+    Judgement,
+    Location,
+    MutantCost,
+    MutantRecord,
+    MutantStatus,
+    MutmutResults,
+    Position,
+    SchemaStatus,
+    SuiteStats,
+    TriageEntry,
+    TriageVerdict,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
@@ -209,22 +226,20 @@ def test_locations_are_those_of_the_original_file():
     original = ["    x = a * b\n", "    return x if n >= 2 else 0.0\n"]
     mutant = ["    x = a / b\n", "    return x if n >= 2 else 0.0\n"]
     where = locate.locate(original, mutant, first_line=10)
-    assert where == {
-        "start": {"line": 10, "column": 11},
-        "end": {"line": 10, "column": 12},
-        "original": "*",
-        "replacement": "/",
-    }
+    assert where == locate.Change(Location(Position(10, 11), Position(10, 12)), "*", "/")
+    assert where.location.to_dict() == {"start": {"line": 10, "column": 11}, "end": {"line": 10, "column": 12}}
     mutant = ["    x = a * b\n", "    return x if not n >= 2 else 0.0\n"]
     where = locate.locate(original, mutant, first_line=10)
-    assert where["start"]["line"] == 11 and where["original"] == "n" and where["replacement"] == "not n"
+    assert where.location.start.line == 11 and where.original == "n" and where.replacement == "not n"
+    assert locate.locate(original, list(original), first_line=10) == locate.NO_CHANGE
     assert locate.mutator_name("==", "!=") == "EqualityOperator"
     assert locate.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
     assert locate.mutator_name("x, ", "") == "ArgumentRemoval"
 
 
-def record(name, status, original="0", replacement="1", line="if n > 0:"):
-    return {
+def record(name, status, original="0", replacement="1", line="if n > 0:", **changes) -> MutantRecord:
+    """A mutmut record as mutmut_results.json holds it (fields in `changes` replaced), read back."""
+    data = {
         "name": f"reference_ppo.trainer.{name}",
         "function": "pooled_stats",
         "status": status,
@@ -237,35 +252,53 @@ def record(name, status, original="0", replacement="1", line="if n > 0:"):
         "mutator": "NumberLiteral",
         "diff": "",
     }
+    return MutantRecord.from_dict(dict(data, **changes))
 
 
 def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
-    stats = {
-        "duration_by_test": {"t::slow": 2.0, "t::fast": 0.5, "t::zero": 0.0},
-        "tests_by_function": {"pooled_stats": ["t::slow", "t::fast"], "masked_sum": ["t::zero"]},
-    }
+    stats = SuiteStats.from_dict(
+        {
+            "duration_by_test": {"t::slow": 2.0, "t::fast": 0.5, "t::zero": 0.0},
+            "tests_by_function": {"pooled_stats": ["t::slow", "t::fast"], "masked_sum": ["t::zero"]},
+        }
+    )
     walls = [0.5, 1.0, 1.5, 2.0, 3.0]  # ratios 1, 2, 3, 4, 6 against t::fast, the test mutmut runs first
-    records = [dict(record(f"x_pooled_stats__mutmut_{i}", "killed"), seconds=s) for i, s in enumerate(walls)]
+    records = [record(f"x_pooled_stats__mutmut_{i}", "killed", seconds=s) for i, s in enumerate(walls)]
     records += [
-        dict(record("x_pooled_stats__mutmut_9", "survived"), seconds=9.0),
-        dict(record("x_masked_sum__mutmut_1", "killed"), function="masked_sum", seconds=0.4),
+        record("x_pooled_stats__mutmut_9", "survived", seconds=9.0),
+        record("x_masked_sum__mutmut_1", "killed", function="masked_sum", seconds=0.4),
     ]
     per_mutant, cost = scoring.kill_costs(records, stats)
-    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"] == {
+    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"].to_dict() == {
         "first_test": "t::fast",
         "first_test_seconds": 0.5,
         "cost_ratio": 2.0,
     }
-    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"]["cost_ratio"] is None  # a 0 s first test
+    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"].cost_ratio is None  # a 0 s first test
     assert "reference_ppo.trainer.x_pooled_stats__mutmut_9" not in per_mutant
-    assert (cost["killed"], cost["measured"], cost["first_tests"]) == (6, 5, {"t::fast": 5})
-    assert cost["median_ratio"] == pytest.approx(3.0) and cost["p90_ratio"] == pytest.approx(5.2)
-    assert cost["share_under_goal"] == pytest.approx(0.2) and cost["goal_met"] is False
-    assert cost["mean_seconds"] == pytest.approx(8.4 / 6)
+    assert (cost.killed, cost.measured, cost.first_tests) == (6, 5, {"t::fast": 5})
+    assert cost.median_ratio == pytest.approx(3.0) and cost.p90_ratio == pytest.approx(5.2)
+    assert cost.share_under_goal == pytest.approx(0.2) and cost.goal_met is False
+    assert cost.mean_seconds == pytest.approx(8.4 / 6)
     text = markdown.cost_text(cost)
     assert "median **3.00x**" in text and "90th percentile **5.20x**" in text and "Goal NOT met" in text
-    _, cost = scoring.kill_costs([dict(records[0], seconds=0.6)], stats)
-    assert cost["goal_met"] is True and "Goal met" in markdown.cost_text(cost)
+    _, cost = scoring.kill_costs([dataclasses.replace(records[0], seconds=0.6)], stats)
+    assert cost.goal_met is True and "Goal met" in markdown.cost_text(cost)
+
+
+def test_timing_takes_the_kill_costs_the_driver_stored():
+    stats = SuiteStats({"t::fast": 0.5, "t::slow": 2.0}, 3.0, {"pooled_stats": ["t::fast", "t::slow"]})
+    records = (
+        record("x_pooled_stats__mutmut_1", "killed"),
+        record("x_pooled_stats__mutmut_2", "survived", seconds=2.5),
+    )
+    _, stored = scoring.kill_costs(records, stats)
+    results = MutmutResults(0, 30.0, 2, ("pooled_stats",), catalogue.TRAINER, "", records, stats, stored, None)
+    timing = scoring.timing(results)
+    assert timing.kill_cost is stored
+    assert (timing.seconds, timing.workers, timing.suite_seconds) == (30.0, 2, 2.5)
+    assert (timing.mutants_per_minute, timing.mean_seconds_killed, timing.mean_seconds_survived) == (4.0, 0.5, 2.5)
+    assert scoring.timing(dataclasses.replace(results, kill_cost=None)).kill_cost is None  # never recomputed
 
 
 def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
@@ -276,38 +309,122 @@ def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
         record("x_pooled_stats__mutmut_4", "survived"),
     ]
     entries = {
-        "reference_ppo.trainer.x_pooled_stats__mutmut_2": {
-            "line": "if n > 0:",
-            "original": "0",
-            "replacement": "1",
-            "verdict": "equivalent",
-            "why": "w",
-        },
-        "reference_ppo.trainer.x_pooled_stats__mutmut_3": {
-            "line": "if n > 0:",
-            "original": "0",
-            "replacement": "2",
-            "verdict": "missing-check",
-            "why": "w",
-        },
+        "reference_ppo.trainer.x_pooled_stats__mutmut_2": TriageEntry(
+            "reference_ppo.trainer.x_pooled_stats__mutmut_2", "if n > 0:", "0", "1", TriageVerdict.EQUIVALENT, "w"
+        ),
+        "reference_ppo.trainer.x_pooled_stats__mutmut_3": TriageEntry(
+            "reference_ppo.trainer.x_pooled_stats__mutmut_3", "if n > 0:", "0", "2", TriageVerdict.MISSING_CHECK, "w"
+        ),
     }
-    problems, _ = scoring.triage(records, entries)
+    triaged, problems, _ = scoring.triage(tuple(records), entries)
     assert any("untriaged survivor x_pooled_stats__mutmut_4" in p for p in problems)
     assert any("stale triage of x_pooled_stats__mutmut_3" in p for p in problems)
-    summary = scoring.score(records)
-    assert summary["counts"] == {"killed": 1, "equivalent": 1, "survived": 2}
-    assert summary["score"] == pytest.approx(100 / 3, abs=0.01)
+    assert [r.verdict for r in triaged] == [None, TriageVerdict.EQUIVALENT, None, None]
+    assert records[1].verdict is None  # the records read in are left as they were
+    summary = scoring.score(triaged)
+    assert summary.counts == {"killed": 1, "equivalent": 1, "survived": 2}
+    assert summary.score == pytest.approx(100 / 3, abs=0.01)
 
 
 def test_the_triage_file_is_well_formed():
     entries, problems = scoring.load_triage()
     assert problems == []
     assert entries, "mutants/equivalent.toml lists the triaged survivors"
+    assert all(isinstance(e, TriageEntry) and e.why.strip() for e in entries.values())
+    assert all(TriageEntry.from_dict(e.to_dict()) == e for e in entries.values())
     baseline = json.loads((ROOT / "mutants" / "baseline.json").read_text(encoding="utf-8"))
     assert 0 < baseline["mutmut"]["score"] <= 100
 
 
+def test_the_triage_file_names_its_problems(tmp_path):
+    path = tmp_path / "equivalent.toml"
+    path.write_text(
+        '[[mutant]]\nname = "a"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "maybe"\nwhy = "w"\n'
+        '[[mutant]]\nname = "b"\nline = "l"\n'
+        '[[mutant]]\nname = "c"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\nwhy = " "\n',
+        encoding="utf-8",
+    )
+    entries, problems = scoring.load_triage(path)
+    assert list(entries) == ["c"] and entries["c"].verdict is TriageVerdict.EQUIVALENT
+    assert problems == [
+        "equivalent.toml: a: verdict must be one of ('equivalent', 'missing-check'), not 'maybe'",
+        "equivalent.toml entry 2 (b): missing original, replacement, verdict, why",
+        "equivalent.toml: c: empty why",
+    ]
+
+
+# ---------------------------------------------------------------- statuses
+
+
+def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
+    codes = [code for status in MutantStatus for code in status.exit_codes]
+    assert len(codes) == len(set(codes)), "an exit code is claimed by two statuses"
+    for code in codes:
+        status = MutantStatus.from_exit_code(code)
+        assert code in status.exit_codes and isinstance(status.schema, SchemaStatus)
+        assert MutantStatus(status.text) is status  # the word read back from mutmut_results.json
+    assert MutantStatus.from_exit_code(None) is MutantStatus.NOT_CHECKED
+    assert MutantStatus.from_exit_code(1) is MutantStatus.KILLED and MutantStatus.from_exit_code(0).undetected
+    assert MutantStatus.from_exit_code(12345) is MutantStatus.SUSPICIOUS  # mutmut's default for an unknown code
+    assert {s for s in MutantStatus if s.detected} == {MutantStatus.KILLED, MutantStatus.TIMEOUT}
+    assert {s for s in MutantStatus if s.undetected} == {MutantStatus.SURVIVED, MutantStatus.NO_TESTS}
+    assert {s.text: s.schema.value for s in MutantStatus} == {
+        "killed": "Killed",
+        "timeout": "Timeout",
+        "survived": "Survived",
+        "no tests": "NoCoverage",
+        "skipped": "Ignored",
+        "caught by type check": "CompileError",
+        "suspicious": "RuntimeError",
+        "segfault": "RuntimeError",
+        "check was interrupted by user": "RuntimeError",
+        "not checked": "Pending",
+    }
+    assert schema.SCHEMA_STATUSES == {s.value for s in SchemaStatus} >= {s.schema.value for s in MutantStatus}
+
+
+def test_the_exit_codes_are_those_of_the_installed_mutmut():
+    stats = pytest.importorskip("mutmut.stats", reason="mutmut comes with the `mutation` extra")
+    table = stats.status_by_exit_code
+    for code, word in table.items():
+        assert MutantStatus.from_exit_code(code).text == word, code
+    assert {code for s in MutantStatus for code in s.exit_codes} == set(table)
+    assert MutantStatus.from_exit_code(12345).text == table.default_factory()  # what an unknown code reads as
+
+
 # ---------------------------------------------------------------- the records read back from the reports' inputs
+
+
+def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
+    _, results = synthetic_inputs()
+    killed = dataclasses.replace(results.mutants[0], cost=MutantCost("t::a", 0.25, 2.0), verdict=None, why="")
+    stats = SuiteStats({"t::a": 0.25}, 1.5, {"pooled_stats": ["t::a"]})
+    _, summary = scoring.kill_costs([killed], stats)
+    untriaged = tuple(dataclasses.replace(r, verdict=None, why="") for r in results.mutants[1:])
+    run = dataclasses.replace(results, mutants=(killed, *untriaged), tests=stats, kill_cost=summary, finished="t")
+    data = json.loads(json.dumps(run.to_dict()))
+    assert list(data) == [
+        "mutmut_exit_code",
+        "seconds",
+        "max_children",
+        "functions",
+        "file",
+        "source",
+        "mutants",
+        "tests",
+        "kill_cost",
+        "finished",
+    ]
+    assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
+    assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]
+    assert data["tests"] == {
+        "duration_by_test": {"t::a": 0.25},
+        "stats_time": 1.5,
+        "tests_by_function": {"pooled_stats": ["t::a"]},
+    }
+    assert MutmutResults.from_dict(data) == run
+    assert MutmutResults.from_dict(dict(data, tests={})).tests is None
+    assert dataclasses.replace(run, tests=None).to_dict()["tests"] == {}
 
 
 def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path, capsys):
@@ -402,22 +519,16 @@ def synthetic_inputs():
         "max_children": 1,
         "mutmut_exit_code": 0,
         "mutants": [
-            dict(record("x_pooled_stats__mutmut_1", "killed", "0.0", "1.0"), location=loc),
-            dict(
-                record("x_pooled_stats__mutmut_2", "survived", "0.0", "None"),
-                location=loc,
-                verdict="missing-check",
-                why="w",
-            ),
-            dict(
-                record("x_pooled_stats__mutmut_3", "survived", "0.0", "2.0"),
-                location=loc,
-                verdict="equivalent",
-                why="w",
-            ),
+            record("x_pooled_stats__mutmut_1", "killed", "0.0", "1.0", location=loc).to_dict(),
+            record(
+                "x_pooled_stats__mutmut_2", "survived", "0.0", "None", location=loc, verdict="missing-check", why="w"
+            ).to_dict(),
+            record(
+                "x_pooled_stats__mutmut_3", "survived", "0.0", "2.0", location=loc, verdict="equivalent", why="w"
+            ).to_dict(),
         ],
     }
-    return curated, mutmut
+    return curated, MutmutResults.from_dict(mutmut)
 
 
 def test_report_json_is_schema_v2():

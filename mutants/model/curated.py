@@ -1,56 +1,17 @@
-"""The one vocabulary of `mutants/`: statuses as enums, and the typed records that cross process boundaries.
+"""The curated runner's records: its verdict on a run, each mutant's result, the controls, curated.json.
 
-curated.json (written by the curated runner) is read back by the report as these
-records, not as raw dicts: each record's `to_dict` writes the file's shape and
-`from_dict` reads it back. A status carries its display text (the word in the
-files and the reports) and the mutation-testing-report-schema v2 status it is
-reported as, so that no second table has to agree with a first.
+The runner writes curated.json from a CuratedRun (`to_dict`); the report reads it
+back into one (`from_dict`), each result referencing its catalogue mutant.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
 
-from . import catalogue
-from .catalogue import Mutant, NotApplicable
-
-
-class SchemaStatus(Enum):
-    """A mutant's status in mutation-testing-report-schema v2 (mutation.json)."""
-
-    KILLED = "Killed"
-    SURVIVED = "Survived"
-    NO_COVERAGE = "NoCoverage"
-    COMPILE_ERROR = "CompileError"
-    RUNTIME_ERROR = "RuntimeError"
-    TIMEOUT = "Timeout"
-    IGNORED = "Ignored"
-    PENDING = "Pending"
-
-
-class CuratedStatus(Enum):
-    """The curated runner's verdict on one mutant: its display text, its schema status, whether it passes."""
-
-    KILLED = ("killed", SchemaStatus.KILLED, True)
-    KILLED_BY_UNNAMED_CHECKS = ("killed by unnamed checks", SchemaStatus.KILLED, False)
-    SURVIVED = ("survived", SchemaStatus.SURVIVED, False)
-    ERROR = ("error", SchemaStatus.RUNTIME_ERROR, False)
-    NOT_RUN = ("not run", SchemaStatus.IGNORED, True)  # a command this checkout does not have: a note, not a failure
-
-    def __new__(cls, text: str, schema: SchemaStatus, passes: bool) -> CuratedStatus:
-        """A member whose value is its display text, so that `CuratedStatus("killed")` reads curated.json."""
-        member = object.__new__(cls)
-        member._value_ = text
-        member.schema = schema
-        member.passes = passes
-        return member
-
-    @property
-    def text(self) -> str:
-        """The word curated.json, the terminal and the reports use."""
-        return self.value
+from .. import catalogue
+from ..catalogue import Mutant, NotApplicable
+from .status import CuratedStatus
 
 
 @dataclass(frozen=True)
