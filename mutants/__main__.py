@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .runner import ROOT
+from .project import ROOT
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -35,7 +35,7 @@ from pathlib import Path
 from . import mutmut_hooks
 from .locate import locate, mutator_name
 from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
-from .runner import ROOT, copy_project, scratch_env
+from .project import ROOT, copy_project, scratch_env
 from .scoring import kill_costs
 
 try:

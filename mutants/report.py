@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import catalogue, html_page, markdown, schema, scoring
 from .model import CuratedRun, CuratedStatus, MutantStatus, MutmutResults
-from .runner import ROOT
+from .project import ROOT
 
 HERE = Path(__file__).resolve().parent
 TRAINER = catalogue.TRAINER

@@ -42,10 +42,8 @@ from . import catalogue
 from .catalogue import Mutant
 from .curated_output import print_summary, write_curated_json
 from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus, Judgement
+from .project import ROOT, copy_project, scratch_env
 
-ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PARTS = ("reference_ppo", "harness", "pyproject.toml")
-CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
 
 
@@ -63,30 +61,6 @@ class RunOutcome:
     def failed(self) -> list[str]:
         """The ids of the checks that failed, named by the mutant or not."""
         return [c["id"] for c in self.checks if c.get("status") == "fail"]
-
-
-def copy_project(dest: Path, root: Path = ROOT) -> Path:
-    """Copy the parts of the project the gate needs into `dest` (caches left behind)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
-    for part in PROJECT_PARTS:
-        src = root / part
-        if src.is_dir():
-            shutil.copytree(src, dest / part, ignore=ignore)
-        elif src.is_file():
-            shutil.copy2(src, dest / part)
-        else:
-            raise FileNotFoundError(f"{src} is missing: the curated runner needs {', '.join(PROJECT_PARTS)}")
-    return dest
-
-
-def scratch_env(scratch: Path) -> dict[str, str]:
-    """The environment of a run in `scratch`: its copy first on the import path, CPU only, one thread."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
-    env.update(CPU_ENV)
-    env["PYTHONPATH"] = str(scratch)
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
 
 
 def harness_command(command: str, report_dir: Path, selection: str = "") -> list[str]:

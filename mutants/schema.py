@@ -11,7 +11,7 @@ from importlib import metadata
 
 from . import catalogue
 from .model import CuratedResult, CuratedRun, Location, MutantRecord, MutmutResults, Position, SchemaStatus
-from .runner import ROOT
+from .project import ROOT
 
 TRAINER = catalogue.TRAINER
 

@@ -28,6 +28,7 @@ from mutants import (
     markdown,
     mutmut_hooks,
     mutmut_run,
+    project,
     runner,
     schema,
     scoring,
@@ -63,7 +64,7 @@ def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
         text = (ROOT / rep.file).read_text(encoding="utf-8")
         assert text.count(rep.old) == 1, f"{mutant.id}: the catalogue has rotted: {rep.old.strip().splitlines()[0]!r}"
         assert rep.old != rep.new
-    runner.copy_project(tmp_path)
+    project.copy_project(tmp_path)
     changed = catalogue.apply(mutant, tmp_path)
     assert changed, "the patch changed no file"
     for path in changed:
@@ -72,7 +73,7 @@ def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
 
 
 def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
-    runner.copy_project(tmp_path)
+    project.copy_project(tmp_path)
     rotten = catalogue.Mutant(
         id="rotten",
         bug_class=1,
