@@ -256,7 +256,7 @@ def run_all(
     mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None
 ) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
     """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []
     commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
