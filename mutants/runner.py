@@ -16,8 +16,8 @@ run's exit code and its `verify.json`:
 
 Only "killed" and "not run" pass the session.
 
-Test selection: by default each mutant runs only the tests of the checks it names
-(`-k`), which keeps the whole catalogue at about one verify start-up per mutant.
+Test selection: by default each mutant runs only the checks it names
+(`--check ID`), which keeps the whole catalogue at about one verify start-up per mutant.
 Every session also runs the *full* suite once, on the unmodified copy (the
 control): a kill means something only if the same checks pass without the
 mutant, and the control proves the scratch copy, the gate and the import path
@@ -63,13 +63,12 @@ class RunOutcome:
         return [c["id"] for c in self.checks if c.get("status") == "fail"]
 
 
-def harness_command(command: str, report_dir: Path, selection: str = "") -> list[str]:
+def harness_command(command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The gate's command line in a scratch copy: verify against the reference trainer, or verify-dist."""
     args = [sys.executable, "-m", "harness", command]
     if command == "verify":
         args += ["--target", "reference", "--report-dir", str(report_dir)]
-        if selection:
-            args += ["-k", selection]
+        args += [f"--check={check}" for check in selection]
     else:
         args += ["--report-dir", str(report_dir)]
     return args
@@ -93,7 +92,9 @@ def read_checks(report_dir: Path) -> tuple[list[dict], str]:
     return checks, ""
 
 
-def run_harness(scratch: Path, command: str = "verify", selection: str = "", timeout: float = 900.0) -> RunOutcome:
+def run_harness(
+    scratch: Path, command: str = "verify", selection: list[str] | tuple[str, ...] = (), timeout: float = 900.0
+) -> RunOutcome:
     """Run the gate in `scratch` and collect its checks."""
     report_dir = scratch / "_report"
     shutil.rmtree(report_dir, ignore_errors=True)
@@ -172,7 +173,7 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
         if not has_command(mutant.command, scratch):
             why = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
             return CuratedResult(mutant, CuratedStatus.NOT_RUN, reason=why, diff=diff)
-        selection = "" if full or mutant.command != "verify" else catalogue.test_selection(mutant)
+        selection = [] if full or mutant.command != "verify" else catalogue.test_selection(mutant)
         outcome = run_harness(scratch, mutant.command, selection, timeout)
         verdict = judge(mutant, outcome)
         log = "\n" + log_tail(outcome.log) if verdict.status is CuratedStatus.ERROR else ""
@@ -181,7 +182,7 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
             verdict.status,
             failed_checks=tuple(outcome.failed),
             named_failed=verdict.named_failed,
-            selection=selection or "full suite",
+            selection=" ".join(selection) or "full suite",
             seconds=outcome.seconds,
             reason=verdict.reason + log,
             diff=diff,

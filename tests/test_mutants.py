@@ -118,7 +118,10 @@ def test_metadata_is_complete_for_all_15_classes():
         assert int(m.id[1:3]) == m.bug_class
         if m.command == "verify":
             selection = catalogue.test_selection(m)
-            assert selection and all(part.startswith("test_") for part in selection.split(" or "))
+            assert selection and set(selection) <= set(catalogue.CHECKS)
+            assert runner.harness_command("verify", ROOT, selection)[-len(selection) :] == [
+                f"--check={check}" for check in selection
+            ]
         else:
             assert m.killed_by == (catalogue.VERIFY_DIST,)
 
@@ -147,13 +150,13 @@ def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     assert runner.judge(m, outcome(1)).status is CuratedStatus.ERROR
     assert runner.judge(m, outcome(None, problem="timed out")).status is CuratedStatus.ERROR
     c09 = catalogue.by_id(["c09_mean_of_rank_means"])[0]  # any check of the two-process run, but not its launch
-    ranks = [{"id": "uneven_split[ranks]", "scenario": "uneven_split", "status": "fail"}]
+    ranks = [{"id": "uneven_split[ranks=2]", "scenario": "uneven_split", "status": "fail"}]
     assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, "")).status is CuratedStatus.KILLED
     launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
     assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
     padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
-    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[padding_rows]"])).status is CuratedStatus.KILLED
-    unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[uneven_split]"]))
+    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"])).status is CuratedStatus.KILLED
+    unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=uneven_split]"]))
     assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
 
 
