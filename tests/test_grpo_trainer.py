@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -543,3 +547,75 @@ def test_reward_functions_are_named_and_weighted():
 
 def length_reward(queries: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
     return (completions != 0).sum(dim=1).float()
+
+
+# ------------------------------------------------------------------ two ranks
+
+TWO_RANKS = dict(
+    per_device_train_batch_size=4,
+    gradient_accumulation_steps=2,
+    steps_per_generation=3,  # windows of 2 and 1 micro-batches, old log-probs from generation
+    max_steps=2,
+    learning_rate=0.0,
+    beta=0.1,
+    stop_token_id=1,
+    max_completion_length=8,
+)
+
+
+def two_rank_worker(out: str) -> None:
+    """One rank of the two-rank test: train under the spy for every loss type, save what the test checks."""
+    from accelerate import Accelerator
+
+    from harness.instrument.spy import Spy
+
+    acc = Accelerator(cpu=True)
+    for loss_type in LOSS_TYPES:
+        world = toy.build_world(seed=0, independent_ref=True, pad_logit_bias=2.0)
+        cfg = GRPOConfig(**TWO_RANKS, loss_type=loss_type)
+        rewards = {"count_w7": toy.count_token_reward(7)}
+        trainer = G.GRPOTrainer(
+            cfg, world.policy, world.ref_policy, rewards, world.prompts, world.pad_token_id, accelerator=acc
+        )
+        with Spy(G) as spy:
+            windows, _ = record_windows(trainer)
+        records = {site: spy.calls("masked_mean", site) for site in SITES.values()}
+        saved = {"history": trainer.history, "records": records, "windows": windows}
+        torch.save(saved, Path(out) / f"{loss_type}-rank{acc.process_index}.pt")
+
+
+SITES = {"entropy": "mean_entropy", "kl": "mean_kl", "clip_ratio/region_mean": "region_clip_mean"}
+
+
+@pytest.mark.dist
+def test_two_ranks_log_the_pool_of_their_union_and_step_on_its_objective(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        + [__file__, "--worker", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for loss_type in LOSS_TYPES:
+        ranks = [torch.load(tmp_path / f"{loss_type}-rank{i}.pt", weights_only=False) for i in range(2)]
+        history = ranks[0]["history"]
+        assert history == ranks[1]["history"] and len(history) == 2
+        for metric, site in SITES.items():
+            for interval, part in zip(history, (slice(0, 2), slice(2, 3))):  # windows of 2 and 1 micro-batches
+                union = [record for rank in ranks for record in rank["records"][site][part]]
+                assert interval[metric] == pytest.approx(pooled_from_records(union), rel=1e-6, abs=1e-9)
+        policy = toy.build_world(seed=0, independent_ref=True, pad_logit_bias=2.0).policy
+        cfg = GRPOConfig(**TWO_RANKS, loss_type=loss_type)
+        for (batch0, micro0, grads0), (batch1, micro1, grads1) in zip(ranks[0]["windows"], ranks[1]["windows"]):
+            assert all(torch.equal(a, b) for a, b in zip(grads0, grads1))
+            objective = slow_objective(policy, cfg, 0, [(batch0, micro0), (batch1, micro1)])
+            params = [p for p in policy.parameters() if p.requires_grad]
+            assert_same_gradient(grads0, torch.autograd.grad(objective, params, allow_unused=True))
+
+
+if __name__ == "__main__":  # a rank of the two-rank test, started by torch.distributed.run
+    two_rank_worker(sys.argv[sys.argv.index("--worker") + 1])
