@@ -69,36 +69,56 @@ def _pair_identical(rollout: Rows, micro_batches: list[Rows], places, ambiguous,
     for m, row, candidates in ambiguous:
         by_epoch_group.setdefault((position[(m, row)] // rollout.count, tuple(candidates)), []).append((m, row))
     for (epoch, candidates), spots in by_epoch_group.items():
-        costs = {
-            (spot, c): _distance(micro_batches[spot[0]], spot[1], rollout, c) for spot in spots for c in candidates
-        }
-        if (
-            all(cost == 0.0 for cost in costs.values())
-            or len(candidates) > MAX_IDENTICAL
-            or len(spots) != len(candidates)
-        ):
-            totals = []  # nothing to choose between (or not a permutation): take them in order
-            pairing = dict(zip(spots, candidates))
-        else:
-            totals = sorted(
-                (sum(costs[(spot, c)] for spot, c in zip(spots, perm)), perm)
-                for perm in itertools.permutations(candidates)
-            )
-            pairing = dict(zip(spots, totals[0][1]))
-        if len(totals) > 1 and totals[0][0] > 0.5 * totals[1][0]:
-            raise NotRecomputable(
-                f"{where} epoch {epoch}: rollout rows {list(candidates)} have identical responses, and "
-                f"log-probs and entropies too close to tell apart ({totals[0][0]:.3g} vs {totals[1][0]:.3g})"
-            )
-        chosen.update(pairing)
+        chosen.update(_pair_group(rollout, micro_batches, list(candidates), spots, f"{where} epoch {epoch}"))
     return chosen
 
 
-def _distance(batch: Rows, row: int, rollout: Rows, candidate: int) -> float:
-    """How far a micro-batch row's log-probs and entropies (over its response mask) are from a rollout row's."""
-    active = batch.response_mask[row]
-    if not active.any():
-        return 0.0  # no response token: nothing the oracle computes depends on the pairing
-    gap = (rollout.entropy[candidate][active] - batch.entropy[row][active]).abs()
-    gap = gap + (rollout.logprobs[candidate][active] - batch.logprobs[row][active]).abs()
-    return gap.sum().item()
+def _pair_group(rollout: Rows, micro_batches: list[Rows], candidates: list[int], spots, where) -> dict:
+    """One epoch's rows with identical responses, paired with their rollout rows, or NotRecomputable.
+
+    The pairing does not matter when the candidates' rollout log-probs are equal over the
+    response mask (any pairing gives the same numbers). Otherwise a pairing is taken only
+    when it is clearly better (half the cost of the next best or less) under a cost that
+    allows for the policy having moved: the spread, across the paired rows, of the per-token
+    differences between training and rollout log-probs and entropies. A move of the policy
+    shifts all of them alike; a wrong pairing adds the difference between two prompts. The
+    cost is taken over the response mask first, then over every position (past the response
+    the tokens are identical too, and the log-probs there still depend on the prompt).
+    """
+    mask = rollout.response_mask[candidates[0]]
+    first = rollout.logprobs[candidates[0]][mask]
+    if all(torch.equal(rollout.logprobs[c][mask], first) for c in candidates[1:]):
+        return {spot: candidates[i % len(candidates)] for i, spot in enumerate(spots)}  # nothing depends on it
+    if len(spots) != len(candidates):
+        raise NotRecomputable(
+            f"{where}: {len(spots)} training rows share one response with {len(candidates)} rollout rows "
+            f"{candidates}: not one run per rollout row, so they cannot be paired"
+        )
+    if len(candidates) > MAX_IDENTICAL:
+        raise NotRecomputable(f"{where}: {len(candidates)} rollout rows {candidates} share one response")
+    totals: list[tuple[float, tuple[int, ...]]] = []
+    for positions in (mask, torch.ones_like(mask)):  # the response; then every position, where the prompt still shows
+        totals = sorted(
+            (_spread(rollout, micro_batches, spots, perm, positions), perm)
+            for perm in itertools.permutations(candidates)
+        )
+        if totals[0][0] <= 0.5 * totals[1][0]:
+            return dict(zip(spots, totals[0][1]))
+    raise NotRecomputable(
+        f"{where}: rollout rows {candidates} have identical responses, and "
+        f"log-probs and entropies too close to tell apart ({totals[0][0]:.3g} vs {totals[1][0]:.3g})"
+    )
+
+
+def _spread(rollout: Rows, micro_batches: list[Rows], spots, perm, mask: torch.Tensor) -> float:
+    """Sum over response tokens of how far each paired row's (training - rollout) differences sit from their mean."""
+    cost = 0.0
+    for field in ("logprobs", "entropy"):
+        diffs = torch.stack(
+            [
+                getattr(micro_batches[m], field)[row][mask] - getattr(rollout, field)[c][mask]
+                for (m, row), c in zip(spots, perm)
+            ]
+        )
+        cost += float((diffs - diffs.mean(dim=0)).abs().sum())
+    return cost
