@@ -50,14 +50,15 @@ def compare_one(
         return MetricVerdict(status=MetricStatus.NAN, logged=value, reason=reason, **base)
     gap = abs(value - want.value)
     rel = gap / abs(want.value) if want.value != 0 else (0.0 if gap == 0 else math.inf)
-    allowed = tol.allowed(want.value)
-    ok = close(value, want.value, tol)
+    allowed = tol.allowed(want.value, want.scale)
+    ok = close(value, want.value, tol, want.scale)
     return MetricVerdict(
         status=MetricStatus.PASS if ok else MetricStatus.FAIL,
         logged=value,
         abs_err=gap,
         rel_err=rel,
         tol=allowed,
+        scale=want.scale,
         reason="" if ok else f"{kind}: gap {gap:.3g} exceeds tolerance {allowed:.3g}",
         **base,
     )

@@ -80,6 +80,8 @@ class MetricVerdict:
     reason: str = ""
     where: str | None = None
     required: bool = True
+    scale: float | None = None
+    """The size of the terms `expected` is made of (the tolerance grows with it); None when unknown."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", MetricStatus(self.status))  # ValueError for an unknown status
@@ -109,6 +111,7 @@ class MetricVerdict:
             "abs_err": _finite(self.abs_err),
             "rel_err": _finite(self.rel_err),
             "tol": _finite(self.tol),
+            "scale": _finite(self.scale),
             "status": self.status.value,
             "reason": self.reason,
             "failed": self.failed,
@@ -117,7 +120,7 @@ class MetricVerdict:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetricVerdict:
         """The inverse of `as_dict` (for readers of verify.json, such as the mutant runner)."""
-        numbers = {k: data.get(k) for k in ("logged", "expected", "abs_err", "rel_err", "tol")}
+        numbers = {k: data.get(k) for k in ("logged", "expected", "abs_err", "rel_err", "tol", "scale")}
         return cls(
             name=data["name"],
             status=MetricStatus(data["status"]),

@@ -302,7 +302,10 @@ def test_pooled_sums_and_counts():
     values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 4.0, 5.0]], dtype=torch.float64)
     masks = [torch.tensor([[True, True, False]]), torch.tensor([[False, False, False]]), torch.tensor([[True] * 3])]
     pooled = Pooled.of([(values[:1], masks[0]), (values[:1], masks[1]), (values[1:], masks[2])])
-    assert pooled == Pooled((3.0, 0.0, 12.0), (2, 0, 3)) and pooled.count == 5
+    assert pooled == Pooled((3.0, 0.0, 12.0), (2, 0, 3), (3.0, 0.0, 12.0)) and pooled.count == 5
+    assert pooled.scale == 15.0 / 5  # mean |value| per token
+    signed = Pooled.of([(-values[:1], masks[0]), (values[1:], masks[2])])
+    assert signed.numerators == (-3.0, 12.0) and signed.magnitudes == (3.0, 12.0) and signed.scale == 3.0
     assert pooled.token_mean() == 15.0 / 5
     assert pooled.part_means() == [1.5, 4.0]  # the empty part is no sample
     assert pooled.variance_of_part_means() == pytest.approx(statistics.variance([1.5, 4.0]), rel=1e-15)

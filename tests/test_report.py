@@ -22,7 +22,9 @@ from harness.verdict import (
     failure_line,
 )
 
-METRIC_KEYS = ("name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "status", "reason", "failed")
+METRIC_KEYS = (
+    "name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "scale", "status", "reason", "failed"
+)  # fmt: skip
 """The keys of one metric in verify.json, in order."""
 
 
@@ -113,6 +115,7 @@ def test_to_json_turns_nan_and_inf_into_null():
         "abs_err": None,
         "rel_err": None,
         "tol": None,
+        "scale": None,
         "status": "nan",
         "reason": "",
         "failed": True,

@@ -22,6 +22,9 @@ class Expectation:
     count: int | None = None
     required: bool = True
     pooled: Pooled | None = None
+    scale: float | None = None
+    """The size of the terms the value is made of (e.g. mean |per-token value|). A float rounding error of a
+    mean scales with its terms, not with the mean, which can be near 0 (a loss over whitened advantages)."""
 
     @property
     def recomputable(self) -> bool:

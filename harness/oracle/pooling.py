@@ -18,15 +18,24 @@ class Pooled:
 
     numerators: tuple[float, ...]
     counts: tuple[int, ...]
+    magnitudes: tuple[float, ...] = ()
+    """Per-part sums of |value| over the mask: the size of what was summed (float rounding scales with it)."""
 
     @classmethod
     def of(cls, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Pooled:
         """Pool (values, mask) pairs: the sum of `values` where `mask` holds, and the mask's count, per part."""
-        numerators, counts = [], []
+        numerators, counts, magnitudes = [], [], []
         for values, mask in parts:
-            numerators.append(float(torch.where(mask, values, torch.zeros_like(values)).sum()))
+            active = torch.where(mask, values, torch.zeros_like(values))
+            numerators.append(float(active.sum()))
+            magnitudes.append(float(active.abs().sum()))
             counts.append(int(mask.sum()))
-        return cls(tuple(numerators), tuple(counts))
+        return cls(tuple(numerators), tuple(counts), tuple(magnitudes))
+
+    @property
+    def scale(self) -> float:
+        """Mean |value| per token (0 over no token): what a float rounding error of the mean is relative to."""
+        return sum(self.magnitudes) / self.count if self.count else 0.0
 
     @property
     def count(self) -> int:
@@ -44,6 +53,13 @@ class Pooled:
     def part_means(self) -> list[float]:
         """The mean of each part that has a token (parts with a zero count add nothing)."""
         return [n / c for n, c in zip(self.numerators, self.counts) if c > 0]
+
+    def variance_scale(self) -> float:
+        """sqrt(variance) * mean |part mean|: how far rounding each part mean moves their variance."""
+        means = self.part_means()
+        if len(means) < 2:
+            return 0.0
+        return max(self.variance_of_part_means(), 0.0) ** 0.5 * sum(abs(m) for m in means) / len(means)
 
     def variance_of_part_means(self) -> float:
         """Unbiased (Bessel) variance of the part means; 0.0 with fewer than two parts that have a token."""
