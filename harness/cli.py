@@ -14,11 +14,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify = sub.add_parser("verify", help="run every scenario against a target")
     verify.add_argument("--target", default="reference", help="reference (default), trl, or package.module:factory")
     verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--seeds", default=None, metavar="LIST",
+                        help="one run per seed, e.g. 0,1,2 or 0-4: a verdict each and one overall")  # fmt: skip
     verify.add_argument("--device", default="cpu")
     verify.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
     verify.add_argument("--report-dir", default="reports")
     verify.add_argument("--check", action="append", default=[], metavar="ID",
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip
+    verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="a trainer setting for the whole gate (repeatable), e.g. temperature=0.7")  # fmt: skip
     dist = sub.add_parser("verify-dist", help="uneven_split, lr0_ratio and freshness on several processes")
     dist.add_argument("--target", default="reference")
     dist.add_argument("--processes", type=int, default=2)
@@ -67,14 +71,74 @@ def plugin_args() -> list[str]:
     return [] if installed else ["-p", "harness.plugin"]
 
 
+def parse_seeds(text: str) -> list[int]:
+    """`0,1,2` or `0-4` (or a mix, `0-2,7`) -> the seeds, in order, each once; ValueError otherwise."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        numbers = range(int(first), int(last) + 1) if dash else [int(first)]
+        seeds += [n for n in numbers if n not in seeds]
+    if not seeds:
+        raise ValueError("no seed")
+    return seeds
+
+
+def without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """`argv` less the options `names` and their values (`--name value` or `--name=value`)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in names:
+            skip = True
+        elif not arg.startswith(tuple(f"{n}=" for n in names)):
+            out.append(arg)
+    return out
+
+
+def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
+    """The gate once per seed, each a subprocess with its own reports under DIR/seed-N; one overall verdict.
+
+    Exit 2 if any seed's run was a usage error, else 1 if any seed failed a check, else 0.
+    """
+    import json
+    import subprocess
+    from pathlib import Path
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        print(f"error: --seeds {args.seeds!r}: expected e.g. 0,1,2 or 0-4 ({exc})", file=sys.stderr)
+        return 2
+    rest = without_options(argv, ("--seeds", "--seed", "--report-dir"))
+    codes: dict[int, int] = {}
+    for seed in seeds:
+        report_dir = Path(args.report_dir) / f"seed-{seed}"
+        command = [sys.executable, "-m", "harness", *rest, "--seed", str(seed), "--report-dir", str(report_dir)]
+        code = subprocess.call(command)
+        codes[seed] = code if code in (0, 1) else 2
+        print(f"seed {seed}: {VERDICT[codes[seed]]}", flush=True)
+    overall = 2 if 2 in codes.values() else (1 if 1 in codes.values() else 0)
+    summary = {"seeds": {str(s): VERDICT[c] for s, c in codes.items()}, "status": VERDICT[overall]}
+    Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+    (Path(args.report_dir) / "verify-seeds.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    each = ", ".join(f"{s}: {VERDICT[c]}" for s, c in codes.items())
+    print(f"seeds {','.join(map(str, seeds))}: {VERDICT[overall].upper()} ({each})")
+    return overall
+
+
+VERDICT = {0: "pass", 1: "fail", 2: "error"}
+
+
 def verify(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
+    from .algorithms import get
     from .errors import HarnessConfigError
     from .targets import resolve
 
     try:
-        resolve(args.target)
+        get(resolve(args.target).algorithm).parse_settings(args.settings)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -94,6 +158,7 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         f"--ppo-dtype={args.dtype}",
         f"--ppo-report-dir={args.report_dir}",
         *(f"--ppo-check={check}" for check in args.check),
+        *(f"--ppo-set={setting}" for setting in args.settings),
         f"--junitxml={args.report_dir}/verify.xml",
         "-o",
         "junit_suite_name=ppo-verify",
@@ -108,6 +173,8 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(sys.argv[1:] if argv is None else argv)
+    if args.command == "verify" and args.seeds is not None:
+        return verify_seeds(args, list(sys.argv[1:] if argv is None else argv))
     if args.command == "verify":
         return verify(args, extra)
     if args.command == "checks":

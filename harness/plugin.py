@@ -23,6 +23,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64 or bfloat16")
     group.addoption("--ppo-report-dir", default=None, help="write verify.json and verify.md here")
     group.addoption("--ppo-check", action="append", default=[], help="run only this check id (repeatable)")
+    group.addoption("--ppo-set", action="append", default=[], help="a trainer setting KEY=VALUE (repeatable)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,8 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     opt = config.option
+    settings = "".join(f" {s}" for s in opt.ppo_set)
     return [
         f"ppo-stats-harness: target={opt.ppo_target} seed={opt.ppo_seed} device={opt.ppo_device} dtype={opt.ppo_dtype}"
+        + settings
     ]
 
 
@@ -81,7 +84,9 @@ def ppo_run_spec(pytestconfig: pytest.Config):
             pytest.skip("no CUDA device: the GPU scenarios did not run")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    return get(_target(pytestconfig).algorithm).run_spec(opt.ppo_seed, opt.ppo_device, opt.ppo_dtype)
+    algorithm = get(_target(pytestconfig).algorithm)
+    settings = algorithm.parse_settings(opt.ppo_set)
+    return algorithm.run_spec(opt.ppo_seed, opt.ppo_device, opt.ppo_dtype, settings)
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,9 @@ class Case:
         """The check id, e.g. `uneven_split[epochs=1]`."""
         return CheckId(self.scenario.name, self.params)
 
-    def param(self, key: str) -> Any:
-        """The value of parameter `key` in this case."""
-        return dict(self.params)[key]
+    def param(self, key: str, default: Any = None) -> Any:
+        """The value of parameter `key` in this case (`default` when the case has no such parameter)."""
+        return dict(self.params).get(key, default)
 
     def run(self, cache: Any, run_spec: Any) -> CheckResult:
         """The case's result; an exception inside the check fails it (a configuration error is re-raised)."""

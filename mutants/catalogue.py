@@ -35,6 +35,10 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
+PPO_CLASSES = (*range(1, 16), *range(20, 24))
+"""The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
+
+
 class PatchError(RuntimeError):
     """A catalogue patch no longer matches the trainer: the catalogue has rotted."""
 
@@ -340,6 +344,68 @@ MUTANTS: tuple[Mutant, ...] = (
             "micro-batches of a minibatch's tail are stepped in the next minibatch or update, and the last ones never"
         ),
     ),
+    Mutant(
+        id="c20_entropy_without_temperature",
+        bug_class=20,
+        title="entropy logged from the raw logits, not from the temperature-scaled ones the policy samples from",
+        source="OpenRLHF/OpenRLHF PR 1319",
+        killed_by=("settings_sweep[settings=temperature,check=uneven_split]",),
+        patch=(
+            replace(
+                "            entropy = entropy_from_logits(logits)\n",
+                "            entropy = entropy_from_logits(logits * cfg.temperature)\n",
+            ),
+        ),  # fmt: skip
+        notes="invisible at temperature 1, where every other scenario runs",
+    ),
+    Mutant(
+        id="c21_k3_wrong_direction",
+        bug_class=21,
+        title="k3 KL estimator with the ratio the wrong way round (estimates KL(ref || policy))",
+        source="Rolv-Arild/rocket-learn PR 12",
+        killed_by=("settings_sweep[settings=k3,check=rollout_objectives]",),
+        patch=(
+            replace(
+                '    return -log_ratio if estimator == "k1" else log_ratio.exp() - 1 - log_ratio\n',
+                '    return -log_ratio if estimator == "k1" else (-log_ratio).exp() - 1 + log_ratio\n',
+            ),
+        ),
+        notes="the default estimator is k1; only a run with kl_estimator=k3 sees it",
+    ),
+    Mutant(
+        id="c22_eos_penalty_twice",
+        bug_class=22,
+        title="the missing-EOS penalty subtracted twice from a response's score",
+        source="no public report; the double application of a reward-side penalty that the trainer applies again",
+        killed_by=("settings_sweep[settings=whiten_eos,check=rollout_objectives]",),
+        patch=(
+            replace(
+                "            scores = scores - cfg.missing_eos_penalty * "
+                "(~(postprocessed == cfg.stop_token_id).any(dim=1)).float()\n",
+                "            scores = scores - 2 * cfg.missing_eos_penalty * (~(postprocessed == cfg.stop_token_id)"
+                ".any(dim=1)).float()\n",
+            ),
+        ),
+        notes="needs missing_eos_penalty set and a response without the stop token",
+    ),
+    Mutant(
+        id="c23_clipped_every_microbatch",
+        bug_class=23,
+        title="gradient clipped after every micro-batch's backward, not once before the optimizer step",
+        source="huggingface/transformers issue 986; facebookresearch/lingua PR 59",
+        killed_by=("settings_sweep[settings=clipped,check=every_microbatch_applied]",),
+        patch=(
+            replace(
+                "                stats.append(self.micro_step(ro, rows[start : start + step], n_response, n_value))\n"
+                "        if self.config.max_grad_norm is not None:\n"
+                "            acc.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)\n",
+                "                stats.append(self.micro_step(ro, rows[start : start + step], n_response, n_value))\n"
+                "            if self.config.max_grad_norm is not None:\n"
+                "                acc.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)\n",
+            ),
+        ),
+        notes="the step's norm still stays under max_grad_norm; its direction is not that of the clipped sum",
+    ),
 )
 
 NOT_APPLICABLE: tuple[NotApplicable, ...] = ()
@@ -427,7 +493,7 @@ def check_metadata() -> list[str]:
     problems = []
     seen_ids: set[str] = set()
     covered = {m.bug_class for m in MUTANTS} | {n.bug_class for n in NOT_APPLICABLE}
-    missing = sorted(set(range(1, 16)) - covered)
+    missing = sorted(set(PPO_CLASSES) - covered)
     if missing:
         problems.append(f"bug classes without a mutant or a reason: {missing}")
     scenarios = {scenario for scenario, _ in CHECKS.values()}

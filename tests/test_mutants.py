@@ -1,7 +1,7 @@
 """The curated mutants, the mutmut driver and the mutation reports.
 
 Fast: the catalogue's patches still apply to the trainer exactly once (no rot),
-its metadata covers the 15 bug classes, the report is valid
+its metadata covers the PPO bug classes, the report is valid
 mutation-testing-report-schema v2, and the mutmut plumbing (pragmas, locations,
 triage, score) does what it says. Slow (run in CI): the curated runner kills
 the whole catalogue end to end, and headless Chromium renders mutation.html.
@@ -106,10 +106,11 @@ def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
         catalogue.apply(broken, tmp_path)
 
 
-def test_metadata_is_complete_for_all_15_classes():
+def test_metadata_is_complete_for_every_ppo_class():
     assert catalogue.check_metadata() == []
     classes = sorted([m.bug_class for m in catalogue.MUTANTS] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
-    assert classes == list(range(1, 16)), "one mutant (or a reason) per bug class"
+    ppo_classes = [*range(1, 16), *range(20, 24)]  # 16-19 are GRPO's (docs/bug-catalogue.md)
+    assert classes == ppo_classes, "one mutant (or a reason) per PPO bug class"
     for n in catalogue.NOT_APPLICABLE:
         assert n.reason.strip()
     for m in catalogue.MUTANTS:
@@ -155,7 +156,8 @@ def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
     assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
     padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
-    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"])).status is CuratedStatus.KILLED
+    killed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"]))
+    assert killed.status is CuratedStatus.KILLED
     unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=uneven_split]"]))
     assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
 
@@ -584,7 +586,7 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 15
+    assert len(ids) == 19
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}
@@ -593,6 +595,8 @@ def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     assert all(by_id[i]["named_failed"] for i in ids)  # each killed by a check it names
     assert "lr0_ratio[epochs=1]" in by_id["c02_unwritten_slots_averaged"]["named_failed"]
     assert by_id["c15_global_accumulation_counter"]["named_failed"] == ["every_microbatch_applied[epochs=2]"]
+    clipped = "settings_sweep[settings=clipped,check=every_microbatch_applied]"
+    assert by_id["c23_clipped_every_microbatch"]["named_failed"] == [clipped]
     assert code == 0
 
 

@@ -28,8 +28,20 @@ TRL_FAILS = {
     "all_masked",
     "empty_update",
     "partition_invariance",
+    # the same bugs under the other settings; with reward whitening TRL refuses minibatches under 8 rows
+    # (an assertion), and with clipping on it applies gradients over max_grad_norm: it never clips
+    *(
+        f"settings_sweep[settings={s},check={c}]"
+        for s in ("temperature", "k3", "whiten_eos", "clipped")
+        for c in ("uneven_split", "gradient_partition", "every_microbatch_applied")
+    ),  # fmt: skip
+    "settings_sweep[settings=whiten_eos,check=rollout_objectives]",
 }
-TRL_PASSES = {"rollout_objectives[rollout=uneven_split]", "rollout_objectives[rollout=padding_rows]"}
+TRL_PASSES = {
+    "rollout_objectives[rollout=uneven_split]",
+    "rollout_objectives[rollout=padding_rows]",
+    *(f"settings_sweep[settings={s},check=rollout_objectives]" for s in ("temperature", "k3", "clipped")),
+}
 
 
 def verify(target: str, tmp_path_factory) -> tuple[int, dict, str]:
@@ -96,6 +108,13 @@ def test_trl_uneven_split_names_each_pooled_mean_that_disagrees(trl_verdict):
     }
     # entropy, ratio and approxkl are plain means over pad positions; every mean is a mean of slot means
     assert {"policy/entropy_avg", "val/ratio", "val/ratio_var", "policy/approxkl_avg", "loss/value_avg"} <= failing
+
+
+def test_trl_does_not_clip_and_refuses_whitening_on_small_minibatches(trl_verdict):
+    _, report, _ = trl_verdict
+    messages = {c["id"]: c["message"] for c in report["checks"]}
+    assert "exceeds max_grad_norm" in messages["settings_sweep[settings=clipped,check=every_microbatch_applied]"]
+    assert "insufficient for whitening" in messages["settings_sweep[settings=whiten_eos,check=uneven_split]"]
 
 
 def test_trl_scores_are_recomputed_from_its_reward_model(trl_verdict):

@@ -27,8 +27,12 @@ class Algorithm(Protocol):
     name: str
     scenarios: Sequence[Scenario]
 
-    def run_spec(self, seed: int, device: str, dtype: str) -> Any:
+    def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> Any:
         """The run-wide settings every scenario spec of this algorithm takes."""
+        ...
+
+    def parse_settings(self, assignments: list[str]) -> dict:
+        """`--set KEY=VALUE` assignments as typed settings (HarnessConfigError listing the keys)."""
         ...
 
 

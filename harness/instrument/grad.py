@@ -24,6 +24,14 @@ class Step:
     """Per-parameter copies of `.grad` at the step (flattened to float64 only when asked for)."""
     unexplained: float
     """Relative size of .grad minus the contributions since the last step (0 when every one is there)."""
+    raw_norm: float = 0.0
+    """Global L2 norm of the sum of the contributions since the last step (what clipping measures)."""
+    applied_norm: float = 0.0
+    """Global L2 norm of .grad at the step (what the optimizer applies)."""
+    coefficient: float = 1.0
+    """The scalar c that best explains .grad as c * (sum of contributions): 1 unclipped, <= 1 clipped."""
+    residual: float = 0.0
+    """|.grad - c * sum| / |.grad|: what no rescaling of the contributions explains (0 when clipping is all)."""
 
     @property
     def grad(self) -> torch.Tensor:
@@ -88,7 +96,8 @@ class GradRecorder:
         expected = [torch.zeros_like(g) if e is None else e for g, e in zip(grads, self._pending)]
         gap = max((g.float() - e.float()).abs().max().item() for g, e in zip(grads, expected))
         scale = max(max(g.abs().max().item() for g in grads), max(e.abs().max().item() for e in expected), 1e-30)
-        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale))
+        fit = _rescaling(grads, expected)
+        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit))
         self._pending = [None] * len(self.params)
         self._pending_ids = []
 
@@ -100,3 +109,18 @@ class GradRecorder:
     def unapplied(self) -> list[int]:
         """Backward passes whose gradient no step has applied (yet)."""
         return list(self._pending_ids)
+
+
+def _rescaling(grads: list[torch.Tensor], sums: list[torch.Tensor]) -> tuple[float, float, float, float]:
+    """(|sum|, |grad|, c, residual) with c the least-squares scalar of grad on sum, in float64 on the CPU.
+
+    Clipping by global norm multiplies the whole sum by one coefficient; anything else leaves a residual.
+    """
+    g = torch.cat([x.detach().to("cpu", torch.float64).flatten() for x in grads])
+    e = torch.cat([x.detach().to("cpu", torch.float64).flatten() for x in sums])
+    raw, applied = float(e.norm()), float(g.norm())
+    if raw == 0.0:
+        return raw, applied, 1.0, 0.0 if applied == 0.0 else 1.0
+    c = float(g.dot(e) / e.dot(e))
+    residual = float((g - c * e).norm() / max(applied, 1e-30))
+    return raw, applied, c, residual

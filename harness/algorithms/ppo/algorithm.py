@@ -11,7 +11,7 @@ from harness.verdict import CheckResult
 
 from . import ranks
 from .scenarios import SCENARIOS
-from .spec import ScenarioSpec
+from .spec import ScenarioSpec, parse_settings
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,13 @@ class PPOAlgorithm:
     name: str = "ppo"
     scenarios: tuple[Scenario, ...] = SCENARIOS
 
-    def run_spec(self, seed: int, device: str, dtype: str) -> ScenarioSpec:
-        """The run-wide settings every PPO scenario spec takes."""
-        return ScenarioSpec(seed=seed, device=device, dtype=dtype)
+    def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> ScenarioSpec:
+        """The run-wide settings every PPO scenario spec takes (`settings`: from `verify --set`)."""
+        return ScenarioSpec(seed=seed, device=device, dtype=dtype, **(settings or {}))
+
+    def parse_settings(self, assignments: list[str]) -> dict:
+        """`verify --set KEY=VALUE` assignments as settings (HarnessConfigError listing the keys)."""
+        return parse_settings(assignments)
 
     def rank_specs(self, seed: int) -> dict[str, ScenarioSpec]:
         """The runs each rank of `verify-dist` makes."""

@@ -85,6 +85,6 @@ def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Se
     """Update `update.index`'s logged metrics against the oracle fed that update's records alone; masks too."""
     for problem in update.mask_problems():
         check.fail(f"update {update.index + 1}: {problem}")
-    expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator)
+    expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, None, obs.spec.missing_eos_penalty)
     logged = obs.ran.logs[update.index]
     check.absorb(compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype))

@@ -56,8 +56,8 @@ def pooled_mean(metric: PooledMean, micros: Sequence[MicroBatchView]) -> Expecta
         return Expectation.unknown(metric.name, str(why))
     if sums.count == 0:
         reason = f"no {metric.mask}-active token in any micro-batch: logged as 0"
-        return Expectation(metric.name, 0.0, reason, count=0, pooled=sums)
-    return Expectation(metric.name, sums.token_mean(), count=sums.count, pooled=sums)
+        return Expectation(metric.name, 0.0, reason, count=0, pooled=sums, scale=0.0)
+    return Expectation(metric.name, sums.token_mean(), count=sums.count, pooled=sums, scale=sums.scale)
 
 
 def ratio_variance(micros: Sequence[MicroBatchView]) -> Expectation:
@@ -69,7 +69,8 @@ def ratio_variance(micros: Sequence[MicroBatchView]) -> Expectation:
         sums = pooled(ratio, micros)
     except NotRecomputable as why:
         return Expectation.unknown(RATIO_VAR, str(why))
-    return Expectation(RATIO_VAR, sums.variance_of_part_means(), count=len(sums.part_means()), pooled=sums)
+    value, scale = sums.variance_of_part_means(), sums.variance_scale()
+    return Expectation(RATIO_VAR, value, count=len(sums.part_means()), pooled=sums, scale=scale)
 
 
 def pooled_expectations(updates: Sequence[UpdateView]) -> dict[str, Expectation]:
@@ -99,9 +100,17 @@ def _row_sums(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def rollout_expectations(
-    updates: Sequence[UpdateView], kl_coef: float, kl_estimator: str, scores: Any = None
+    updates: Sequence[UpdateView],
+    kl_coef: float,
+    kl_estimator: str,
+    scores: Any = None,
+    missing_eos_penalty: float | None = None,
 ) -> dict[str, Expectation]:
-    """objective/*: per-sample sums over R, averaged over every sample of `updates` (one update per rank)."""
+    """objective/*: per-sample sums over R, averaged over every sample of `updates` (one update per rank).
+
+    `scores` are what the reward gave, one per sample; a response without the stop token
+    loses `missing_eos_penalty` from its score, when that is set.
+    """
     if not updates:
         return {name: Expectation.unknown(name, "no update was given to the oracle") for name in ROLLOUT}
     missing = next((u.rollout_problem for u in updates if u.rollout is None), None)
@@ -111,21 +120,46 @@ def rollout_expectations(
     mask = torch.cat([r.response_mask for r in rollouts])
     logprobs = torch.cat([r.logprobs for r in rollouts])
     samples = int(mask.shape[0])
-    out = {"objective/entropy": Expectation("objective/entropy", float(_row_sums(-logprobs, mask).mean()))}
+    entropy = _row_sums(-logprobs, mask)
+    out = {"objective/entropy": Expectation("objective/entropy", float(entropy.mean()), scale=_scale(entropy))}
     ref_problem = next((r.ref_problem for r in rollouts if r.ref_problem), None)
     kl_mean = None
     if ref_problem:
         out.update({n: Expectation.unknown(n, ref_problem) for n in ("objective/kl", "objective/non_score_reward")})
     else:
         ref = torch.cat([r.ref_logprobs for r in rollouts])
-        kl_mean = float(_row_sums(kl_per_token(logprobs, ref, kl_estimator), mask).mean())
-        out["objective/kl"] = Expectation("objective/kl", kl_mean, count=samples)
-        out["objective/non_score_reward"] = Expectation("objective/non_score_reward", -kl_coef * kl_mean)
-    out.update(score_expectations(scores, samples, kl_mean, kl_coef))
+        kl = _row_sums(kl_per_token(logprobs, ref, kl_estimator), mask)
+        kl_mean, kl_scale = float(kl.mean()), _scale(kl)
+        out["objective/kl"] = Expectation("objective/kl", kl_mean, count=samples, scale=kl_scale)
+        out["objective/non_score_reward"] = Expectation(
+            "objective/non_score_reward", -kl_coef * kl_mean, scale=abs(kl_coef) * kl_scale
+        )
+    if scores is not None and missing_eos_penalty is not None:
+        scores = penalised(scores, [r.has_stop for r in rollouts], missing_eos_penalty)
+    kl_scale = out["objective/kl"].scale
+    out.update(score_expectations(scores, samples, kl_mean, kl_coef, kl_scale or 0.0))
     return {name: out[name] for name in ROLLOUT}
 
 
-def score_expectations(scores: Any, samples: int, kl_mean: float | None, kl_coef: float) -> dict[str, Expectation]:
+def _scale(per_sample: torch.Tensor) -> float:
+    """Mean |per-sample value|: what float rounding of a mean over samples is relative to."""
+    return float(per_sample.abs().mean()) if per_sample.numel() else 0.0
+
+
+def penalised(scores: Any, has_stop: Sequence[torch.Tensor | None], penalty: float) -> Any:
+    """Scores less `penalty` where the response has no stop token (unchanged when the count does not match)."""
+    if any(h is None for h in has_stop):
+        return scores  # no stop token: nothing to penalise
+    values = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
+    stops = torch.cat(list(has_stop))
+    if values.numel() != stops.numel():
+        return values  # score_expectations says so
+    return values - penalty * (~stops).double()
+
+
+def score_expectations(
+    scores: Any, samples: int, kl_mean: float | None, kl_coef: float, kl_scale: float = 0.0
+) -> dict[str, Expectation]:
     """objective/scores and objective/rlhf_reward; optional when the target hands over no scores."""
     if scores is None:
         return {n: Expectation.unknown(n, "no scores were supplied to the oracle", required=False) for n in SCORED}
@@ -133,20 +167,26 @@ def score_expectations(scores: Any, samples: int, kl_mean: float | None, kl_coef
     if values.numel() != samples:
         reason = f"{values.numel()} scores were supplied for {samples} rollout samples"
         return {n: Expectation.unknown(n, reason) for n in SCORED}
-    mean_score = float(values.mean())
-    out = {"objective/scores": Expectation("objective/scores", mean_score, count=samples)}
+    mean_score, score_scale = float(values.mean()), _scale(values)
+    out = {"objective/scores": Expectation("objective/scores", mean_score, count=samples, scale=score_scale)}
     if kl_mean is None:
         out["objective/rlhf_reward"] = Expectation.unknown("objective/rlhf_reward", "objective/kl is unknown")
     else:
-        out["objective/rlhf_reward"] = Expectation("objective/rlhf_reward", mean_score - kl_coef * kl_mean)
+        scale = score_scale + abs(kl_coef) * kl_scale
+        out["objective/rlhf_reward"] = Expectation("objective/rlhf_reward", mean_score - kl_coef * kl_mean, scale=scale)
     return out
 
 
 def expected_metrics(
-    updates: UpdateView | Sequence[UpdateView], kl_coef: float, kl_estimator: str, scores: Any = None
+    updates: UpdateView | Sequence[UpdateView],
+    kl_coef: float,
+    kl_estimator: str,
+    scores: Any = None,
+    missing_eos_penalty: float | None = None,
 ) -> dict[str, Expectation]:
     """Every logged statistic the oracle can recompute for one update (a list: the same update on each rank)."""
     updates = [updates] if isinstance(updates, UpdateView) else list(updates)
     if kl_estimator not in KL_ESTIMATORS:
         raise HarnessConfigError(f"unknown kl_estimator {kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
-    return {**pooled_expectations(updates), **rollout_expectations(updates, kl_coef, kl_estimator, scores)}
+    rollout = rollout_expectations(updates, kl_coef, kl_estimator, scores, missing_eos_penalty)
+    return {**pooled_expectations(updates), **rollout}

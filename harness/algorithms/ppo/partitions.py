@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
-from harness.verdict import Check, CheckId, CheckResult
+from harness.verdict import Check, CheckId, CheckResult, CheckStatus
 
 from .checks import require_logs
 from .spec import ScenarioSpec
@@ -59,7 +59,7 @@ def compare_splits(
 def partition_invariance(
     cache: ObservationCache, base: ScenarioSpec, check_id: CheckId, means: Sequence[str], variance: str
 ) -> CheckResult:
-    """Hypothesis draws splits (10 examples, derandomized); the result is the last failing one, else the last."""
+    """Hypothesis draws splits (10 examples, seeded); a failure names every split that failed."""
     reference = base.with_(**REFERENCE_SPLIT)
     verdicts: list[CheckResult] = []
 
@@ -83,11 +83,18 @@ def partition_invariance(
     except AssertionError:
         pass  # reported through the failing verdict
     failing = [v for v in verdicts if not v.passed]
-    # Hypothesis replays its minimal failing example last; explicit examples run first and all of them run
     if failing:
-        return failing[-1]
+        return every_failing_split(check_id, failing)
     if verdicts:
         return verdicts[-1]
     check = Check(check_id)
     check.fail("Hypothesis ran no example")
     return check.finish()
+
+
+def every_failing_split(check_id: CheckId, failing: list[CheckResult]) -> CheckResult:
+    """One result naming every split that failed (Hypothesis replays some while it shrinks: each is kept once)."""
+    problems = list(dict.fromkeys(p for v in failing for p in v.problems))
+    notes = list(dict.fromkeys(n for v in failing for n in v.notes))
+    metrics = list({(m.name, m.where): m for v in failing for m in v.metrics if m.failed}.values())
+    return CheckResult(check_id, CheckStatus.FAIL, tuple(problems), tuple(notes), tuple(metrics))

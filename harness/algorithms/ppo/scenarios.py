@@ -11,14 +11,14 @@ from __future__ import annotations
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
-from harness.tolerances import close, tolerance
+from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
-from .spec import ScenarioSpec
+from .spec import SETTINGS, ScenarioSpec
 
 # The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
 UNEVEN = ScenarioSpec(name="uneven_split", learning_rate=1e-3, total_updates=2)
@@ -39,14 +39,23 @@ ROLLOUTS = {"uneven_split": UNEVEN, "padding_rows": PADDING_ROWS}
 """The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5."""
 
 
+PROFILES = {
+    "temperature": {"temperature": 0.7},
+    "k3": {"kl_estimator": "k3"},
+    "whiten_eos": {"whiten_rewards": True, "missing_eos_penalty": 1.0},
+    "clipped": {"max_grad_norm": 1.0},
+}
+"""The settings sweep: each profile changes the run-wide settings of the checks in SWEPT."""
+
+
 def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:
-    """`base` with the run-wide settings (seed, device, dtype) of `run`."""
-    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype)
+    """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting."""
+    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, **{k: getattr(run, k) for k in SETTINGS})
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
-    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs")))
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 1)))
     update = oracle_update(obs, 0, check)
     if update is not None and require(check, update.padded_rows(), "no response was padded"):
         compare_pooled(obs, update, check)
@@ -73,14 +82,15 @@ def freshness(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
 
 def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """`objective/*` of every update against the oracle (sums over R only, means over real samples)."""
-    check, obs = Check(case.id), cache.get(spec_for(ROLLOUTS[case.param("rollout")], run))
+    check, obs = Check(case.id), cache.get(spec_for(ROLLOUTS[case.param("rollout", "uneven_split")], run))
     view = require_view(obs, check)
     if view is None or not require_logs(obs, ROLLOUT, check):
         return check.finish()
     scores = obs.ran.scores
     scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
     for i, update in enumerate(view.updates):
-        expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, scores=scores[i])
+        spec = obs.spec
+        expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
         where = f"update {i + 1}" if len(view.updates) > 1 else None
         logged = obs.ran.logs[i]
         check.absorb(compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, obs.spec.dtype,
@@ -97,6 +107,13 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     return check.finish()
 
 
+def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str) -> None:
+    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it)."""
+    if gaps:
+        where, gap = max(gaps, key=lambda item: item[1])
+        check.absorb(compare({"gradient": gap}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
+
+
 def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
     check = Check(case.id)
@@ -109,7 +126,7 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     if not first.ran.grads.steps:
         check.fail("no optimizer step was seen")
         return check.finish()
-    tol = tolerance("gradient", run.dtype)
+    gaps = []
     for other in observed[1:]:
         label, steps = other.spec.split_label, other.ran.grads.steps
         if len(steps) != len(first.ran.grads.steps):
@@ -117,16 +134,28 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
             continue
         for k, (a, b) in enumerate(zip(first.ran.grads.steps, steps)):
             gap = (a.grad - b.grad).abs().max().item()
-            scale = max(a.grad.abs().max().item(), 1e-30)
-            if not close(gap / scale, 0.0, tol):
-                check.fail(f"{label}: step {k + 1} gradient differs by {gap:.3g} (relative {gap / scale:.3g})")
+            gaps.append((f"{label} step {k + 1}", gap / max(a.grad.abs().max().item(), 1e-30)))
+    largest_gap(check, gaps, run.dtype)
     return check.finish()
 
 
+def applied_gap(step, max_grad_norm: float | None) -> float:
+    """How far the step's .grad is from what it should apply: its micro-batches' gradients, clipped when asked.
+
+    Unclipped: the relative gap to their sum. Clipped (by global norm, as torch's clip_grad_norm_): the
+    part no rescaling explains, plus how far the rescaling is from max_grad_norm / |sum| (capped at 1).
+    """
+    if max_grad_norm is None:
+        return step.unexplained
+    want = min(1.0, max_grad_norm / (step.raw_norm + 1e-6))
+    return max(step.residual, abs(step.coefficient - want) / want)
+
+
 def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates."""
+    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates;
+    each step applies exactly its micro-batches' gradients (clipped to max_grad_norm when that is set)."""
     check = Check(case.id)
-    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs")))
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 2)))
     view = require_view(obs, check)  # also: the trainer did not raise, and ran the expected micro-batches
     if view is None:
         return check.finish()
@@ -144,12 +173,14 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
         if owners != {view.update_at(step.clock)}:
             check.fail(f"step {k + 1} (update {view.update_at(step.clock) + 1}) applied backward passes of updates "
                        f"{sorted(o + 1 for o in owners)}")  # fmt: skip
-        if not close(step.unexplained, 0.0, tol):
-            check.fail(
-                f"step {k + 1}: .grad differs from its micro-batches' gradients (relative {step.unexplained:.3g})"
-            )
+        limit = None if spec.max_grad_norm is None else spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol
+        if limit is not None and step.applied_norm > limit:
+            check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds max_grad_norm "
+                       f"{spec.max_grad_norm}")  # fmt: skip
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
+    largest_gap(check, gaps, spec.dtype)
     return check.finish()
 
 
@@ -178,6 +209,22 @@ def partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     return partition_invariance(cache, base, case.id, POOLED_NAMES, RATIO_VAR)
 
 
+SWEPT = {
+    "uneven_split": uneven_split,
+    "rollout_objectives": rollout_objectives,
+    "gradient_partition": gradient_partition,
+    "every_microbatch_applied": every_microbatch_applied,
+}
+"""The checks run again under each settings profile, with their default parameters."""
+
+
+def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """One check of SWEPT under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
+    clipping): a correct trainer passes them all; one that drops the temperature from its entropy, gets k3
+    wrong, applies the EOS penalty twice or clips wrongly does not."""
+    return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
+
+
 SCENARIOS = (
     Scenario(
         "uneven_split", uneven_split, (("epochs", (1, 2)),), "4,3,2 (micro-batches 4+2), LR 1e-3: pooled == oracle"
@@ -201,4 +248,10 @@ SCENARIOS = (
     Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),
     Scenario("partition_invariance", partition, (), "LR 0: Hypothesis-drawn splits log the same pooled means"),
+    Scenario(
+        "settings_sweep",
+        settings_sweep,
+        (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
+        "the uneven split, its objectives and the gradient checks under other trainer settings",
+    ),  # fmt: skip
 )

@@ -6,9 +6,26 @@ trainer's own config class, and the validation of sizes before any model work (e
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from harness.errors import HarnessConfigError
+
+SETTINGS = (
+    "temperature",
+    "kl_estimator",
+    "kl_coef",
+    "whiten_rewards",
+    "missing_eos_penalty",
+    "max_grad_norm",
+    "cliprange",
+    "cliprange_value",
+    "vf_coef",
+    "gamma",
+    "lam",
+)
+"""The trainer settings `verify --set KEY=VALUE` may change for the whole gate."""
+KL_ESTIMATORS = ("k1", "k3")
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,10 @@ class ScenarioSpec:
     gamma: float = 1.0
     lam: float = 0.95
     whiten_rewards: bool = False
+    missing_eos_penalty: float | None = None
+    """Subtracted from the score of a response without the stop token (None: no penalty)."""
+    max_grad_norm: float | None = None
+    """Clip the gradient's global norm at each optimizer step (None: no clipping)."""
     vocab_size: int = 32
     prompt_length: int = 6
     num_prompts: int = 48
@@ -92,8 +113,47 @@ class ScenarioSpec:
         bad = [f"{k}={v}" for k, v in sizes.items() if v <= 0]
         if bad:
             raise HarnessConfigError("sizes must be positive: " + ", ".join(bad))
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise HarnessConfigError(f"kl_estimator={self.kl_estimator!r}: expected one of {', '.join(KL_ESTIMATORS)}")
+        if self.temperature <= 0:
+            raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
         if self.local_batch_size % self.num_mini_batches:
             raise HarnessConfigError(
                 f"local batch {self.per_device_train_batch_size}*{self.gradient_accumulation_steps}"
                 f"={self.local_batch_size} is not divisible by num_mini_batches={self.num_mini_batches}"
             )
+
+
+def _typed(key: str, text: str) -> Any:
+    """`text` as the type of ScenarioSpec's field `key` (ValueError when it is not one)."""
+    annotation = {f.name: str(f.type) for f in fields(ScenarioSpec)}[key]
+    if "None" in annotation and text.lower() in ("none", "null", ""):
+        return None
+    if annotation.startswith("bool"):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if annotation.startswith("float"):
+        return float(text)
+    if annotation.startswith("int"):
+        return int(text)
+    return text
+
+
+def parse_settings(assignments: list[str]) -> dict[str, Any]:
+    """`["temperature=0.7", "kl_estimator=k3"]` -> {"temperature": 0.7, ...}; HarnessConfigError listing the keys."""
+    keys = ", ".join(SETTINGS)
+    out: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or key not in SETTINGS:
+            raise HarnessConfigError(f"--set {assignment!r}: expected KEY=VALUE with KEY one of {keys}")
+        try:
+            out[key] = _typed(key, text.strip())
+        except ValueError as exc:
+            raise HarnessConfigError(f"--set {assignment!r}: {exc}; keys: {keys}") from None
+    ScenarioSpec(**out).validate()  # a value no trainer can run is a usage error now, not in every check
+    return out

@@ -84,6 +84,8 @@ class RolloutView:
     value_mask: torch.Tensor = field(repr=False)
     ref_logprobs: torch.Tensor | None = field(repr=False)
     ref_problem: str | None = None
+    has_stop: torch.Tensor | None = field(repr=False, default=None)
+    """(N,) whether each response contains the stop token (None when the trainer has no stop token)."""
 
     @property
     def samples(self) -> int:
@@ -233,7 +235,8 @@ def _rollout(group: _Group, index: int, stop: int | None, pad: int) -> RolloutVi
         ref = _cat([r.logprobs for r in group.ref], "rollout 'ref_logprob' log-probs", index)
     except NotRecomputable as why:
         ref_problem = str(why)
-    return RolloutView(responses, logprobs, entropy, response_mask, value_mask, ref, ref_problem)
+    has_stop = None if stop is None else (responses == stop).any(dim=-1)
+    return RolloutView(responses, logprobs, entropy, response_mask, value_mask, ref, ref_problem, has_stop)
 
 
 def view_update(group: _Group, index: int, stop: int | None, pad: int) -> UpdateView:

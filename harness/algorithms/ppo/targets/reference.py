@@ -70,6 +70,8 @@ def build_config(spec: ScenarioSpec, stop_token_id: int):
         kl_coef=spec.kl_coef,
         kl_estimator=spec.kl_estimator,
         whiten_rewards=spec.whiten_rewards,
+        missing_eos_penalty=spec.missing_eos_penalty,
+        max_grad_norm=spec.max_grad_norm,
         cliprange=spec.cliprange,
         cliprange_value=spec.cliprange_value,
         vf_coef=spec.vf_coef,

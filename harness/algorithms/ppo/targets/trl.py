@@ -194,6 +194,8 @@ def factory(spec: ScenarioSpec) -> TrlRun:
             gamma=spec.gamma,
             lam=spec.lam,
             whiten_rewards=spec.whiten_rewards,
+            missing_eos_penalty=spec.missing_eos_penalty,
+            max_grad_norm=spec.max_grad_norm if spec.max_grad_norm is not None else 0.0,  # 0: no clipping
             local_rollout_forward_batch_size=spec.rollout_chunk,
             num_sample_generations=0,
             report_to=[],
