@@ -117,5 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     return verify_dist(args, extra)
 
 
+def verify_main(argv: list[str] | None = None) -> int:
+    """`ppo-verify [options]`: the same as `python -m harness verify [options]`."""
+    return main(["verify", *(sys.argv[1:] if argv is None else argv)])
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -209,3 +209,10 @@ def test_nan_for_an_update_with_no_response_token_fails():
     assert check("uneven_split[epochs=1]", cache).passed  # the variant is right where tokens exist
     result = check("empty_update", cache)
     assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message
+
+
+def test_ppo_verify_script_is_the_verify_command(capsys):
+    from harness.cli import verify_main
+
+    assert verify_main(["--target", "nope"]) == 2
+    assert "unknown target 'nope'" in capsys.readouterr().err
