@@ -19,6 +19,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify.add_argument("--report-dir", default="reports")
     verify.add_argument("--check", action="append", default=[], metavar="ID",
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip
+    verify.add_argument("-v", "--verbose", action="store_true",
+                        help="print every metric of every check (default: one line per check)")  # fmt: skip
     dist = sub.add_parser("verify-dist", help="uneven_split, lr0_ratio and freshness on several processes")
     dist.add_argument("--target", default="reference")
     dist.add_argument("--processes", type=int, default=2)
@@ -94,6 +96,8 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         f"--ppo-dtype={args.dtype}",
         f"--ppo-report-dir={args.report_dir}",
         *(f"--ppo-check={check}" for check in args.check),
+        # one line per check is the whole verdict; pytest's own failure sections repeat it (-v keeps them)
+        *(["--ppo-verbose"] if args.verbose else ["--tb=no", "-rN"]),
         f"--junitxml={args.report_dir}/verify.xml",
         "-o",
         "junit_suite_name=ppo-verify",

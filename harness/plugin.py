@@ -23,6 +23,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64 or bfloat16")
     group.addoption("--ppo-report-dir", default=None, help="write verify.json and verify.md here")
     group.addoption("--ppo-check", action="append", default=[], help="run only this check id (repeatable)")
+    group.addoption(
+        "--ppo-verbose", action="store_true", help="the verdict lists every metric (default: one line per check)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -145,13 +148,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The verdict: one line per check (every metric with --ppo-verbose or pytest -v), and other failed tests."""
     from .report.terminal import render_terminal
 
     report = config.stash.get(COLLECTOR, None)
     errors = config.stash.get(CONFIG_ERROR, [])
+    verbose = config.option.ppo_verbose or config.get_verbosity() > 0
     if report is not None and report.checks:
         terminalreporter.section("ppo-stats-harness verdict")
-        for line in render_terminal(report).splitlines():
+        for line in render_terminal(report, verbose=verbose).splitlines():
             terminalreporter.write_line(line)
+        # a failed test that is not a check (the suite's own sanity tests) would show nowhere else
+        reported = {f"[{check.id}]" for check in report.checks}
+        for rep in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", []):
+            if not any(rep.nodeid.endswith(f"test_check{label}") for label in reported):
+                why = next(iter(rep.longreprtext.strip().splitlines()[-1:]), "")
+                terminalreporter.write_line(f"FAIL  {rep.nodeid}  {why}")
     for line in errors:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)

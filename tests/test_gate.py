@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,9 @@ def test_mean_of_means_trainer_fails_the_pooled_checks(tmp_path):
     assert status["uneven_split[epochs=1]"] == status["uneven_split[epochs=2]"] == "fail"
     assert status["freshness"] == "fail"
     assert status["partition_invariance"] == "fail"
-    assert "FAIL uneven_split policy/entropy_avg: logged=" in output
+    # one line per check: its status, its id, its first failing metric
+    assert re.search(r"^FAIL  uneven_split\[epochs=1\] +FAIL uneven_split loss/policy_avg: logged=", output, re.M)
+    assert not re.search(r"^check +metric +logged", output, re.M)  # the metric table only with -v
 
 
 # ------------------------------------------------------------------ nothing seen is a failure
