@@ -12,10 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .runner import ROOT
+from .project import ROOT
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, `all` when no sub-command is named (so that plain `python -m mutants` runs everything)."""
     parser = argparse.ArgumentParser(
         prog="python -m mutants", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -26,6 +27,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
 
     def curated_args(p):
+        """The curated runner's options, shared by `curated` and `all`."""
         p.add_argument("--only", nargs="+", metavar="ID", help="run only these catalogue ids")
         p.add_argument("--full", action="store_true", help="run the full verify suite for every mutant (kill matrix)")
         p.add_argument("--jobs", type=int, default=None, help="mutants verified at once (default: CPUs, at most 4)")
@@ -33,11 +35,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--keep", type=Path, default=None, help="copy each mutant's scratch folder here")
 
     def mutmut_args(p):
+        """The mutmut driver's options, shared by `mutmut` and `all`."""
         p.add_argument("--max-children", type=int, default=None, help="mutmut workers (default: CPUs)")
         p.add_argument("--mutmut-timeout", type=float, default=3600.0, help="seconds for the whole mutmut run")
         p.add_argument("--keep-scratch", action="store_true", help="keep mutmut's scratch project")
 
     def report_args(p):
+        """The report's options, shared by every sub-command that writes the reports."""
         p.add_argument(
             "--update-baseline", action="store_true", help="record this run's mutmut score in mutants/baseline.json"
         )
@@ -60,8 +64,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the sub-command; the session exits with the worst of its parts' codes (2, then 1, then 0)."""
     args = parse(sys.argv[1:] if argv is None else argv)
-    from . import mutmut_run, report, runner
+    from . import mutmut_run, report, runner  # after parsing: `--help` and a usage error import none of them
 
     codes = []
     if args.command in ("curated", "all"):

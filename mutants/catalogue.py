@@ -1,4 +1,4 @@
-"""The curated catalogue: one mutant per bug class of /work/shared/spec/bug-catalogue.md.
+"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md.
 
 Each mutant re-creates, inside `reference_ppo`, a bug that shipped (or was found in
 review) in a public RL trainer, and names the checks of the gate that must kill it.

@@ -5,7 +5,8 @@ working tree to `./mutants/`, which is this package's own folder. Instead it
 
 1. copies `reference_ppo/`, `harness/` and `pyproject.toml` (whose `[tool.mutmut]`
    section is the configuration) to a scratch folder outside the project, plus
-   this file as `ppo_mutmut_hooks.py`, a pytest plugin that the configuration loads;
+   `mutmut_hooks.py` as `ppo_mutmut_hooks.py`, a pytest plugin that the
+   configuration loads (see that module for what it does);
 2. marks every top-level function and class of the scratch `trainer.py` except
    MUTATED_FUNCTIONS with `# pragma: no mutate block` (a trailing comment on the
    header line, so no line moves and the report's line numbers are the project's);
@@ -13,27 +14,34 @@ working tree to `./mutants/`, which is this package's own folder. Instead it
    the verify suite as its tests;
 4. reads mutmut's meta file (`mutants/reference_ppo/trainer.py.meta`) and the
    generated functions (`x_<name>__mutmut_orig` / `x_<name>__mutmut_<n>`) and turns
-   each mutant into a record with its location in the original file, the
-   replaced text, the replacement and a unified diff (mutmut_results.json).
-
-The pytest plugin (the `pytest_*` functions and the fixture below) only acts
-when mutmut runs the suite:
-
-- a Hypothesis profile (`derandomize`, no database, no deadline, the
-  `differing_executors` health check suppressed) is loaded, so a mutant's verdict
-  never depends on an example database or on mutmut's forked executors;
-- while mutmut collects its per-test statistics (MUTANT_UNDER_TEST=stats), the
-  harness's session-wide observation cache is emptied before each test, so each
-  test really calls the trainer functions it checks. Without that, a test that
-  only reads another test's cached run (freshness, rollout_objectives) would be
-  linked to no function and mutmut would never run it against a mutant.
+   each mutant into a record with its location in the original file (locate.py),
+   the replaced text, the replacement and a unified diff (mutmut_results.json).
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
 
-import pytest
+from . import mutmut_hooks
+from .locate import locate, mutator_name
+from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
+from .project import ROOT, copy_project, scratch_env
+from .scoring import kill_costs
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 MUTATED_FUNCTIONS = (
     "masked_sum",
@@ -48,42 +56,12 @@ HOOKS_MODULE = "ppo_mutmut_hooks"
 PRAGMA = "# pragma: no mutate block"
 
 
-# ---------------------------------------------------------------- pytest plugin (inside mutmut's runs)
-
-
-def _under_mutmut() -> bool:
-    return "MUTANT_UNDER_TEST" in os.environ
-
-
-def pytest_configure(config) -> None:
-    if not _under_mutmut():
-        return
-    from hypothesis import HealthCheck, settings
-
-    settings.register_profile(
-        "ppo-mutmut",
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=[HealthCheck.differing_executors],
-    )
-    settings.load_profile("ppo-mutmut")
-
-
-@pytest.fixture(autouse=True)
-def _ppo_fresh_observations_while_mutmut_collects_stats(request):
-    """Empty the harness's observation cache before each test of mutmut's stats run."""
-    if os.environ.get("MUTANT_UNDER_TEST") == "stats" and "ppo_cache" in request.fixturenames:
-        request.getfixturevalue("ppo_cache").clear()
-    yield
-
-
-# ---------------------------------------------------------------- the driver (in the project)
-
-
 def mark_unmutated(source: str, keep=MUTATED_FUNCTIONS) -> str:
-    """`source` with `# pragma: no mutate block` on the header of every top-level def/class not in `keep`."""
-    import libcst as cst
+    """`source` with `# pragma: no mutate block` on the header of every top-level def/class not in `keep`.
+
+    mutmut then mutates only the statistics code, and no line moves, so the report's lines are the project's.
+    """
+    import libcst as cst  # comes with mutmut (the `mutation` extra): the rest of the driver must import without it
 
     module = cst.parse_module(source)
     found: set[str] = set()
@@ -111,18 +89,13 @@ def mark_unmutated(source: str, keep=MUTATED_FUNCTIONS) -> str:
 
 
 def prepare_scratch(scratch, root=None):
-    """Lay out the scratch project in `scratch` (a folder outside the project)."""
-    import shutil
-    from pathlib import Path
-
-    from .runner import ROOT, copy_project
-
+    """Lay out the scratch project in `scratch` (a folder outside the project: mutmut writes ./mutants/ there)."""
     root = Path(root or ROOT).resolve()
     scratch = Path(scratch).resolve()
     if scratch == root or scratch.is_relative_to(root):
         raise RuntimeError(f"refusing to run mutmut inside the project ({scratch}): it writes ./mutants/")
     copy_project(scratch, root)
-    shutil.copy2(Path(__file__), scratch / f"{HOOKS_MODULE}.py")
+    shutil.copy2(Path(mutmut_hooks.__file__), scratch / f"{HOOKS_MODULE}.py")
     trainer = scratch / TRAINER
     pristine = trainer.read_text(encoding="utf-8")
     (scratch / "_pristine_trainer.py").write_text(pristine, encoding="utf-8")
@@ -139,12 +112,7 @@ def prepare_scratch(scratch, root=None):
 
 
 def mutmut_config(pyproject) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    from pathlib import Path
-
+    """The `[tool.mutmut]` section of `pyproject`, which must exist: it is mutmut's whole configuration."""
     data = tomllib.loads(Path(pyproject).read_text(encoding="utf-8"))
     config = data.get("tool", {}).get("mutmut")
     if not config:
@@ -153,10 +121,7 @@ def mutmut_config(pyproject) -> dict:
 
 
 def mutmut_executable() -> list[str]:
-    import shutil
-    import sys
-    from pathlib import Path
-
+    """The mutmut command: the one beside this interpreter first, so that it runs with the same packages."""
     beside = Path(sys.executable).with_name("mutmut")
     if beside.is_file():
         return [str(beside)]
@@ -168,11 +133,6 @@ def mutmut_executable() -> list[str]:
 
 def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[int, float]:
     """`mutmut run` in `scratch`; returns (exit code, seconds). Output goes to `log_path`."""
-    import subprocess
-    import time
-
-    from .runner import scratch_env
-
     env = scratch_env(scratch)
     env.pop("PYTHONPATH")  # mutmut puts its own ./mutants/ first on the path
     start = time.perf_counter()
@@ -192,157 +152,18 @@ def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[in
     return code, time.perf_counter() - start
 
 
-STATUS_BY_EXIT_CODE = {
-    1: "killed",
-    3: "killed",
-    0: "survived",
-    5: "no tests",
-    33: "no tests",
-    34: "skipped",
-    35: "suspicious",
-    36: "timeout",
-    37: "caught by type check",
-    -24: "timeout",
-    24: "timeout",
-    152: "timeout",
-    255: "timeout",
-    -11: "segfault",
-    -9: "segfault",
-    2: "interrupted",
-    None: "not checked",
-}
-
-
-def mutmut_status(exit_code) -> str:
-    """mutmut's own status names for its exit codes (mutmut.stats.status_by_exit_code)."""
-    try:
-        from mutmut.stats import status_by_exit_code
-
-        return status_by_exit_code[exit_code]
-    except ImportError:
-        return STATUS_BY_EXIT_CODE.get(exit_code, "suspicious")
-
-
 def _functions(tree) -> dict:
-    import ast
-
+    """The module-level functions of `tree` by name: mutmut generates its mutants as such functions."""
     return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
 def _lines(source_lines: list[str], node) -> list[str]:
+    """The source lines of `node`, from its `def` line to its last, to compare a function with mutmut's copy of it."""
     return source_lines[node.lineno - 1 : node.end_lineno]
 
 
-TOKEN = None
-
-
-def _tokens(text: str) -> list[str]:
-    """Python-ish tokens (string literals, names, numbers, multi-character operators), whitespace kept."""
-    import re
-
-    global TOKEN
-    if TOKEN is None:
-        TOKEN = re.compile(
-            r"""[rbfuRBFU]{0,2}("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
-            r"|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\w+|\s+"
-            r"|\*\*=?|//=?|>>=?|<<=?|[-+*/%@&|^<>=!]=|->|\S"
-        )
-    return [m.group(0) for m in TOKEN.finditer(text)]
-
-
-def locate(original: list[str], mutant: list[str], first_line: int) -> dict:
-    """Location (1-based lines and columns, end exclusive), original text and replacement of one mutation.
-
-    `original` and `mutant` are the lines of the two generated functions after their
-    `def` line; `first_line` is the line in the project's file of `original[0]`. The
-    changed span is trimmed to whole tokens, and an insertion is widened to the
-    token after it, so that every mutant covers at least one character.
-    """
-    import difflib
-
-    ops = [
-        op for op in difflib.SequenceMatcher(None, original, mutant, autojunk=False).get_opcodes() if op[0] != "equal"
-    ]
-    if not ops:
-        return {}
-    i1, i2, j1, j2 = ops[0][1], ops[-1][2], ops[0][3], ops[-1][4]
-    old_tokens, new_tokens = _tokens("".join(original[i1:i2])), _tokens("".join(mutant[j1:j2]))
-    head = 0
-    while head < min(len(old_tokens), len(new_tokens)) and old_tokens[head] == new_tokens[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old_tokens), len(new_tokens)) - head and old_tokens[-1 - tail] == new_tokens[-1 - tail]:
-        tail += 1
-    old_end, new_end = len(old_tokens) - tail, len(new_tokens) - tail
-    if old_end == head:  # a pure insertion: widen it to the next token (or else the one before)
-        k = old_end
-        while k < len(old_tokens) and not old_tokens[k].strip():
-            k += 1
-        if k < len(old_tokens):
-            old_end, new_end = k + 1, new_end + (k + 1 - old_end)
-        else:
-            while head > 0:
-                head -= 1
-                if old_tokens[head].strip():
-                    break
-    start = len("".join(old_tokens[:head]))
-    end = len("".join(old_tokens[:old_end]))
-    old = "".join(original[i1:i2])
-
-    def position(offset: int) -> dict:
-        before = old[:offset]
-        return {"line": first_line + i1 + before.count("\n"), "column": offset - (before.rfind("\n") + 1) + 1}
-
-    return {
-        "start": position(start),
-        "end": position(end),
-        "original": old[start:end],
-        "replacement": "".join(new_tokens[head:new_end]),
-    }
-
-
-def mutator_name(original: str, replacement: str) -> str:
-    """A Stryker-style mutator name guessed from the replaced text (mutmut does not record one)."""
-    import re
-
-    o, r = original.strip(), replacement.strip()
-    number = re.compile(r"^-?\d+(\.\d*)?([eE][-+]?\d+)?$")
-    string = re.compile(r"""^[rbfuRBFU]{0,2}("|')""")
-    groups = {
-        "ArithmeticOperator": {"+", "-", "*", "/", "//", "%", "**", "@"},
-        "EqualityOperator": {"<", "<=", ">", ">=", "==", "!="},
-        "LogicalOperator": {"and", "or"},
-        "AssignmentOperator": {"=", "+=", "-=", "*=", "/=", "//=", "%=", "**="},
-    }
-    for name, ops in groups.items():
-        if o in ops and r in ops:
-            return name
-    if number.match(o) and number.match(r):
-        return "NumberLiteral"
-    if {o, r} <= {"True", "False"}:
-        return "BooleanLiteral"
-    if string.match(o) and (string.match(r) or r == "None"):
-        return "StringLiteral"
-    if r == "None":
-        return "NoneReplacement"
-    if r.endswith((" and False", " or True")):
-        return "ConditionalExpression"
-    if r.startswith("not ") or o.startswith("not "):
-        return "BooleanNegation"
-    if not r:
-        return "ArgumentRemoval"
-    if o.isidentifier() and r.isidentifier():
-        return "NameReplacement"
-    return "Mutation"
-
-
-def collect(scratch, project_trainer=None) -> list[dict]:
+def collect(scratch, project_trainer=None) -> list[MutantRecord]:
     """One record per mutant of trainer.py, read from mutmut's meta file and generated code."""
-    import ast
-    import difflib
-    import json
-    from pathlib import Path
-
     scratch = Path(scratch)
     meta_path = scratch / "mutants" / (TRAINER + ".meta")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -369,146 +190,79 @@ def collect(scratch, project_trainer=None) -> list[dict]:
         here = _lines(project_lines, source_node)[1:]
         if here != orig:
             raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {TRAINER} it was made from")
-        where = locate(orig, mutated, source_node.lineno + 1)
+        change = locate(orig, mutated, source_node.lineno + 1)
         start = source_node.lineno - 1
         changed = (
             project_lines[:start] + project_lines[start : start + 1] + mutated + project_lines[source_node.end_lineno :]
         )
         diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{TRAINER}", f"b/{TRAINER}", n=1))
+        first = change.location.start
         records.append(
-            {
-                "name": key,
-                "function": function,
-                "exit_code": exit_code,
-                "status": mutmut_status(exit_code),
-                "seconds": durations.get(key),
-                "estimated_test_seconds": estimated.get(key),
-                "location": {"start": where.get("start"), "end": where.get("end")},
-                "line": project_lines[where["start"]["line"] - 1].strip() if where else "",
-                "original": where.get("original", ""),
-                "replacement": where.get("replacement", ""),
-                "mutator": mutator_name(where.get("original", ""), where.get("replacement", "")),
-                "diff": diff,
-            }
+            MutantRecord(
+                name=key,
+                function=function,
+                exit_code=exit_code,
+                status=MutantStatus.from_exit_code(exit_code),
+                seconds=durations.get(key),
+                estimated_test_seconds=estimated.get(key),
+                location=change.location,
+                line=project_lines[first.line - 1].strip() if first else "",
+                original=change.original,
+                replacement=change.replacement,
+                mutator=mutator_name(change.original, change.replacement),
+                diff=diff,
+            )
         )
     return records
 
 
 def tail(path, lines: int = 40) -> str:
-    from pathlib import Path
-
+    """The last non-blank lines of a log, to say why a run failed without printing all of it."""
     text = Path(path).read_text(encoding="utf-8", errors="replace").replace("\r", "\n")
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
-def read_stats(scratch) -> dict:
-    """mutmut's per-test statistics from its stats run (durations, tests by function); {} when missing or unreadable."""
-    import json
-
+def read_stats(scratch) -> SuiteStats | None:
+    """mutmut's per-test statistics from its stats run (durations, tests by function); None if missing or unreadable."""
     statsfile = scratch / "mutants" / "mutmut-stats.json"
     if not statsfile.is_file():
-        return {}
+        return None
     try:
         data = json.loads(statsfile.read_text(encoding="utf-8"))
-        return {
-            "duration_by_test": data.get("duration_by_test", {}),
-            "stats_time": data.get("stats_time"),
-            "tests_by_function": {
+        return SuiteStats(
+            duration_by_test=data.get("duration_by_test", {}),
+            stats_time=data.get("stats_time"),
+            tests_by_function={
                 k.rpartition(".")[2].removeprefix("x_"): sorted(v)
                 for k, v in data.get("tests_by_mangled_function_name", {}).items()
             },
-        }
+        )
     except (OSError, json.JSONDecodeError):
-        return {}
-
-
-COST_GOAL = 1.5  # the issue's goal: a killed mutant costs under 1.5x the time of the test that killed it
-
-
-def first_test(tests, duration_by_test: dict) -> str | None:
-    """The test mutmut runs first for a mutant, of the tests it links to the mutant's function.
-
-    mutmut 3 (ForkRunner.submit) runs `pytest -x` over the tests sorted by their stats-run
-    duration, fastest first, a missing duration counting 0. It stores only the exit code, not
-    which test failed. Equal durations are ordered by name here (mutmut's order among them is a
-    set's), which does not change the duration, hence not the ratio.
-    """
-    return min(tests, key=lambda t: (duration_by_test.get(t, 0.0), t), default=None)
-
-
-def percentile(values, q: float) -> float | None:
-    """The q-th percentile (0-100) of `values`, linear between the closest ranks (numpy's default)."""
-    xs = sorted(values)
-    if not xs:
         return None
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def kill_costs(records: list[dict], stats: dict) -> tuple[dict, dict]:
-    """The cost of each killed mutant against the test that killed it, and their summary.
+def write_results(
+    report_dir, scratch, records: list[MutantRecord], code: int, seconds: float, max_children: int
+) -> None:
+    """Write mutmut_results.json: the run, the source the locations refer to, every mutant, the stats, kill costs.
 
-    Per killed mutant: mutmut's wall time for it (`seconds`, its meta file's durations_by_key:
-    fork of the worker to its exit, a whole `pytest -x` session) over the stats-run duration of
-    the first test mutmut runs for it (`first_test`), taken as the killer. A later test that
-    killed it is slower, so the ratio is then an upper bound. Returns ({name: fields}, summary).
+    The kill costs are computed here, once, while mutmut's stats file is at hand; the report reads them back.
     """
-    durations = stats.get("duration_by_test") or {}
-    tests_by_function = stats.get("tests_by_function") or {}
-    per_mutant = {}
-    for r in records:
-        if r["status"] != "killed" or r.get("seconds") is None:
-            continue
-        test = first_test(tests_by_function.get(r["function"], ()), durations)
-        test_seconds = durations.get(test, 0.0) if test else None
-        ratio = r["seconds"] / test_seconds if test_seconds else None
-        per_mutant[r["name"]] = {"first_test": test, "first_test_seconds": test_seconds, "cost_ratio": ratio}
-    measured = {name: c for name, c in per_mutant.items() if c["cost_ratio"] is not None}
-    ratios = [c["cost_ratio"] for c in measured.values()]
-    seconds = [r["seconds"] for r in records if r["name"] in per_mutant]
-    first_tests: dict[str, int] = {}
-    for c in measured.values():
-        first_tests[c["first_test"]] = first_tests.get(c["first_test"], 0) + 1
-    p90 = percentile(ratios, 90)
-    summary = {
-        "killed": len(per_mutant),
-        "measured": len(ratios),
-        "goal_ratio": COST_GOAL,
-        "median_ratio": percentile(ratios, 50),
-        "p90_ratio": p90,
-        "share_under_goal": sum(x < COST_GOAL for x in ratios) / len(ratios) if ratios else None,
-        "goal_met": p90 < COST_GOAL if p90 is not None else None,
-        "mean_seconds": sum(seconds) / len(seconds) if seconds else None,
-        "median_seconds": percentile(seconds, 50),
-        "median_first_test_seconds": percentile([c["first_test_seconds"] for c in measured.values()], 50),
-        "first_tests": dict(sorted(first_tests.items(), key=lambda kv: (-kv[1], kv[0]))),
-    }
-    return per_mutant, summary
-
-
-def write_results(report_dir, scratch, records: list[dict], code: int, seconds: float, max_children: int) -> None:
-    """Write mutmut_results.json: the run, the source the locations refer to, every mutant and the test stats."""
-    import json
-    import time
-
     stats = read_stats(scratch)
     costs, kill_cost = kill_costs(records, stats)
-    records = [dict(r, **costs.get(r["name"], {})) for r in records]
-    payload = {
-        "mutmut_exit_code": code,
-        "seconds": seconds,
-        "max_children": max_children,
-        "functions": list(MUTATED_FUNCTIONS),
-        "file": TRAINER,
-        "source": (scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
-        "mutants": records,
-        "tests": stats,
-        "kill_cost": kill_cost,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    (report_dir / "mutmut_results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    results = MutmutResults(
+        mutmut_exit_code=code,
+        seconds=seconds,
+        max_children=max_children,
+        functions=MUTATED_FUNCTIONS,
+        file=TRAINER,
+        source=(scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
+        mutants=tuple(replace(r, cost=costs.get(r.name)) for r in records),
+        tests=stats,
+        kill_cost=kill_cost,
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    (report_dir / "mutmut_results.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> int:
@@ -527,7 +281,7 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> in
         return 2
     records = collect(scratch)
     write_results(report_dir, scratch, records, code, seconds, max_children)
-    checked = [r for r in records if r["status"] != "not checked"]
+    checked = [r for r in records if r.status is not MutantStatus.NOT_CHECKED]
     print(
         f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
         f"({60 * len(checked) / max(seconds, 1e-9):.1f} mutants/min); exit {code}",
@@ -541,12 +295,6 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> in
 
 def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=None, keep_scratch: bool = False) -> int:
     """Prepare the scratch project, run mutmut, write reports/mutmut_results.json. Exit 0, 1 or 2."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from .runner import ROOT
-
     report_dir = Path(report_dir or ROOT / "reports")
     report_dir.mkdir(parents=True, exist_ok=True)
     max_children = max_children or max(1, os.cpu_count() or 1)

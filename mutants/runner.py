@@ -16,8 +16,8 @@ run's exit code and its `verify.json`:
 
 Only "killed" and "not run" pass the session.
 
-Test selection: by default each mutant runs only the tests of the checks it names
-(`-k`), which keeps the whole catalogue at about one verify start-up per mutant.
+Test selection: by default each mutant runs only the checks it names
+(`--check ID`), which keeps the whole catalogue at about one verify start-up per mutant.
 Every session also runs the *full* suite once, on the unmodified copy (the
 control): a kill means something only if the same checks pass without the
 mutant, and the control proves the scratch copy, the gate and the import path
@@ -35,16 +35,15 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalogue
 from .catalogue import Mutant
+from .curated_output import print_summary, write_curated_json
+from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus, Judgement
+from .project import ROOT, copy_project, scratch_env
 
-ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PARTS = ("reference_ppo", "harness", "pyproject.toml")
-CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-PASSING = ("killed", "not run")
 DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
 
 
@@ -60,62 +59,16 @@ class RunOutcome:
 
     @property
     def failed(self) -> list[str]:
+        """The ids of the checks that failed, named by the mutant or not."""
         return [c["id"] for c in self.checks if c.get("status") == "fail"]
 
 
-@dataclass
-class MutantResult:
-    """The verdict on one curated mutant."""
-
-    id: str
-    bug_class: int
-    title: str
-    source: str
-    killed_by: list[str]
-    status: str
-    failed_checks: list[str] = field(default_factory=list)
-    named_failed: list[str] = field(default_factory=list)
-    selection: str = ""
-    seconds: float = 0.0
-    reason: str = ""
-    diff: str = ""
-    command: str = "verify"
-
-    @property
-    def passed(self) -> bool:
-        return self.status in PASSING
-
-
-def copy_project(dest: Path, root: Path = ROOT) -> Path:
-    """Copy the parts of the project the gate needs into `dest` (caches left behind)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
-    for part in PROJECT_PARTS:
-        src = root / part
-        if src.is_dir():
-            shutil.copytree(src, dest / part, ignore=ignore)
-        elif src.is_file():
-            shutil.copy2(src, dest / part)
-        else:
-            raise FileNotFoundError(f"{src} is missing: the curated runner needs {', '.join(PROJECT_PARTS)}")
-    return dest
-
-
-def scratch_env(scratch: Path) -> dict[str, str]:
-    """The environment of a run in `scratch`: its copy first on the import path, CPU only, one thread."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
-    env.update(CPU_ENV)
-    env["PYTHONPATH"] = str(scratch)
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def harness_command(command: str, report_dir: Path, selection: str = "") -> list[str]:
+def harness_command(command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The gate's command line in a scratch copy: verify against the reference trainer, or verify-dist."""
     args = [sys.executable, "-m", "harness", command]
     if command == "verify":
         args += ["--target", "reference", "--report-dir", str(report_dir)]
-        if selection:
-            args += ["-k", selection]
+        args += [f"--check={check}" for check in selection]
     else:
         args += ["--report-dir", str(report_dir)]
     return args
@@ -139,7 +92,9 @@ def read_checks(report_dir: Path) -> tuple[list[dict], str]:
     return checks, ""
 
 
-def run_harness(scratch: Path, command: str = "verify", selection: str = "", timeout: float = 900.0) -> RunOutcome:
+def run_harness(
+    scratch: Path, command: str = "verify", selection: list[str] | tuple[str, ...] = (), timeout: float = 900.0
+) -> RunOutcome:
     """Run the gate in `scratch` and collect its checks."""
     report_dir = scratch / "_report"
     shutil.rmtree(report_dir, ignore_errors=True)
@@ -169,88 +124,73 @@ def run_harness(scratch: Path, command: str = "verify", selection: str = "", tim
     return RunOutcome(code, checks, seconds, text, problem)
 
 
-def judge(mutant: Mutant, outcome: RunOutcome) -> tuple[str, list[str], str]:
-    """(status, named checks that failed, reason) of one mutant's run."""
+def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:
+    """The verdict on one mutant's run: a kill is exit 1 with a check the mutant names among the failures."""
     failed = outcome.failed
     if mutant.command == "verify-dist" and catalogue.VERIFY_DIST in mutant.killed_by:
         if DIST_RUN in failed:  # the processes themselves failed: a crash, not a kill
-            return "error", [], f"the two-process run failed ({DIST_RUN})"
-        named = failed
+            return Judgement(CuratedStatus.ERROR, (), f"the two-process run failed ({DIST_RUN})")
+        named = tuple(failed)
     else:
         wanted = set(catalogue.named_checks(mutant)) | set(mutant.killed_by)
-        named = [
+        named = tuple(
             c["id"]
             for c in outcome.checks
             if c.get("status") == "fail" and (c["id"] in wanted or c.get("scenario") in wanted)
-        ]
+        )
     if outcome.problem:
-        return "error", named, outcome.problem
+        return Judgement(CuratedStatus.ERROR, named, outcome.problem)
     if outcome.returncode == 0:
-        return "survived", named, "the verify run passed"
+        return Judgement(CuratedStatus.SURVIVED, named, "the verify run passed")
     if outcome.returncode == 1:
         if named:
-            return "killed", named, ""
+            return Judgement(CuratedStatus.KILLED, named)
         if failed:
-            return (
-                "killed by unnamed checks",
-                named,
-                f"failed: {', '.join(failed)}; named: {', '.join(mutant.killed_by)}",
-            )
-        return "error", named, "exit 1 but no check failed in the report (a crash?)"
-    return "error", named, f"exit code {outcome.returncode} (2 is a usage or configuration error)"
+            why = f"failed: {', '.join(failed)}; named: {', '.join(mutant.killed_by)}"
+            return Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, named, why)
+        return Judgement(CuratedStatus.ERROR, named, "exit 1 but no check failed in the report (a crash?)")
+    return Judgement(
+        CuratedStatus.ERROR, named, f"exit code {outcome.returncode} (2 is a usage or configuration error)"
+    )
 
 
 def log_tail(text: str, lines: int = 25) -> str:
+    """The end of a run's log, enough to say why it erred without the whole of it."""
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = None) -> MutantResult:
+def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = None) -> CuratedResult:
     """Copy, patch and verify one mutant."""
-    result = MutantResult(
-        id=mutant.id,
-        bug_class=mutant.bug_class,
-        title=mutant.title,
-        source=mutant.source,
-        killed_by=list(mutant.killed_by),
-        status="error",
-        command=mutant.command,
-    )
     scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-{mutant.id}-"))
     try:
         copy_project(scratch)
+        diff = ""
         try:
-            result.diff = catalogue.diff(mutant, scratch)
+            diff = catalogue.diff(mutant, scratch)
             catalogue.apply(mutant, scratch)
         except catalogue.PatchError as exc:
-            result.reason = str(exc)
-            return result
+            return CuratedResult(mutant, CuratedStatus.ERROR, reason=str(exc), diff=diff)
         if not has_command(mutant.command, scratch):
-            result.status = "not run"
-            result.reason = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
-            return result
-        selection = "" if full or mutant.command != "verify" else catalogue.test_selection(mutant)
-        result.selection = selection or "full suite"
+            why = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
+            return CuratedResult(mutant, CuratedStatus.NOT_RUN, reason=why, diff=diff)
+        selection = [] if full or mutant.command != "verify" else catalogue.test_selection(mutant)
         outcome = run_harness(scratch, mutant.command, selection, timeout)
-        result.seconds = outcome.seconds
-        result.failed_checks = outcome.failed
-        result.status, result.named_failed, result.reason = judge(mutant, outcome)
-        if result.status == "error":
-            result.reason += "\n" + log_tail(outcome.log)
-        return result
+        verdict = judge(mutant, outcome)
+        log = "\n" + log_tail(outcome.log) if verdict.status is CuratedStatus.ERROR else ""
+        return CuratedResult(
+            mutant,
+            verdict.status,
+            failed_checks=tuple(outcome.failed),
+            named_failed=verdict.named_failed,
+            selection=" ".join(selection) or "full suite",
+            seconds=outcome.seconds,
+            reason=verdict.reason + log,
+            diff=diff,
+        )
     finally:
         if keep is not None:
             shutil.copytree(scratch, keep / mutant.id, dirs_exist_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-@dataclass
-class ControlResult:
-    """The full suite on the unmodified copy: must pass, from the scratch copy."""
-
-    passed: bool
-    seconds: float
-    checks: int
-    reason: str = ""
 
 
 def run_control(timeout: float, command: str = "verify") -> ControlResult:
@@ -295,18 +235,8 @@ def run_control(timeout: float, command: str = "verify") -> ControlResult:
 
 
 def has_command(command: str, root: Path = ROOT) -> bool:
+    """Whether the checkout under `root` has `command` (verify-dist needs harness/dist.py, which may be absent)."""
     return command == "verify" or (root / "harness" / "dist.py").is_file()
-
-
-def table(results: list[MutantResult]) -> str:
-    """A plain-text table for the terminal."""
-    rows = [("mutant", "class", "status", "killed by (failed named checks)", "s")]
-    for r in results:
-        rows.append((r.id, str(r.bug_class), r.status, ", ".join(r.named_failed) or "-", f"{r.seconds:.1f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:
@@ -325,11 +255,11 @@ def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:
 
 def run_all(
     mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None
-) -> tuple[list[MutantResult], dict[str, ControlResult]]:
+) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
     """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
-    results: list[MutantResult] = []
+    results: list[CuratedResult] = []
     commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
@@ -345,52 +275,12 @@ def run_all(
                 else:
                     r = future.result()
                     results.append(r)
-                    bar.set_postfix_str(f"{r.id}: {r.status}")
+                    bar.set_postfix_str(f"{r.id}: {r.status.text}")
                 bar.update(1)
     controls = {command: future.result() for future, command in control_futures.items()}
     order = {m.id: i for i, m in enumerate(mutants)}
     results.sort(key=lambda r: order[r.id])
     return results, controls
-
-
-def print_summary(results: list[MutantResult], controls: dict[str, ControlResult], jobs: int, wall: float) -> None:
-    """The terminal report: the table, the controls, and why each mutant that was not killed was not."""
-    print(table(results))
-    for command, c in controls.items():
-        what = "full suite" if command == "verify" else command
-        print(f"\ncontrol ({what}, unmodified copy): {'pass' if c.passed else 'FAIL'} in {c.seconds:.1f} s")
-    print(f"curated run: {len(results)} mutant(s), {jobs} job(s), {wall:.1f} s wall")
-    for r in results:
-        if not r.passed or r.status == "not run":
-            print(f"\n{r.id} [{r.status}]: {r.reason}")
-    for command, c in controls.items():
-        if not c.passed:
-            print(
-                f"\n`{command}` does not pass on the unmodified trainer, so no kill by it means anything:\n{c.reason}"
-            )
-
-
-def write_curated_json(
-    report_dir: Path,
-    results: list[MutantResult],
-    controls: dict[str, ControlResult],
-    full: bool,
-    jobs: int,
-    wall: float,
-) -> None:
-    """Write reports/curated.json: the controls, the settings and every mutant's result."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "control": asdict(controls["verify"]),
-        "controls": {command: asdict(c) for command, c in controls.items()},
-        "full": full,
-        "jobs": jobs,
-        "wall_seconds": wall,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "mutants": [asdict(r) for r in results],
-        "not_applicable": [asdict(n) for n in catalogue.NOT_APPLICABLE],
-    }
-    (report_dir / "curated.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
 def run_curated(
@@ -410,6 +300,8 @@ def run_curated(
     results, controls = run_all(mutants, full, jobs, timeout, keep)
     wall = time.perf_counter() - started
     print_summary(results, controls, jobs, wall)
-    write_curated_json(report_dir, results, controls, full, jobs, wall)
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    run = CuratedRun(controls, tuple(results), full, jobs, wall, finished, catalogue.NOT_APPLICABLE)
+    write_curated_json(report_dir, run)
     ok = all(c.passed for c in controls.values()) and all(r.passed for r in results)
     return 0 if ok else 1

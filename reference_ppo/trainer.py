@@ -135,17 +135,24 @@ def head_outputs(model: nn.Module, query_responses: torch.Tensor, pad_token_id: 
     return model.score(hidden).squeeze(-1)
 
 
-def sample_responses(policy: nn.Module, queries: torch.Tensor, config: PPOConfig, pad_token_id: int) -> torch.Tensor:
-    """Sample `response_length` tokens per query (padded after an early stop)."""
+def sample_responses(
+    policy: nn.Module,
+    queries: torch.Tensor,
+    length: int,
+    temperature: float,
+    stop_token_id: int | None,
+    pad_token_id: int,
+) -> torch.Tensor:
+    """Sample `length` tokens per query at `temperature` (padded after an early stop at `stop_token_id`)."""
     from transformers import GenerationConfig
 
     generation = GenerationConfig(
-        max_new_tokens=config.response_length,
+        max_new_tokens=length,
         do_sample=True,
-        temperature=config.temperature,
+        temperature=temperature,
         top_k=0,
         top_p=1.0,
-        eos_token_id=config.stop_token_id,
+        eos_token_id=stop_token_id,
         pad_token_id=pad_token_id,
     )
     inputs = model_inputs(queries, pad_token_id)
@@ -153,7 +160,7 @@ def sample_responses(policy: nn.Module, queries: torch.Tensor, config: PPOConfig
         input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], generation_config=generation
     )
     responses = out[:, queries.shape[1] :]
-    return F.pad(responses, (0, config.response_length - responses.shape[1]), value=pad_token_id)
+    return F.pad(responses, (0, length - responses.shape[1]), value=pad_token_id)
 
 
 def sequence_scores(
@@ -394,7 +401,9 @@ class PPOTrainer:
         unwrapped = self.accelerator.unwrap_model(self.model)
         queries = self.next_queries()
         context_length = queries.shape[1]
-        responses = sample_responses(unwrapped.policy, queries, cfg, pad)
+        responses = sample_responses(
+            unwrapped.policy, queries, cfg.response_length, cfg.temperature, cfg.stop_token_id, pad
+        )
         query_responses = torch.cat([queries, responses], dim=1)
         logprobs, ref_logprobs, values = [], [], []
         for start in range(0, len(queries), cfg.local_rollout_forward_batch_size):

@@ -9,6 +9,7 @@ the whole catalogue end to end, and headless Chromium renders mutation.html.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -19,7 +20,36 @@ from pathlib import Path
 
 import pytest
 
-from mutants import catalogue, mutmut_run, report, runner
+from mutants import (
+    catalogue,
+    curated_output,
+    html_page,
+    locate,
+    markdown,
+    mutmut_hooks,
+    mutmut_run,
+    project,
+    runner,
+    schema,
+    scoring,
+)
+from mutants.model import (
+    ControlResult,
+    CuratedResult,
+    CuratedRun,
+    CuratedStatus,
+    Judgement,
+    Location,
+    MutantCost,
+    MutantRecord,
+    MutantStatus,
+    MutmutResults,
+    Position,
+    SchemaStatus,
+    SuiteStats,
+    TriageEntry,
+    TriageVerdict,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
@@ -34,7 +64,7 @@ def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
         text = (ROOT / rep.file).read_text(encoding="utf-8")
         assert text.count(rep.old) == 1, f"{mutant.id}: the catalogue has rotted: {rep.old.strip().splitlines()[0]!r}"
         assert rep.old != rep.new
-    runner.copy_project(tmp_path)
+    project.copy_project(tmp_path)
     changed = catalogue.apply(mutant, tmp_path)
     assert changed, "the patch changed no file"
     for path in changed:
@@ -43,7 +73,7 @@ def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
 
 
 def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
-    runner.copy_project(tmp_path)
+    project.copy_project(tmp_path)
     rotten = catalogue.Mutant(
         id="rotten",
         bug_class=1,
@@ -88,7 +118,10 @@ def test_metadata_is_complete_for_all_15_classes():
         assert int(m.id[1:3]) == m.bug_class
         if m.command == "verify":
             selection = catalogue.test_selection(m)
-            assert selection and all(part.startswith("test_") for part in selection.split(" or "))
+            assert selection and set(selection) <= set(catalogue.CHECKS)
+            assert runner.harness_command("verify", ROOT, selection)[-len(selection) :] == [
+                f"--check={check}" for check in selection
+            ]
         else:
             assert m.killed_by == (catalogue.VERIFY_DIST,)
 
@@ -110,22 +143,43 @@ def outcome(code, failed=(), passed=(), problem=""):
 
 def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
-    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"]))[0] == "killed"
-    assert runner.judge(m, outcome(1, failed=["freshness"]))[0] == "killed by unnamed checks"
-    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"]))[0] == "survived"
-    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"]))[0] == "error"
-    assert runner.judge(m, outcome(1))[0] == "error"
-    assert runner.judge(m, outcome(None, problem="timed out"))[0] == "error"
+    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.KILLED
+    assert runner.judge(m, outcome(1, failed=["freshness"])).status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
+    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.SURVIVED
+    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.ERROR
+    assert runner.judge(m, outcome(1)).status is CuratedStatus.ERROR
+    assert runner.judge(m, outcome(None, problem="timed out")).status is CuratedStatus.ERROR
     c09 = catalogue.by_id(["c09_mean_of_rank_means"])[0]  # any check of the two-process run, but not its launch
-    ranks = [{"id": "uneven_split[ranks]", "scenario": "uneven_split", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, ""))[0] == "killed"
+    ranks = [{"id": "uneven_split[ranks=2]", "scenario": "uneven_split", "status": "fail"}]
+    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, "")).status is CuratedStatus.KILLED
     launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, ""))[0] == "error"
+    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
     padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
-    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[padding_rows]"]))[0] == "killed"
-    assert (
-        runner.judge(padding, outcome(1, failed=["rollout_objectives[uneven_split]"]))[0] == "killed by unnamed checks"
-    )
+    assert runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"])).status is CuratedStatus.KILLED
+    unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=uneven_split]"]))
+    assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
+
+
+def test_a_verdict_names_the_failed_checks_and_says_why():
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    killed = runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]", "freshness"], passed=["lr0_ratio[epochs=2]"]))
+    assert killed == Judgement(CuratedStatus.KILLED, ("lr0_ratio[epochs=1]",), "")
+    unnamed = runner.judge(m, outcome(1, failed=["freshness"]))
+    assert unnamed == Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, (), "failed: freshness; named: lr0_ratio")
+    with pytest.raises(AttributeError):
+        killed.status = CuratedStatus.SURVIVED  # a verdict is frozen
+
+
+def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
+    assert {s.text for s in CuratedStatus if s.passes} == {"killed", "not run"}
+    assert {s.text: s.schema.value for s in CuratedStatus} == {
+        "killed": "Killed",
+        "killed by unnamed checks": "Killed",
+        "survived": "Survived",
+        "error": "RuntimeError",
+        "not run": "Ignored",
+    }
+    assert all(CuratedStatus(s.text) is s for s in CuratedStatus)
 
 
 # ---------------------------------------------------------------- mutmut plumbing
@@ -153,33 +207,43 @@ def test_mutmut_config_and_scratch_layout(tmp_path):
     assert config["only_mutate"] == [catalogue.TRAINER]
     assert config["process_isolation"] == "fork"
     scratch = mutmut_run.prepare_scratch(tmp_path / "scratch")
-    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").is_file()
+    hooks = Path(mutmut_hooks.__file__).read_text(encoding="utf-8")
+    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").read_text(encoding="utf-8") == hooks
     assert (scratch / "_pristine_trainer.py").read_text(encoding="utf-8") == TRAINER_SOURCE
     assert mutmut_run.PRAGMA in (scratch / catalogue.TRAINER).read_text(encoding="utf-8")
     with pytest.raises(RuntimeError, match="inside the project"):
         mutmut_run.prepare_scratch(ROOT / "mutants-scratch")
 
 
+def test_the_hooks_plugin_imports_nothing_of_the_mutants_package():
+    """mutmut_hooks.py is copied alone into the scratch project, where the `mutants` package does not exist."""
+    import ast
+
+    tree = ast.parse(Path(mutmut_hooks.__file__).read_text(encoding="utf-8"))
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
+    assert {m.split(".")[0] for m in modules} <= {"__future__", "os", "pytest", "hypothesis"}
+
+
 def test_locations_are_those_of_the_original_file():
     original = ["    x = a * b\n", "    return x if n >= 2 else 0.0\n"]
     mutant = ["    x = a / b\n", "    return x if n >= 2 else 0.0\n"]
-    where = mutmut_run.locate(original, mutant, first_line=10)
-    assert where == {
-        "start": {"line": 10, "column": 11},
-        "end": {"line": 10, "column": 12},
-        "original": "*",
-        "replacement": "/",
-    }
+    where = locate.locate(original, mutant, first_line=10)
+    assert where == locate.Change(Location(Position(10, 11), Position(10, 12)), "*", "/")
+    assert where.location.to_dict() == {"start": {"line": 10, "column": 11}, "end": {"line": 10, "column": 12}}
     mutant = ["    x = a * b\n", "    return x if not n >= 2 else 0.0\n"]
-    where = mutmut_run.locate(original, mutant, first_line=10)
-    assert where["start"]["line"] == 11 and where["original"] == "n" and where["replacement"] == "not n"
-    assert mutmut_run.mutator_name("==", "!=") == "EqualityOperator"
-    assert mutmut_run.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
-    assert mutmut_run.mutator_name("x, ", "") == "ArgumentRemoval"
+    where = locate.locate(original, mutant, first_line=10)
+    assert where.location.start.line == 11 and where.original == "n" and where.replacement == "not n"
+    assert locate.locate(original, list(original), first_line=10) == locate.NO_CHANGE
+    assert locate.mutator_name("==", "!=") == "EqualityOperator"
+    assert locate.mutator_name('"a"', '"XXaXX"') == "StringLiteral"
+    assert locate.mutator_name("x, ", "") == "ArgumentRemoval"
 
 
-def record(name, status, original="0", replacement="1", line="if n > 0:"):
-    return {
+def record(name, status, original="0", replacement="1", line="if n > 0:", **changes) -> MutantRecord:
+    """A mutmut record as mutmut_results.json holds it (fields in `changes` replaced), read back."""
+    data = {
         "name": f"reference_ppo.trainer.{name}",
         "function": "pooled_stats",
         "status": status,
@@ -192,35 +256,53 @@ def record(name, status, original="0", replacement="1", line="if n > 0:"):
         "mutator": "NumberLiteral",
         "diff": "",
     }
+    return MutantRecord.from_dict(dict(data, **changes))
 
 
 def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
-    stats = {
-        "duration_by_test": {"t::slow": 2.0, "t::fast": 0.5, "t::zero": 0.0},
-        "tests_by_function": {"pooled_stats": ["t::slow", "t::fast"], "masked_sum": ["t::zero"]},
-    }
+    stats = SuiteStats.from_dict(
+        {
+            "duration_by_test": {"t::slow": 2.0, "t::fast": 0.5, "t::zero": 0.0},
+            "tests_by_function": {"pooled_stats": ["t::slow", "t::fast"], "masked_sum": ["t::zero"]},
+        }
+    )
     walls = [0.5, 1.0, 1.5, 2.0, 3.0]  # ratios 1, 2, 3, 4, 6 against t::fast, the test mutmut runs first
-    records = [dict(record(f"x_pooled_stats__mutmut_{i}", "killed"), seconds=s) for i, s in enumerate(walls)]
+    records = [record(f"x_pooled_stats__mutmut_{i}", "killed", seconds=s) for i, s in enumerate(walls)]
     records += [
-        dict(record("x_pooled_stats__mutmut_9", "survived"), seconds=9.0),
-        dict(record("x_masked_sum__mutmut_1", "killed"), function="masked_sum", seconds=0.4),
+        record("x_pooled_stats__mutmut_9", "survived", seconds=9.0),
+        record("x_masked_sum__mutmut_1", "killed", function="masked_sum", seconds=0.4),
     ]
-    per_mutant, cost = mutmut_run.kill_costs(records, stats)
-    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"] == {
+    per_mutant, cost = scoring.kill_costs(records, stats)
+    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"].to_dict() == {
         "first_test": "t::fast",
         "first_test_seconds": 0.5,
         "cost_ratio": 2.0,
     }
-    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"]["cost_ratio"] is None  # a 0 s first test
+    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"].cost_ratio is None  # a 0 s first test
     assert "reference_ppo.trainer.x_pooled_stats__mutmut_9" not in per_mutant
-    assert (cost["killed"], cost["measured"], cost["first_tests"]) == (6, 5, {"t::fast": 5})
-    assert cost["median_ratio"] == pytest.approx(3.0) and cost["p90_ratio"] == pytest.approx(5.2)
-    assert cost["share_under_goal"] == pytest.approx(0.2) and cost["goal_met"] is False
-    assert cost["mean_seconds"] == pytest.approx(8.4 / 6)
-    text = report.cost_text(cost)
+    assert (cost.killed, cost.measured, cost.first_tests) == (6, 5, {"t::fast": 5})
+    assert cost.median_ratio == pytest.approx(3.0) and cost.p90_ratio == pytest.approx(5.2)
+    assert cost.share_under_goal == pytest.approx(0.2) and cost.goal_met is False
+    assert cost.mean_seconds == pytest.approx(8.4 / 6)
+    text = markdown.cost_text(cost)
     assert "median **3.00x**" in text and "90th percentile **5.20x**" in text and "Goal NOT met" in text
-    _, cost = mutmut_run.kill_costs([dict(records[0], seconds=0.6)], stats)
-    assert cost["goal_met"] is True and "Goal met" in report.cost_text(cost)
+    _, cost = scoring.kill_costs([dataclasses.replace(records[0], seconds=0.6)], stats)
+    assert cost.goal_met is True and "Goal met" in markdown.cost_text(cost)
+
+
+def test_timing_takes_the_kill_costs_the_driver_stored():
+    stats = SuiteStats({"t::fast": 0.5, "t::slow": 2.0}, 3.0, {"pooled_stats": ["t::fast", "t::slow"]})
+    records = (
+        record("x_pooled_stats__mutmut_1", "killed"),
+        record("x_pooled_stats__mutmut_2", "survived", seconds=2.5),
+    )
+    _, stored = scoring.kill_costs(records, stats)
+    results = MutmutResults(0, 30.0, 2, ("pooled_stats",), catalogue.TRAINER, "", records, stats, stored, None)
+    timing = scoring.timing(results)
+    assert timing.kill_cost is stored
+    assert (timing.seconds, timing.workers, timing.suite_seconds) == (30.0, 2, 2.5)
+    assert (timing.mutants_per_minute, timing.mean_seconds_killed, timing.mean_seconds_survived) == (4.0, 0.5, 2.5)
+    assert scoring.timing(dataclasses.replace(results, kill_cost=None)).kill_cost is None  # never recomputed
 
 
 def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
@@ -231,35 +313,171 @@ def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
         record("x_pooled_stats__mutmut_4", "survived"),
     ]
     entries = {
-        "reference_ppo.trainer.x_pooled_stats__mutmut_2": {
-            "line": "if n > 0:",
-            "original": "0",
-            "replacement": "1",
-            "verdict": "equivalent",
-            "why": "w",
-        },
-        "reference_ppo.trainer.x_pooled_stats__mutmut_3": {
-            "line": "if n > 0:",
-            "original": "0",
-            "replacement": "2",
-            "verdict": "missing-check",
-            "why": "w",
-        },
+        "reference_ppo.trainer.x_pooled_stats__mutmut_2": TriageEntry(
+            "reference_ppo.trainer.x_pooled_stats__mutmut_2", "if n > 0:", "0", "1", TriageVerdict.EQUIVALENT, "w"
+        ),
+        "reference_ppo.trainer.x_pooled_stats__mutmut_3": TriageEntry(
+            "reference_ppo.trainer.x_pooled_stats__mutmut_3", "if n > 0:", "0", "2", TriageVerdict.MISSING_CHECK, "w"
+        ),
     }
-    problems, _ = report.triage(records, entries)
+    triaged, problems, _ = scoring.triage(tuple(records), entries)
     assert any("untriaged survivor x_pooled_stats__mutmut_4" in p for p in problems)
     assert any("stale triage of x_pooled_stats__mutmut_3" in p for p in problems)
-    summary = report.score(records)
-    assert summary["counts"] == {"killed": 1, "equivalent": 1, "survived": 2}
-    assert summary["score"] == pytest.approx(100 / 3, abs=0.01)
+    assert [r.verdict for r in triaged] == [None, TriageVerdict.EQUIVALENT, None, None]
+    assert records[1].verdict is None  # the records read in are left as they were
+    summary = scoring.score(triaged)
+    assert summary.counts == {"killed": 1, "equivalent": 1, "survived": 2}
+    assert summary.score == pytest.approx(100 / 3, abs=0.01)
 
 
 def test_the_triage_file_is_well_formed():
-    entries, problems = report.load_triage()
+    entries, problems = scoring.load_triage()
     assert problems == []
     assert entries, "mutants/equivalent.toml lists the triaged survivors"
+    assert all(isinstance(e, TriageEntry) and e.why.strip() for e in entries.values())
+    assert all(TriageEntry.from_dict(e.to_dict()) == e for e in entries.values())
     baseline = json.loads((ROOT / "mutants" / "baseline.json").read_text(encoding="utf-8"))
     assert 0 < baseline["mutmut"]["score"] <= 100
+
+
+def test_the_triage_file_names_its_problems(tmp_path):
+    path = tmp_path / "equivalent.toml"
+    path.write_text(
+        '[[mutant]]\nname = "a"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "maybe"\nwhy = "w"\n'
+        '[[mutant]]\nname = "b"\nline = "l"\n'
+        '[[mutant]]\nname = "c"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\nwhy = " "\n',
+        encoding="utf-8",
+    )
+    entries, problems = scoring.load_triage(path)
+    assert list(entries) == ["c"] and entries["c"].verdict is TriageVerdict.EQUIVALENT
+    assert problems == [
+        "equivalent.toml: a: verdict must be one of ('equivalent', 'missing-check'), not 'maybe'",
+        "equivalent.toml entry 2 (b): missing original, replacement, verdict, why",
+        "equivalent.toml: c: empty why",
+    ]
+
+
+# ---------------------------------------------------------------- statuses
+
+
+def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
+    codes = [code for status in MutantStatus for code in status.exit_codes]
+    assert len(codes) == len(set(codes)), "an exit code is claimed by two statuses"
+    for code in codes:
+        status = MutantStatus.from_exit_code(code)
+        assert code in status.exit_codes and isinstance(status.schema, SchemaStatus)
+        assert MutantStatus(status.text) is status  # the word read back from mutmut_results.json
+    assert MutantStatus.from_exit_code(None) is MutantStatus.NOT_CHECKED
+    assert MutantStatus.from_exit_code(1) is MutantStatus.KILLED and MutantStatus.from_exit_code(0).undetected
+    assert MutantStatus.from_exit_code(12345) is MutantStatus.SUSPICIOUS  # mutmut's default for an unknown code
+    assert {s for s in MutantStatus if s.detected} == {MutantStatus.KILLED, MutantStatus.TIMEOUT}
+    assert {s for s in MutantStatus if s.undetected} == {MutantStatus.SURVIVED, MutantStatus.NO_TESTS}
+    assert {s.text: s.schema.value for s in MutantStatus} == {
+        "killed": "Killed",
+        "timeout": "Timeout",
+        "survived": "Survived",
+        "no tests": "NoCoverage",
+        "skipped": "Ignored",
+        "caught by type check": "CompileError",
+        "suspicious": "RuntimeError",
+        "segfault": "RuntimeError",
+        "check was interrupted by user": "RuntimeError",
+        "not checked": "Pending",
+    }
+    assert schema.SCHEMA_STATUSES == {s.value for s in SchemaStatus} >= {s.schema.value for s in MutantStatus}
+
+
+def test_the_exit_codes_are_those_of_the_installed_mutmut():
+    stats = pytest.importorskip("mutmut.stats", reason="mutmut comes with the `mutation` extra")
+    table = stats.status_by_exit_code
+    for code, word in table.items():
+        assert MutantStatus.from_exit_code(code).text == word, code
+    assert {code for s in MutantStatus for code in s.exit_codes} == set(table)
+    assert MutantStatus.from_exit_code(12345).text == table.default_factory()  # what an unknown code reads as
+
+
+# ---------------------------------------------------------------- the records read back from the reports' inputs
+
+
+def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
+    _, results = synthetic_inputs()
+    killed = dataclasses.replace(results.mutants[0], cost=MutantCost("t::a", 0.25, 2.0), verdict=None, why="")
+    stats = SuiteStats({"t::a": 0.25}, 1.5, {"pooled_stats": ["t::a"]})
+    _, summary = scoring.kill_costs([killed], stats)
+    untriaged = tuple(dataclasses.replace(r, verdict=None, why="") for r in results.mutants[1:])
+    run = dataclasses.replace(results, mutants=(killed, *untriaged), tests=stats, kill_cost=summary, finished="t")
+    data = json.loads(json.dumps(run.to_dict()))
+    assert list(data) == [
+        "mutmut_exit_code",
+        "seconds",
+        "max_children",
+        "functions",
+        "file",
+        "source",
+        "mutants",
+        "tests",
+        "kill_cost",
+        "finished",
+    ]
+    assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
+    assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]
+    assert data["tests"] == {
+        "duration_by_test": {"t::a": 0.25},
+        "stats_time": 1.5,
+        "tests_by_function": {"pooled_stats": ["t::a"]},
+    }
+    assert MutmutResults.from_dict(data) == run
+    assert MutmutResults.from_dict(dict(data, tests={})).tests is None
+    assert dataclasses.replace(run, tests=None).to_dict()["tests"] == {}
+
+
+def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path, capsys):
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    killed = CuratedResult(m, CuratedStatus.KILLED, ("lr0_ratio[epochs=1]",), ("lr0_ratio[epochs=1]",), "s", 2.5)
+    broken = CuratedResult(catalogue.MUTANTS[0], CuratedStatus.ERROR, reason="exit code 2\nlog", diff="--- a\n")
+    controls = {"verify": ControlResult(True, 3.0, 13), "verify-dist": ControlResult(False, 1.0, 0, "crash")}
+    run = CuratedRun(controls, (killed, broken), False, 2, 9.0, "2026-01-01T00:00:00+0000")
+    curated_output.write_curated_json(tmp_path, run)
+    data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
+    assert list(data) == [
+        "control",
+        "controls",
+        "full",
+        "jobs",
+        "wall_seconds",
+        "finished",
+        "mutants",
+        "not_applicable",
+    ]
+    assert data["control"] == {"passed": True, "seconds": 3.0, "checks": 13, "reason": ""}
+    assert data["mutants"][0] == {
+        "id": m.id,
+        "bug_class": 2,
+        "title": m.title,
+        "source": m.source,
+        "killed_by": ["lr0_ratio"],
+        "status": "killed",
+        "failed_checks": ["lr0_ratio[epochs=1]"],
+        "named_failed": ["lr0_ratio[epochs=1]"],
+        "selection": "s",
+        "seconds": 2.5,
+        "reason": "",
+        "diff": "",
+        "command": "verify",
+    }
+    back = CuratedRun.from_dict(data)
+    assert back == run and back.mutants[0].mutant == m  # the catalogue's mutant, patch included
+    assert [r.passed for r in back.mutants] == [True, False]
+    assert back.mutants[1].status_line == "error: exit code 2"
+    gone = dict(data["mutants"][0], id="c99_gone", title="renamed since")
+    lost = CuratedResult.from_dict(gone)
+    assert (lost.id, lost.mutant.title, lost.mutant.patch) == ("c99_gone", "renamed since", ())
+    assert CuratedRun.from_dict({"control": data["control"], "mutants": []}).controls == {"verify": controls["verify"]}
+    curated_output.print_summary(list(run.mutants), controls, 2, 9.0)
+    out = capsys.readouterr().out
+    assert "c02_unwritten_slots_averaged  2      killed  lr0_ratio[epochs=1]" in out
+    assert "c01_mean_of_microbatch_means [error]: exit code 2" in out
+    assert "`verify-dist` does not pass on the unmodified trainer" in out
 
 
 # ---------------------------------------------------------------- the report (schema v2)
@@ -293,6 +511,7 @@ def synthetic_inputs():
         ],
         "not_applicable": [],
     }
+    curated = CuratedRun.from_dict(curated)
     line = next(i for i, text in enumerate(TRAINER_SOURCE.splitlines(), 1) if "if count > 0 else 0.0" in text)
     column = TRAINER_SOURCE.splitlines()[line - 1].index("0.0") + 1
     loc = {"start": {"line": line, "column": column}, "end": {"line": line, "column": column + 3}}
@@ -304,29 +523,23 @@ def synthetic_inputs():
         "max_children": 1,
         "mutmut_exit_code": 0,
         "mutants": [
-            dict(record("x_pooled_stats__mutmut_1", "killed", "0.0", "1.0"), location=loc),
-            dict(
-                record("x_pooled_stats__mutmut_2", "survived", "0.0", "None"),
-                location=loc,
-                verdict="missing-check",
-                why="w",
-            ),
-            dict(
-                record("x_pooled_stats__mutmut_3", "survived", "0.0", "2.0"),
-                location=loc,
-                verdict="equivalent",
-                why="w",
-            ),
+            record("x_pooled_stats__mutmut_1", "killed", "0.0", "1.0", location=loc).to_dict(),
+            record(
+                "x_pooled_stats__mutmut_2", "survived", "0.0", "None", location=loc, verdict="missing-check", why="w"
+            ).to_dict(),
+            record(
+                "x_pooled_stats__mutmut_3", "survived", "0.0", "2.0", location=loc, verdict="equivalent", why="w"
+            ).to_dict(),
         ],
     }
-    return curated, mutmut
+    return curated, MutmutResults.from_dict(mutmut)
 
 
 def test_report_json_is_schema_v2():
     curated, mutmut = synthetic_inputs()
-    doc, unplaced = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=80.0)
+    doc, unplaced = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=80.0)
     assert unplaced == []
-    assert report.validate(doc) == []
+    assert schema.validate(doc) == []
     doc = json.loads(json.dumps(doc))  # what is written is plain JSON
     assert doc["schemaVersion"] == "2"
     assert isinstance(doc["thresholds"]["high"], int) and isinstance(doc["thresholds"]["low"], int)
@@ -334,7 +547,7 @@ def test_report_json_is_schema_v2():
     assert entry["language"] == "python" and entry["source"] == TRAINER_SOURCE
     statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
     ids = [m["id"] for m in entry["mutants"]]
-    assert len(ids) == len(set(ids)) == 3 + len(curated["mutants"])
+    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants)
     lines = TRAINER_SOURCE.split("\n")
     for m in entry["mutants"]:
         assert {"id", "mutatorName", "replacement", "location", "status"} <= set(m)
@@ -352,15 +565,15 @@ def test_report_json_is_schema_v2():
     bad = json.loads(json.dumps(doc))
     del bad["files"][catalogue.TRAINER]["mutants"][0]["status"]
     bad["schemaVersion"] = "1"
-    assert len(report.validate(bad)) == 2
+    assert len(schema.validate(bad)) == 2
 
 
 def test_html_without_the_component_says_so(tmp_path):
     curated, mutmut = synthetic_inputs()
-    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
-    page = report.render_html(doc, None, "t")
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    page = html_page.render(doc, None, "t")
     assert "was not available" in page and "<mutation-test-report-app" not in page
-    page = report.render_html(doc, "console.log('</script>')", "t")
+    page = html_page.render(doc, "console.log('</script>')", "t")
     assert page.count("</script>") == 3 and "<\\/script>" in page  # the inlined code cannot close its element
 
 
@@ -473,13 +686,13 @@ def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_mutation_html_renders_the_mutants_in_headless_chromium(chromium, tmp_path):
-    js, origin = report.find_elements(install=True)
+    js, origin = html_page.find_elements(install=True)
     if js is None:
         pytest.skip(f"the mutation-testing-elements component is not available: {origin}")
     curated, mutmut = synthetic_inputs()
-    doc, _ = report.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
     page = tmp_path / "mutation.html"
-    page.write_text(report.render_html(doc, js, "test report"), encoding="utf-8")
+    page.write_text(html_page.render(doc, js, "test report"), encoding="utf-8")
     check_rendered(chromium, page, doc, tmp_path)
 
 

@@ -1,0 +1,275 @@
+"""The mutmut run's records: each mutant, mutmut's test statistics, the kill costs, mutmut_results.json.
+
+The driver writes mutmut_results.json from a MutmutResults (`to_dict`) in the
+project, after mutmut ran in its scratch copy; the report reads it back into one
+(`from_dict`), and adds each survivor's triage (TriageEntry, from
+mutants/equivalent.toml) to its record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .status import MutantStatus, TriageVerdict
+
+
+@dataclass(frozen=True)
+class Position:
+    """A 1-based line and column in the trainer's source, as mutation-testing-report-schema counts them."""
+
+    line: int
+    column: int
+
+    @classmethod
+    def at(cls, text: str, offset: int, first_line: int = 1) -> Position:
+        """The position of character `offset` of `text`, whose first line is line `first_line` of the file."""
+        before = text[:offset]
+        return cls(first_line + before.count("\n"), offset - (before.rfind("\n") + 1) + 1)
+
+    def to_dict(self) -> dict:
+        """The position as the schema (and mutmut_results.json) writes it."""
+        return {"line": self.line, "column": self.column}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Position:
+        """A position read back from JSON."""
+        return cls(data["line"], data["column"])
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a mutation is in the trainer's source, end exclusive; no ends where the mutant changed no text."""
+
+    start: Position | None
+    end: Position | None
+
+    def to_dict(self) -> dict:
+        """The location as the schema writes it (null ends where there are none)."""
+        return {key: None if p is None else p.to_dict() for key, p in (("start", self.start), ("end", self.end))}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Location:
+        """A location read back from JSON."""
+        start, end = data.get("start"), data.get("end")
+        return cls(
+            None if start is None else Position.from_dict(start), None if end is None else Position.from_dict(end)
+        )
+
+
+@dataclass(frozen=True)
+class MutantCost:
+    """A killed mutant's wall time against the first test mutmut runs for it, taken as the one that killed it."""
+
+    first_test: str | None
+    first_test_seconds: float | None
+    cost_ratio: float | None
+
+    def to_dict(self) -> dict:
+        """The cost as the mutant's record in mutmut_results.json carries it, flat."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class MutantRecord:
+    """One mutmut mutant of trainer.py: what mutmut made of it, where it is, what it changed, and its triage."""
+
+    name: str
+    function: str
+    exit_code: int | None
+    status: MutantStatus
+    seconds: float | None
+    estimated_test_seconds: float | None
+    location: Location
+    line: str
+    original: str
+    replacement: str
+    mutator: str
+    diff: str
+    cost: MutantCost | None = None
+    """Set for each killed mutant with a wall time (see scoring.kill_costs)."""
+    verdict: TriageVerdict | None = None
+    """Set by the triage, on a survivor only; never written to mutmut_results.json, which precedes the triage."""
+    why: str = ""
+
+    @property
+    def short(self) -> str:
+        """mutmut's name without its module path (x_masked_mean__mutmut_3), as the reports show it."""
+        return self.name.rpartition(".")[2]
+
+    @property
+    def equivalent(self) -> bool:
+        """Whether the triage says no run can tell it from the original, which takes it out of the score."""
+        return self.verdict is TriageVerdict.EQUIVALENT
+
+    @property
+    def outcome(self) -> str:
+        """The word the counts and tables file it under: "equivalent" for a survivor triaged so, else its status."""
+        return "equivalent" if self.equivalent else self.status.text
+
+    def to_dict(self) -> dict:
+        """The record as mutmut_results.json stores it (the cost's fields flat, where there is one)."""
+        data = {
+            "name": self.name,
+            "function": self.function,
+            "exit_code": self.exit_code,
+            "status": self.status.text,
+            "seconds": self.seconds,
+            "estimated_test_seconds": self.estimated_test_seconds,
+            "location": self.location.to_dict(),
+            "line": self.line,
+            "original": self.original,
+            "replacement": self.replacement,
+            "mutator": self.mutator,
+            "diff": self.diff,
+        }
+        if self.cost is not None:
+            data.update(self.cost.to_dict())
+        if self.verdict is not None:
+            data.update(verdict=self.verdict.value, why=self.why)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MutantRecord:
+        """A record read back from mutmut_results.json; its status is the one the file says."""
+        cost = None
+        if "first_test" in data:
+            cost = MutantCost(data["first_test"], data["first_test_seconds"], data["cost_ratio"])
+        return cls(
+            data["name"],
+            data["function"],
+            data.get("exit_code"),
+            MutantStatus(data["status"]),
+            data.get("seconds"),
+            data.get("estimated_test_seconds"),
+            Location.from_dict(data["location"]),
+            data.get("line", ""),
+            data["original"],
+            data["replacement"],
+            data["mutator"],
+            data.get("diff", ""),
+            cost,
+            TriageVerdict(data["verdict"]) if data.get("verdict") else None,
+            data.get("why", ""),
+        )
+
+
+@dataclass(frozen=True)
+class SuiteStats:
+    """mutmut's per-test statistics from its stats run: each test's duration, and the tests it links to functions."""
+
+    duration_by_test: dict[str, float]
+    stats_time: float | None
+    tests_by_function: dict[str, list[str]]
+
+    def to_dict(self) -> dict:
+        """The statistics as mutmut_results.json stores them under `tests`."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SuiteStats | None:
+        """The statistics read back from JSON; None where the stats run left none (`{}`)."""
+        if not data:
+            return None
+        return cls(data.get("duration_by_test") or {}, data.get("stats_time"), data.get("tests_by_function") or {})
+
+
+@dataclass(frozen=True)
+class KillCost:
+    """The killed mutants' costs against their killing tests, summed up against the issue's goal (COST_GOAL)."""
+
+    killed: int
+    measured: int
+    goal_ratio: float
+    median_ratio: float | None
+    p90_ratio: float | None
+    share_under_goal: float | None
+    goal_met: bool | None
+    mean_seconds: float | None
+    median_seconds: float | None
+    median_first_test_seconds: float | None
+    first_tests: dict[str, int]
+    """How many killed mutants each first test is taken to have killed, most first."""
+
+    def to_dict(self) -> dict:
+        """The summary as mutmut_results.json stores it under `kill_cost`."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KillCost:
+        """The summary read back from JSON."""
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class MutmutResults:
+    """mutmut_results.json: the run, the source its locations refer to, every mutant, the test stats, kill costs."""
+
+    mutmut_exit_code: int | None
+    seconds: float | None
+    max_children: int | None
+    functions: tuple[str, ...]
+    file: str
+    source: str
+    mutants: tuple[MutantRecord, ...]
+    tests: SuiteStats | None = None
+    kill_cost: KillCost | None = None
+    finished: str | None = None
+
+    def to_dict(self) -> dict:
+        """The run as mutmut_results.json stores it (`tests` is {} where the stats run left none)."""
+        return {
+            "mutmut_exit_code": self.mutmut_exit_code,
+            "seconds": self.seconds,
+            "max_children": self.max_children,
+            "functions": list(self.functions),
+            "file": self.file,
+            "source": self.source,
+            "mutants": [r.to_dict() for r in self.mutants],
+            "tests": {} if self.tests is None else self.tests.to_dict(),
+            "kill_cost": None if self.kill_cost is None else self.kill_cost.to_dict(),
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MutmutResults:
+        """The run read back from mutmut_results.json."""
+        kill_cost = data.get("kill_cost")
+        return cls(
+            data.get("mutmut_exit_code"),
+            data.get("seconds"),
+            data.get("max_children"),
+            tuple(data["functions"]),
+            data["file"],
+            data.get("source", ""),
+            tuple(MutantRecord.from_dict(r) for r in data["mutants"]),
+            SuiteStats.from_dict(data.get("tests") or {}),
+            None if kill_cost is None else KillCost.from_dict(kill_cost),
+            data.get("finished"),
+        )
+
+
+@dataclass(frozen=True)
+class TriageEntry:
+    """One survivor's triage in mutants/equivalent.toml, with the change mutmut made then, to catch a renumbering."""
+
+    name: str
+    line: str
+    original: str
+    replacement: str
+    verdict: TriageVerdict
+    why: str
+
+    def matches(self, record: MutantRecord) -> bool:
+        """Whether `record` is still the change this entry triaged (same line, original and replacement)."""
+        return (self.line, self.original, self.replacement) == (record.line, record.original, record.replacement)
+
+    def to_dict(self) -> dict:
+        """The entry as a `[[mutant]]` table of equivalent.toml holds it."""
+        return dict(dataclasses.asdict(self), verdict=self.verdict.value)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TriageEntry:
+        """An entry read from equivalent.toml (scoring.load_triage checks its keys and verdict first)."""
+        keys = [f.name for f in dataclasses.fields(cls)]
+        return cls(**dict({k: data[k] for k in keys}, verdict=TriageVerdict(data["verdict"])))

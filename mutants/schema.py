@@ -1,0 +1,148 @@
+"""reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
+
+Built as plain dicts and written with the json module. mutmut's mutants and the
+curated mutants share the one file entry of reference_ppo/trainer.py; a survivor
+triaged "equivalent" is reported as Ignored with its reason.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from . import catalogue
+from .model import CuratedResult, CuratedRun, Location, MutantRecord, MutmutResults, Position, SchemaStatus
+from .project import ROOT
+
+TRAINER = catalogue.TRAINER
+
+TEST_FILE = "harness/suite/test_verify.py"
+THRESHOLDS = {"high": 90, "low": 75}
+
+
+def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[Location, str] | None:
+    """Location in `source` of the mutant's first replacement in trainer.py, and its new text."""
+    for rep in mutant.patch:
+        if rep.file != TRAINER:
+            continue
+        offset = source.find(rep.old)
+        if offset < 0 or source.count(rep.old) != 1:
+            return None
+        old = rep.old.rstrip("\n")
+        return Location(Position.at(source, offset), Position.at(source, offset + len(old))), rep.new.rstrip("\n")
+    return None
+
+
+def mutmut_entry(r: MutantRecord) -> dict:
+    """The schema-v2 entry of one mutmut mutant; a survivor triaged equivalent is Ignored, with its reason."""
+    entry = {
+        "id": r.short,
+        "mutatorName": r.mutator,
+        "replacement": r.replacement,
+        "location": r.location.to_dict(),
+        "status": (SchemaStatus.IGNORED if r.equivalent else r.status.schema).value,
+        "description": f"mutmut, in {r.function}: {r.original} -> {r.replacement}",
+    }
+    if r.why:
+        entry["statusReason"] = f"{r.verdict.value}: {r.why}"
+    if r.seconds is not None:
+        entry["duration"] = round(1000 * r.seconds)
+    return entry
+
+
+def curated_entry(r: CuratedResult, source: str) -> dict | None:
+    """The schema-v2 entry of one curated mutant, or None when its patch cannot be placed in `source`."""
+    where = curated_location(r.mutant, source)
+    if where is None:
+        return None
+    location, replacement = where
+    m = r.mutant
+    entry = {
+        "id": m.id,
+        "mutatorName": f"Curated bug class {m.bug_class}",
+        "replacement": replacement,
+        "location": location.to_dict(),
+        "status": r.status.schema.value,
+        "description": f"{m.title} (source: {m.source}; must be killed by {', '.join(m.killed_by)})",
+        "statusReason": r.status_line,
+    }
+    killers = [c for c in r.failed_checks if c in catalogue.CHECKS]
+    if killers:
+        entry["killedBy"] = killers
+    if r.seconds:
+        entry["duration"] = round(1000 * r.seconds)
+    return entry
+
+
+def schema_report(
+    curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
+) -> tuple[dict, list[str]]:
+    """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
+    mutants = [mutmut_entry(r) for r in (results.mutants if results is not None else ())]
+    unplaced: list[str] = []
+    for r in curated.mutants if curated is not None else ():
+        entry = curated_entry(r, source)
+        if entry is None:
+            unplaced.append(r.id)
+        else:
+            mutants.append(entry)
+    tests = [{"id": cid, "name": f"{TEST_FILE}::{node}"} for cid, (_, node) in catalogue.CHECKS.items()]
+    thresholds = dict(THRESHOLDS)
+    if baseline is not None:
+        thresholds["break"] = int(baseline)
+    report = {
+        "schemaVersion": "2",
+        "thresholds": thresholds,
+        "projectRoot": str(ROOT),
+        "files": {TRAINER: {"language": "python", "source": source, "mutants": mutants}},
+        "testFiles": {TEST_FILE: {"tests": tests}},
+        "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
+    }
+    return report, unplaced
+
+
+def mutmut_version() -> str | None:
+    """The installed mutmut's version, for the report's `framework` entry; None where it is not installed."""
+    try:
+        return metadata.version("mutmut")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+REQUIRED_MUTANT_KEYS = ("id", "mutatorName", "location", "status")
+SCHEMA_STATUSES = frozenset(s.value for s in SchemaStatus)
+
+
+def validate(report: dict) -> list[str]:
+    """Structural problems of a schema-v2 report (required keys, types, statuses, positions)."""
+    problems = []
+    for key in ("schemaVersion", "thresholds", "files"):
+        if key not in report:
+            problems.append(f"missing {key}")
+    if str(report.get("schemaVersion", "")).split(".")[0] != "2":
+        problems.append("schemaVersion is not 2")
+    th = report.get("thresholds", {})
+    if not all(isinstance(th.get(k), int) and 0 <= th[k] <= 100 for k in ("high", "low")):
+        problems.append("thresholds need integer high and low in 0..100")
+    for path, entry in report.get("files", {}).items():
+        for key in ("language", "source", "mutants"):
+            if key not in entry:
+                problems.append(f"{path}: missing {key}")
+        lines = entry.get("source", "").split("\n")
+        ids = set()
+        for m in entry.get("mutants", []):
+            missing = [k for k in REQUIRED_MUTANT_KEYS if k not in m]
+            if missing:
+                problems.append(f"{path}: mutant {m.get('id', '?')} lacks {missing}")
+                continue
+            if m["id"] in ids:
+                problems.append(f"{path}: duplicate mutant id {m['id']}")
+            ids.add(m["id"])
+            if m["status"] not in SCHEMA_STATUSES:
+                problems.append(f"{path}: mutant {m['id']}: status {m['status']!r}")
+            for end in ("start", "end"):
+                pos = m["location"].get(end) or {}
+                if not (isinstance(pos.get("line"), int) and isinstance(pos.get("column"), int)):
+                    problems.append(f"{path}: mutant {m['id']}: location.{end} needs integer line and column")
+                elif not (1 <= pos["line"] <= len(lines) and pos["column"] >= 1):
+                    problems.append(f"{path}: mutant {m['id']}: location.{end} {pos} is outside the source")
+    return problems
