@@ -148,21 +148,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """The verdict: one line per check (every metric with --ppo-verbose or pytest -v), and other failed tests."""
+    """The verdict: one line per check (every metric with --ppo-verbose or pytest -v), then configuration errors.
+
+    With pytest's tracebacks off (`--tb=no`, as `ppo-verify` runs without -v), a failed test or a
+    collection error that is not a check would show nowhere: each gets a line with its last line.
+    """
     from .report.terminal import render_terminal
 
     report = config.stash.get(COLLECTOR, None)
     errors = config.stash.get(CONFIG_ERROR, [])
     verbose = config.option.ppo_verbose or config.get_verbosity() > 0
-    if report is not None and report.checks:
+    checks = report.checks if report is not None else []
+    if checks:
         terminalreporter.section("ppo-stats-harness verdict")
         for line in render_terminal(report, verbose=verbose).splitlines():
             terminalreporter.write_line(line)
-        # a failed test that is not a check (the suite's own sanity tests) would show nowhere else
-        reported = {f"[{check.id}]" for check in report.checks}
-        for rep in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", []):
-            if not any(rep.nodeid.endswith(f"test_check{label}") for label in reported):
-                why = next(iter(rep.longreprtext.strip().splitlines()[-1:]), "")
-                terminalreporter.write_line(f"FAIL  {rep.nodeid}  {why}")
+    if config.option.tbstyle == "no":
+        recorded = {f"test_check[{check.id}]" for check in checks}
+        for kind, key in (("FAIL", "failed"), ("ERROR", "error")):
+            for rep in terminalreporter.stats.get(key, []):
+                if rep.nodeid.rpartition("::")[2] in recorded:
+                    continue
+                last = (rep.longreprtext.strip().splitlines() or [""])[-1].removeprefix("E").strip()
+                is_test = getattr(rep, "when", None) is not None  # a collection error has no phase
+                terminalreporter.write_line(f"{kind if is_test else 'ERROR'}  {rep.nodeid}  {last}", red=True)
     for line in errors:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)
