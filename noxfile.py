@@ -48,21 +48,70 @@ def run_exit_code(session: nox.Session, *args: str, env: dict | None = None) -> 
 
 
 def wants_trl(posargs: list[str]) -> bool:
-    return any(a == "trl" or a.endswith("=trl") for a in posargs)
+    """True when the target is TRL's adapter: `trl`, or `trl:MODULE` (a module that imports TRL)."""
+    return any(a in ("trl", "--target=trl") or a.startswith(("trl:", "--target=trl:")) for a in posargs)
+
+
+def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
+    """`--trl PATH_OR_REQUIREMENT` (or `--trl=...`) taken out of the session's arguments, and the rest."""
+    found, rest, args = None, [], iter(session.posargs)
+    for arg in args:
+        if arg == "--trl":
+            found = next(args, None)
+            if found is None:
+                session.error("--trl needs a TRL checkout, wheel or requirement, e.g. --trl ../trl")
+        elif arg.startswith("--trl="):
+            found = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+    return found, rest
+
+
+def install_trl(session: nox.Session, what: str) -> None:
+    """Install a TRL checkout (a folder: editable), wheel or requirement into the session, keeping torch.
+
+    constraints.txt pins trl==1.12.0 (the release whose verdict the tests pin), so this install
+    takes every pin but that one: torch stays 2.13.0 whatever the TRL asks for, and pip fails
+    rather than fetch another torch.
+    """
+    pins = [line for line in open(CONSTRAINTS, encoding="utf-8") if not re.match(r"\s*trl\s*[=<>!~]", line)]
+    constraints = os.path.join(session.create_tmp(), "constraints-but-trl.txt")
+    with open(constraints, "w", encoding="utf-8") as f:
+        f.writelines(pins)
+    local = os.path.abspath(os.path.expanduser(what))
+    if os.path.isdir(local):
+        session.install("-c", constraints, "-e", local)  # edits to the checkout count without reinstalling
+    else:
+        session.install("-c", constraints, local if os.path.exists(local) else what)
+    probe = (
+        "import importlib.metadata as m, torch, trl;"
+        "print('trl', m.version('trl'), 'from', trl.__path__[0], '| torch', torch.__version__)"
+    )
+    session.run("python", "-c", probe, env={"TRL_EXPERIMENTAL_SILENCE": "1"})
 
 
 @nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
-    """The gate: every scenario against a target (default: the reference trainer, CPU)."""
-    install(session, "test", *(["trl"] if wants_trl(session.posargs) else []))
-    run_exit_code(session, "-m", "harness", "verify", *session.posargs)
+    """The gate: every scenario against a target (default: the reference trainer, CPU).
+
+    `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a checkout, a wheel, a
+    version) into the session first, so that TRL's adapter runs against it.
+    """
+    trl, args = trl_option(session)
+    install(session, "test", *(["trl"] if trl is None and wants_trl(args) else []))
+    if trl is not None:
+        install_trl(session, trl)
+    run_exit_code(session, "-m", "harness", "verify", *args)
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes)."""
     install(session, "test", "trl", "mutation")
-    session.run("python", "-m", "pytest", "tests", *session.posargs, env=CPU_THREADS)
+    # the suite's own verify runs hold broken trainers to the gate: keep their tables out of a CI step summary
+    session.run("python", "-m", "pytest", "tests", *session.posargs, env={**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""})
+    if not session.posargs:  # the whole suite (what CI runs): the example project too, in its own fresh venv
+        session.notify("example")
 
 
 @nox.session(python=PYTHON, default=False)
@@ -118,6 +167,70 @@ NOT_SOURCE = (
     "reports",
     "mutants-scratch",
 )
+
+
+EXAMPLE = os.path.join(ROOT, "examples", "external_trainer")
+EXAMPLE_TARGET = "tinyppo.target:factory"
+EXAMPLE_BROKEN = "tinyppo.broken:factory"
+
+
+@nox.session(python=False, default=False)
+def example(session: nox.Session) -> None:
+    """examples/external_trainer as a trainer repository uses the gate, in a fresh venv with this package's wheel.
+
+    Builds the wheel, creates a venv, installs torch (the pin of constraints.txt), then the
+    wheel and the example; `ppo-verify` on the example's trainer must exit 0, its own tests
+    must pass, and `ppo-verify` on its broken variant must exit 1. Reports: reports/example/.
+    """
+    started = time.monotonic()
+    scratch = tempfile.mkdtemp(prefix="ppo-example-")
+    reports = os.path.join(ROOT, "reports", "example")
+    try:
+        # from copies, so that build/ and *.egg-info stay out of the work tree
+        source = shutil.copytree(
+            ROOT, os.path.join(scratch, "src"), ignore=shutil.ignore_patterns(*NOT_SOURCE, "examples")
+        )
+        project = shutil.copytree(EXAMPLE, os.path.join(scratch, "example"), ignore=shutil.ignore_patterns(*NOT_SOURCE))
+        wheels = os.path.join(scratch, "wheels")
+        session.run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, source, external=True)
+        (wheel,) = [os.path.join(wheels, name) for name in os.listdir(wheels) if name.endswith(".whl")]
+        session.log(f"built {os.path.basename(wheel)}")
+
+        venv = os.path.join(scratch, "venv")
+        session.run(sys.executable, "-m", "venv", venv, external=True)
+        python, bin_dir = os.path.join(venv, "bin", "python"), os.path.join(venv, "bin")
+        pip = (python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS)
+        session.run(*pip, "--upgrade", "pip", external=True)
+        session.run(*pip, "torch", external=True)  # the trainer's torch is there first
+        session.run(*pip, wheel, f"{project}[test]", external=True)
+
+        # nothing from this work tree on the path (every command runs outside it): the harness comes from the wheel
+        env = {**CPU_THREADS, "PYTHONPATH": "", "GITHUB_STEP_SUMMARY": ""}
+        probe = "import harness, tinyppo, torch; print(harness.__file__, tinyppo.__file__, torch.__version__)"
+        with session.chdir(scratch):
+            found = session.run(python, "-c", probe, env=env, external=True, silent=True).split()
+        session.log(f"harness from {found[0]} | tinyppo from {found[1]} | torch {found[2]}")
+        if not all(path.startswith(venv) for path in found[:2]):
+            session.error(f"the example did not import the installed packages: {found[:2]}")
+
+        verify = os.path.join(bin_dir, "ppo-verify")
+        with session.chdir(scratch):  # no pytest configuration of this repository applies
+            session.run(verify, "--target", EXAMPLE_TARGET, "--report-dir", os.path.join(reports, "target"),
+                        env={**env, "GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY", "")},
+                        external=True)  # fmt: skip
+            session.log("the example trainer passes the gate (exit 0)")
+        with session.chdir(project):
+            session.run(python, "-m", "pytest", "-p", "no:cacheprovider", env=env, external=True)
+            session.log("the example's own tests pass")
+        with session.chdir(scratch):
+            session.run(verify, "--target", EXAMPLE_BROKEN, "--report-dir", os.path.join(reports, "broken"),
+                        env=env, external=True, success_codes=[1])  # fmt: skip
+            session.log("the broken example trainer fails the gate (exit 1), as it must")
+        session.log(f"example: {time.monotonic() - started:.0f} s")
+    finally:
+        # a venv with torch takes minutes to delete on some disks (ext4 with discard): not waited for
+        subprocess.Popen(["rm", "-rf", scratch], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
 
 @nox.session(python=False, default=False)

@@ -23,6 +23,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip
     verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                         help="a trainer setting for the whole gate (repeatable), e.g. temperature=0.7")  # fmt: skip
+    verify.add_argument("-v", "--verbose", action="store_true",
+                        help="print every metric of every check (default: one line per check)")  # fmt: skip
     dist = sub.add_parser("verify-dist", help="uneven_split, lr0_ratio and freshness on several processes")
     dist.add_argument("--target", default="reference")
     dist.add_argument("--processes", type=int, default=2)
@@ -159,6 +161,8 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         f"--ppo-report-dir={args.report_dir}",
         *(f"--ppo-check={check}" for check in args.check),
         *(f"--ppo-set={setting}" for setting in args.settings),
+        # one line per check is the whole verdict; pytest's own failure sections repeat it (-v keeps them)
+        *(["--ppo-verbose"] if args.verbose else ["--tb=no", "-rN"]),
         f"--junitxml={args.report_dir}/verify.xml",
         "-o",
         "junit_suite_name=ppo-verify",
@@ -182,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     from .dist import verify_dist
 
     return verify_dist(args, extra)
+
+
+def verify_main(argv: list[str] | None = None) -> int:
+    """`ppo-verify [options]`: the same as `python -m harness verify [options]`."""
+    return main(["verify", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

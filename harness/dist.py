@@ -179,7 +179,7 @@ def finish(report, report_dir: str) -> int:
 
     out = Path(report_dir) / "dist"
     report.write(out)
-    print(render_terminal(report))
+    print(render_terminal(report, verbose=True))
     print(f"report: {out / JSON_NAME}")
     return 0 if report.status is CheckStatus.PASS else 1
 

@@ -24,6 +24,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ppo-report-dir", default=None, help="write verify.json and verify.md here")
     group.addoption("--ppo-check", action="append", default=[], help="run only this check id (repeatable)")
     group.addoption("--ppo-set", action="append", default=[], help="a trainer setting KEY=VALUE (repeatable)")
+    group.addoption(
+        "--ppo-verbose", action="store_true", help="the verdict lists every metric (default: one line per check)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -150,13 +153,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The verdict: one line per check (every metric with --ppo-verbose or pytest -v), then configuration errors.
+
+    With pytest's tracebacks off (`--tb=no`, as `ppo-verify` runs without -v), a failed test or a
+    collection error that is not a check would show nowhere: each gets a line with its last line.
+    """
     from .report.terminal import render_terminal
 
     report = config.stash.get(COLLECTOR, None)
     errors = config.stash.get(CONFIG_ERROR, [])
-    if report is not None and report.checks:
+    verbose = config.option.ppo_verbose or config.get_verbosity() > 0
+    checks = report.checks if report is not None else []
+    if checks:
         terminalreporter.section("ppo-stats-harness verdict")
-        for line in render_terminal(report).splitlines():
+        for line in render_terminal(report, verbose=verbose).splitlines():
             terminalreporter.write_line(line)
+    if config.option.tbstyle == "no":
+        recorded = {f"test_check[{check.id}]" for check in checks}
+        for kind, key in (("FAIL", "failed"), ("ERROR", "error")):
+            for rep in terminalreporter.stats.get(key, []):
+                if rep.nodeid.rpartition("::")[2] in recorded:
+                    continue
+                last = (rep.longreprtext.strip().splitlines() or [""])[-1].removeprefix("E").strip()
+                is_test = getattr(rep, "when", None) is not None  # a collection error has no phase
+                terminalreporter.write_line(f"{kind if is_test else 'ERROR'}  {rep.nodeid}  {last}", red=True)
     for line in errors:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def test_unknown_target_exits_2_with_one_line(tmp_path):
     code, _, output = verify(tmp_path, "--target", "nope")
     assert code == 2
     assert output.strip().splitlines() == [
-        "error: unknown target 'nope': use one of reference, trl or 'package.module:factory'"
+        "error: unknown target 'nope': use one of reference, trl, trl:MODULE or 'package.module:factory'"
     ]
 
 
@@ -75,7 +76,9 @@ def test_mean_of_means_trainer_fails_the_pooled_checks(tmp_path):
     assert status["uneven_split[epochs=1]"] == status["uneven_split[epochs=2]"] == "fail"
     assert status["freshness"] == "fail"
     assert status["partition_invariance"] == "fail"
-    assert "FAIL uneven_split policy/entropy_avg: logged=" in output
+    # one line per check: its status, its id, its first failing metric
+    assert re.search(r"^FAIL  uneven_split\[epochs=1\] +FAIL uneven_split loss/policy_avg: logged=", output, re.M)
+    assert not re.search(r"^check +metric +logged", output, re.M)  # the metric table only with -v
 
 
 # ------------------------------------------------------------------ nothing seen is a failure
@@ -209,3 +212,10 @@ def test_nan_for_an_update_with_no_response_token_fails():
     assert check("uneven_split[epochs=1]", cache).passed  # the variant is right where tokens exist
     result = check("empty_update", cache)
     assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message
+
+
+def test_ppo_verify_script_is_the_verify_command(capsys):
+    from harness.cli import verify_main
+
+    assert verify_main(["--target", "nope"]) == 2
+    assert "unknown target 'nope'" in capsys.readouterr().err

@@ -43,3 +43,23 @@ def test_a_failing_check_writes_the_reports(pytester):
     assert result.ret == 1
     assert (pytester.path / "out" / "verify.json").exists() and (pytester.path / "out" / "verify.md").exists()
     result.stdout.fnmatch_lines(["*ppo-stats-harness verdict*"])
+
+
+def test_verdict_is_one_line_per_check_and_lists_other_failures_when_tracebacks_are_off(pytester):
+    pytester.makepyfile(
+        """
+        from harness.verdict import Check, CheckId
+
+        def test_check(ppo_report):
+            ppo_report.add(Check(CheckId("demo")).finish())
+
+        def test_plain():
+            assert 1 == 2, "plain failure"
+        """
+    )
+    result = pytester.runpytest("--tb=no", "-q")
+    result.stdout.fnmatch_lines(["pass  demo", "FAIL  test_*.py::test_plain  assert 1 == 2*"])
+    assert "check  metric" not in result.stdout.str()
+    verbose = pytester.runpytest("--ppo-verbose")  # tracebacks on: the failure is in pytest's own section
+    verbose.stdout.fnmatch_lines(["check*metric*logged*"])
+    assert "FAIL  test_" not in verbose.stdout.str()

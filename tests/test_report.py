@@ -183,9 +183,24 @@ def test_step_summary_is_appended(tmp_path, monkeypatch):
     assert summary.read_text().count("## PPO statistics verify") == 2
 
 
+def test_terminal_verdict_is_one_line_per_check():
+    report = collector()
+    report.add(CheckResult(CheckId("freshness"), CheckStatus.FAIL, problems=("update 2 reused update 1", "stale")))
+    lines = render_terminal(report).splitlines()
+    assert lines[0].startswith("PPO statistics verify: FAIL  target=reference algorithm=ppo device=cpu dtype=float32")
+    assert len(lines) == 1 + 3
+    uneven, lr0, fresh = lines[1:]
+    # a failed check: its status, its id, and its first failing metric's pasteable line
+    assert uneven.startswith("FAIL  uneven_split[epochs=1]  ")
+    assert uneven.endswith(failure_line("uneven_split", report.checks[0].metrics[0]) + " (+2 more)")
+    assert lr0 == "pass  lr0_ratio"
+    # no failing metric: the first problem instead
+    assert fresh == "FAIL  freshness               FAIL freshness: update 2 reused update 1 (+1 more)"
+
+
 def test_terminal_table_lists_every_metric_and_the_failures():
     report = collector()
-    lines = render_terminal(report).splitlines()
+    lines = render_terminal(report, verbose=True).splitlines()
     # the header line now names the algorithm too
     assert lines[0].startswith("PPO statistics verify: FAIL  target=reference algorithm=ppo device=cpu dtype=float32")
     header = lines[1].split()

@@ -18,7 +18,8 @@ DEFAULT_ALGORITHM = "ppo"
 _ALGORITHMS = {"ppo": "harness.algorithms.ppo.algorithm:PPO"}
 """name -> where its `Algorithm` object lives."""
 _TARGET_TABLES = {"ppo": "harness.algorithms.ppo.targets"}
-"""name -> a light module (no torch) whose `TARGETS` maps built-in target names to `module:factory`."""
+"""name -> a light module (no torch) whose `TARGETS` maps built-in target names to `module:factory`, and whose
+optional `TARGETS_WITH_ARGUMENT` maps names of `NAME:ARGUMENT` targets to `module:function` (ARGUMENT -> factory)."""
 
 
 class Algorithm(Protocol):
@@ -54,6 +55,15 @@ def builtin_targets() -> Mapping[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for algorithm, table in _TARGET_TABLES.items():
         for target, path in importlib.import_module(table).TARGETS.items():
+            out[target] = (algorithm, path)
+    return out
+
+
+def builtin_targets_with_argument() -> Mapping[str, tuple[str, str]]:
+    """Every built-in `NAME:ARGUMENT` target name -> (algorithm, `module:function`), the function taking ARGUMENT."""
+    out: dict[str, tuple[str, str]] = {}
+    for algorithm, table in _TARGET_TABLES.items():
+        for target, path in getattr(importlib.import_module(table), "TARGETS_WITH_ARGUMENT", {}).items():
             out[target] = (algorithm, path)
     return out
 

@@ -1,18 +1,26 @@
-"""The terminal verdict: a fixed-width table of every metric, then one pasteable line per failure."""
+"""The terminal verdict: one line per check (status, check id, what failed first); `verbose` adds every metric.
+
+A failed check's line ends with its first failing metric as a pasteable failure line
+(`FAIL <scenario> <metric>: logged=... expected=... gap=... (rel ..., tol ...)`), or, when no
+metric failed, its first problem; `(+N more)` counts what else failed in it. The verbose form
+is the metric table, then one failure line per failing metric or failed check.
+"""
 
 from __future__ import annotations
 
-from harness.verdict import CheckStatus, failure_line, fmt
+from harness.verdict import CheckResult, CheckStatus, failure_line, fmt
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
+
+FAILED = (CheckStatus.FAIL, CheckStatus.ERROR)
 
 
 def failure_lines(report: Report) -> list[str]:
     """One line per failing metric, and one per failed or errored check without a failing metric."""
     lines = []
     for check in report.all_checks():
-        if check.status not in (CheckStatus.FAIL, CheckStatus.ERROR):
+        if check.status not in FAILED:
             continue
         failing = [m for m in check.metrics if m.failed]
         lines += [failure_line(check.scenario, m) for m in failing]
@@ -21,15 +29,48 @@ def failure_lines(report: Report) -> list[str]:
     return lines
 
 
-def render_terminal(report: Report) -> str:
-    """The table and the failure lines."""
+def first_failure(check: CheckResult) -> str:
+    """What failed first in `check`, on one line: its first failing metric, else its first problem."""
+    failing = [m for m in check.metrics if m.failed]
+    if failing:
+        first, more = failure_line(check.scenario, failing[0]), len(failing) - 1
+    else:
+        problems = check.problems or check.notes or ("no reason given",)
+        first = f"{check.status.value.upper()} {check.scenario}: {problems[0].splitlines()[0]}"
+        more = len(check.problems) - 1
+    return first + (f" (+{more} more)" if more > 0 else "")
+
+
+def check_lines(report: Report) -> list[str]:
+    """One line per check: `pass  <id>`, or `FAIL  <id>  <what failed first>` (ERROR, skip alike)."""
+    checks = report.all_checks()
+    width = max((len(str(c.id)) for c in checks), default=0)
+    lines = []
+    for check in checks:
+        status = check.status.value.upper() if check.status in FAILED else check.status.value
+        if check.status in FAILED:
+            lines.append(f"{status:<5} {str(check.id):<{width}}  {first_failure(check)}")
+        else:
+            lines.append(f"{status:<5} {check.id}")
+    return lines
+
+
+def headline(report: Report) -> str:
+    """The verdict's first line: the run's status and settings."""
+    return (
+        f"PPO statistics verify: {report.status.value.upper()}  target={report.target} algorithm={report.algorithm} "
+        f"device={report.device} dtype={report.dtype} torch={report.torch} seed={report.seed}"
+    )
+
+
+def render_terminal(report: Report, verbose: bool = False) -> str:
+    """One line per check; with `verbose`, the metric table and every failure line instead."""
+    if not verbose:
+        return "\n".join([headline(report), *check_lines(report)])
     header = METRIC_HEADER[:-1]
     rows = [[cell if isinstance(cell, str) else fmt(cell) for cell in row[:-1]] for row in metric_rows(report, False)]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    lines = [
-        f"PPO statistics verify: {report.status.value.upper()}  target={report.target} algorithm={report.algorithm} "
-        f"device={report.device} dtype={report.dtype} torch={report.torch} seed={report.seed}"
-    ]
+    lines = [headline(report)]
     for row in [header, *rows]:
         lines.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
     return "\n".join(lines + failure_lines(report))

@@ -1,9 +1,12 @@
 """Targets: which trainer the gate runs, and for which algorithm.
 
 `resolve("reference")`, `resolve("trl")` (the built-in targets of the registered
-algorithms) or `resolve("package.module:factory")` returns a `Target`: the factory
-`factory(spec) -> TargetRun` (see `harness.instrument.observe.TargetRun`) and the
-algorithm whose scenarios it runs. A factory of your own names its algorithm with an
+algorithms), `resolve("trl:my_pkg.ppo_trainer")` (a built-in target given an argument:
+TRL's adapter on another module) or `resolve("package.module:factory")` returns a
+`Target`: the factory `factory(spec) -> TargetRun` (see
+`harness.instrument.observe.TargetRun`) and the algorithm whose scenarios it runs. A name
+before the colon that is a built-in target taking an argument wins over a module of
+that name. A factory of your own names its algorithm with an
 `algorithm` attribute (default "ppo"). Anything that cannot be resolved is a
 HarnessConfigError (exit 2).
 """
@@ -15,7 +18,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.algorithms import DEFAULT_ALGORITHM, builtin_targets, known_algorithms
+from harness.algorithms import DEFAULT_ALGORITHM, builtin_targets, builtin_targets_with_argument, known_algorithms
 from harness.errors import HarnessConfigError
 
 
@@ -55,14 +58,21 @@ def _takes_one_spec(factory: Callable) -> bool:
 def resolve(name: str) -> Target:
     """The target named `name`; HarnessConfigError (exit 2) when it cannot be found or is not a factory."""
     builtin = builtin_targets()
+    with_argument = builtin_targets_with_argument()
+    prefix, colon, argument = name.partition(":")
     if name in builtin:
         algorithm, path = builtin[name]
-    elif ":" in name:
-        algorithm, path = None, name
+        factory = _load(name, path)
+    elif colon and prefix in with_argument:
+        algorithm, path = with_argument[prefix]
+        if not argument.strip():
+            raise HarnessConfigError(f"target {name!r}: name a module after {prefix + ':'!r}, e.g. {prefix}:my_pkg.mod")
+        factory = _load(name, path)(argument.strip())
+    elif colon:
+        algorithm, factory = None, _load(name, name)
     else:
-        known = ", ".join(sorted(builtin))
+        known = ", ".join([*sorted(builtin), *(f"{n}:MODULE" for n in sorted(with_argument))])
         raise HarnessConfigError(f"unknown target {name!r}: use one of {known} or 'package.module:factory'")
-    factory = _load(name, path)
     if not _takes_one_spec(factory):
         raise HarnessConfigError(f"target {name!r}: the factory must take one argument, the scenario spec")
     algorithm = algorithm or getattr(factory, "algorithm", DEFAULT_ALGORITHM)

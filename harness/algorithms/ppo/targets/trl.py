@@ -4,6 +4,11 @@
 ScenarioSpec onto TRL's own `PPOConfig` and returns a `TrlRun` (the TargetRun protocol
 of docs/architecture.md). TRL is imported lazily so that the harness works without it.
 
+`factory_for("my_pkg.ppo_trainer")` (what `--target trl:my_pkg.ppo_trainer` resolves to)
+is the same adapter on another module with the names of `trl.experimental.ppo.ppo_trainer`
+(`PPOTrainer`, `PPOConfig`, `masked_mean`, `selective_log_softmax`): a patched copy of
+TRL's trainer, or the trainer of an installed TRL checkout under another name.
+
 What TRL does that a caller of this target should know (TRL 1.12.0, accelerate 1.x):
 
 - The rollout `logprob` site receives the scores returned by `generate`, i.e. the
@@ -25,12 +30,14 @@ What TRL does that a caller of this target should know (TRL 1.12.0, accelerate 1
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
 import tempfile
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -42,15 +49,28 @@ TRL_VERSION = "1.12.0"
 _MISSING = f"trl target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
 
 
-def _import_trl():
-    """The PPO trainer module and config class, or HarnessConfigError."""
+TRL_MODULE = "trl.experimental.ppo.ppo_trainer"
+MODULE_NAMES = ("PPOTrainer", "PPOConfig", "masked_mean", "selective_log_softmax")
+"""What a module handed to `factory_for` must have, as TRL's trainer module has them."""
+
+
+def _import_trl(module: str | None = None):
+    """The PPO trainer module and its config class (TRL's own, or `module`'s), or HarnessConfigError."""
+    name = module or TRL_MODULE
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from trl.experimental.ppo import ppo_config, ppo_trainer
-    except ImportError as exc:  # trl missing, or a trl without experimental.ppo
-        raise HarnessConfigError(_MISSING) from exc
-    return ppo_trainer, ppo_config.PPOConfig
+            trainer = importlib.import_module(name)
+    except ImportError as exc:  # trl missing, a trl without experimental.ppo, or no such module
+        if module is None:
+            raise HarnessConfigError(_MISSING) from exc
+        raise HarnessConfigError(f"trl target: cannot import {module!r} ({exc})") from exc
+    missing = [n for n in MODULE_NAMES if not callable(getattr(trainer, n, None))]
+    if missing:
+        raise HarnessConfigError(
+            f"trl target: module {name!r} has no {', '.join(missing)} (it needs the names of {TRL_MODULE})"
+        )
+    return trainer, trainer.PPOConfig
 
 
 def _world_size() -> int:
@@ -156,9 +176,19 @@ def _metrics_callback(sink: list[dict[str, float]]):
     return _Capture()
 
 
-def factory(spec: ScenarioSpec) -> TrlRun:
-    """Build TRL's PPOTrainer for `spec` on the toy world (offline, no downloads)."""
-    ppo_trainer, PPOConfig = _import_trl()
+def factory_for(module: str) -> Callable[[ScenarioSpec], TrlRun]:
+    """The factory of `--target trl:MODULE`: this adapter on `module` instead of TRL's installed trainer."""
+
+    def trl_module_factory(spec: ScenarioSpec) -> TrlRun:
+        return factory(spec, module=module)
+
+    trl_module_factory.module = module
+    return trl_module_factory
+
+
+def factory(spec: ScenarioSpec, module: str | None = None) -> TrlRun:
+    """Build TRL's PPOTrainer (or `module`'s) for `spec` on the toy world (offline, no downloads)."""
+    ppo_trainer, PPOConfig = _import_trl(module)
     import transformers
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
