@@ -60,6 +60,8 @@ def settings_for(spec: ScenarioSpec) -> trainer.Settings:
         gamma=spec.gamma,
         lam=spec.lam,
         whiten_rewards=spec.whiten_rewards,
+        no_stop_penalty=spec.missing_eos_penalty,
+        grad_clip=spec.max_grad_norm,
         rollout_rows=spec.rollout_chunk,
         seed=spec.seed,
     )

@@ -55,6 +55,10 @@ class Settings:
     gamma: float = 1.0
     lam: float = 0.95
     whiten_rewards: bool = False
+    no_stop_penalty: float | None = None
+    """Taken off the score of a response that never produced the stop token (None: no penalty)."""
+    grad_clip: float | None = None
+    """Global gradient-norm limit, applied once per minibatch right before the step (None: no clipping)."""
     rollout_rows: int = 64
     """Rows per forward pass while the rollout is scored."""
     seed: int = 0
@@ -240,6 +244,8 @@ class TinyPPO:
         cut = cut_at_stop(sampled, self.stop_id, self.pad_id)
         last, act, val = token_masks(cut, self.pad_id)
         score = self.reward_fn(prompts, cut).to(device=device, dtype=old.dtype)
+        if s.no_stop_penalty is not None:
+            score = score - s.no_stop_penalty * (~(cut == self.stop_id).any(dim=1)).to(score.dtype)
         log_q_over_p = ref - old
         kl = (-log_q_over_p if s.kl_kind == "k1" else log_q_over_p.exp() - 1 - log_q_over_p) * act
         penalty = -s.kl_weight * kl
@@ -303,6 +309,9 @@ class TinyPPO:
                 val_total = b.val[minibatch].sum().clamp(min=1)
                 for rows in minibatch.split(s.rows_per_pass):
                     tallies.append(self.one_pass(b, rows, act_total, val_total))
+                if s.grad_clip is not None:
+                    params = [p for group in self.opt.param_groups for p in group["params"]]
+                    torch.nn.utils.clip_grad_norm_(params, s.grad_clip)
                 self.opt.step()
                 self.opt.zero_grad(set_to_none=True)
         return torch.stack(tallies)
