@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 24))
+PPO_CLASSES = (*range(1, 16), *range(20, 26))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -405,6 +405,38 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="the step's norm still stays under max_grad_norm; its direction is not that of the clipped sum",
+    ),
+    Mutant(
+        id="c24_nan_gradient_finite_logs",
+        bug_class=24,
+        title="the loss of an all-masked micro-batch is 0/0: NaN gradients while the logged statistics stay finite",
+        source="NVIDIA NeMo-RL issue 212; NovaSky-AI/SkyRL issue 1817",
+        killed_by=("all_masked",),
+        patch=(
+            replace(
+                "        loss = world * (pg_loss * r_mask.sum() / n_response "
+                "+ cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+                "        loss = world * (pg_loss * r_mask.sum() / r_mask.sum() * r_mask.sum() / n_response\n"
+                "                        + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+            ),
+        ),
+        notes="one update: the NaN weights it leaves behind never reach a logged number",
+    ),
+    Mutant(
+        id="c25_logprobs_at_wrong_positions",
+        bug_class=25,
+        title="selective_log_softmax gathers each position's log-prob at the previous position's token",
+        source="lucidrains/PaLM-rlhf-pytorch issue 31; opendilab/LightRFT PR 53",
+        killed_by=("uneven_split",),
+        patch=(
+            replace(
+                "    rows = [torch.log_softmax(row.float(), dim=-1).gather(-1, ids.unsqueeze(-1)) "
+                "for row, ids in zip(logits, index)]\n",
+                "    rows = [torch.log_softmax(row.float(), dim=-1).gather(-1, ids.roll(1).unsqueeze(-1)) "
+                "for row, ids in zip(logits, index)]\n",
+            ),
+        ),
+        notes="old and new log-probs are wrong alike, so the pooled statistics agree with the oracle; the spy does not",
     ),
 )
 

@@ -191,7 +191,8 @@ def test_selective_log_softmax_record(mod):
     want = torch.distributions.Categorical(logits=logits.double()).entropy()
     torch.testing.assert_close(record.entropy, want, rtol=0, atol=1e-12)
     assert not hasattr(record, "logits") and not hasattr(record, "tensors")
-    assert {f.name for f in fields(record)} == {"site", "seq", "index", "logprobs", "entropy", "dtype"}
+    assert {f.name for f in fields(record)} == {"site", "seq", "index", "logprobs", "entropy", "dtype", "logprob_gap"}
+    assert record.logprob_gap.shape == index.shape and float(record.logprob_gap.max()) < 1e-5
 
 
 @settings(max_examples=40, deadline=None)
@@ -231,7 +232,7 @@ def test_records_hold_no_logits(mod):
     for record in spy.records:
         tensors = {f.name: getattr(record, f.name) for f in fields(record)}
         tensors = {name: value for name, value in tensors.items() if isinstance(value, torch.Tensor)}
-        assert set(tensors) == {"index", "logprobs", "entropy"}
+        assert set(tensors) == {"index", "logprobs", "entropy", "logprob_gap"}
         for name, tensor in tensors.items():
             assert tensor.numel() <= batch * width, f"{name} holds {tuple(tensor.shape)}"
             assert vocab not in tensor.shape
@@ -426,3 +427,17 @@ def test_other_spied_functions_get_an_other_call_record():
     assert set(record.tensors) == {"arg0", "arg2", "result"}  # tensor arguments by position, and the result
     assert all(t.dtype == torch.float64 for t in record.tensors.values())
     assert torch.equal(record.tensors["result"], out.double()) and torch.equal(record.tensors["arg0"], x.double())
+
+
+def test_the_spy_checks_each_log_prob_against_its_own_logits():
+    """What selective_log_softmax returns follows from its inputs: a gather at the wrong positions shows."""
+    from harness.instrument.spy import logprob_gap
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    index = torch.randint(0, 11, (3, 5))
+    right = torch.log_softmax(logits, dim=-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+    wrong = torch.log_softmax(logits, dim=-1).gather(-1, index.roll(1, dims=1).unsqueeze(-1)).squeeze(-1)
+    assert logprob_gap(logits, index, right).max() < 1e-6
+    assert logprob_gap(logits, index, wrong).max() > 0.1
+    assert logprob_gap(logits, index, right, chunk_elements=11).shape == (3, 5)  # one position at a time

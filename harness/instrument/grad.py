@@ -32,6 +32,8 @@ class Step:
     """The scalar c that best explains .grad as c * (sum of contributions): 1 unclipped, <= 1 clipped."""
     residual: float = 0.0
     """|.grad - c * sum| / |.grad|: what no rescaling of the contributions explains (0 when clipping is all)."""
+    nonfinite_grads: int = 0
+    """Parameter tensors whose .grad holds a NaN or an inf at the step."""
 
     @property
     def grad(self) -> torch.Tensor:
@@ -46,6 +48,8 @@ class GradTrace:
     backwards: tuple[int, ...] = ()
     steps: tuple[Step, ...] = ()
     unapplied: tuple[int, ...] = ()
+    nonfinite_weights: tuple[int, ...] = ()
+    """Per step: parameter tensors holding a NaN or an inf right after it."""
 
 
 @dataclass
@@ -57,6 +61,7 @@ class GradRecorder:
     clock: Callable[[], int] = lambda: 0
     backwards: list[int] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    nonfinite_weights: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.params = [p for p in self.params if p.requires_grad]
@@ -71,6 +76,7 @@ class GradRecorder:
         for i, p in enumerate(self.params):
             self._handles.append(p.register_hook(self._contribution(i)))
         self._handles.append(self.optimizer.register_step_pre_hook(self._on_step))
+        self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -97,13 +103,17 @@ class GradRecorder:
         gap = max((g.float() - e.float()).abs().max().item() for g, e in zip(grads, expected))
         scale = max(max(g.abs().max().item() for g in grads), max(e.abs().max().item() for e in expected), 1e-30)
         fit = _rescaling(grads, expected)
-        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit))
+        nonfinite = sum(1 for g in grads if not bool(torch.isfinite(g).all()))
+        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit, nonfinite))
         self._pending = [None] * len(self.params)
         self._pending_ids = []
 
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        self.nonfinite_weights.append(sum(1 for p in self.params if not bool(torch.isfinite(p.detach()).all())))
+
     def trace(self) -> GradTrace:
         """The frozen record of the run so far."""
-        return GradTrace(tuple(self.backwards), tuple(self.steps), tuple(self.unapplied))
+        return GradTrace(tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights))
 
     @property
     def unapplied(self) -> list[int]:

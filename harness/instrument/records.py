@@ -62,6 +62,8 @@ class LogProbCall(Record):
     entropy: torch.Tensor = field(repr=False, default=None)
     dtype: str | None = None
     """The dtype of the traced logits."""
+    logprob_gap: torch.Tensor | None = field(repr=False, default=None)
+    """|logprobs - log_softmax(logits)[index]| per position, from the call's own inputs (None if not taken)."""
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,31 @@ def token_entropy(logits: torch.Tensor, chunk_elements: int = ENTROPY_CHUNK_ELEM
     return out.reshape(logits.shape[:-1])
 
 
+def logprob_gap(
+    logits: torch.Tensor, index: torch.Tensor, logprobs: Any, chunk_elements: int = ENTROPY_CHUNK_ELEMENTS
+) -> torch.Tensor:
+    """|returned log-prob - log_softmax(logits)[index]| per position, float64 on the CPU.
+
+    What a `selective_log_softmax` must return follows from its own inputs: a gather at the
+    wrong positions, or over the wrong axis, shows here. Computed a few positions at a time,
+    so memory stays flat in the vocabulary.
+    """
+    import torch
+
+    with torch.no_grad():
+        flat = logits.detach().reshape(-1, logits.shape[-1])
+        ids = torch.as_tensor(index).detach().reshape(-1, 1).to(flat.device)
+        got = torch.as_tensor(logprobs).detach().reshape(-1).to(flat.device)
+        rows = max(1, chunk_elements // max(1, flat.shape[-1]))
+        parts = []
+        for start in range(0, flat.shape[0], rows):
+            chunk = flat[start : start + rows].to(torch.float64)
+            want = chunk.gather(-1, ids[start : start + rows]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)
+            parts.append((got[start : start + rows].to(torch.float64) - want).abs().cpu())
+        out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return out.reshape(index.shape)
+
+
 def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor:
     """A detached CPU copy of `tensor` (or of a Python number) in `dtype`."""
     import torch
@@ -132,6 +157,7 @@ def record_log_softmax(site: Site, seq: int, args: list[Any], result: Any) -> Lo
         index=_copy(index, torch.int64),
         logprobs=_copy(result, torch.float64),
         entropy=token_entropy(logits),
+        logprob_gap=logprob_gap(logits, index, result),
         dtype=_dtype_name(logits),
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
+from harness.tolerances import tolerance
 from harness.verdict import Check
 
 from .contract import POOLED_STATS
@@ -19,10 +20,42 @@ from .view import RunView, UpdateView, view_of
 
 
 def require_ran(obs: Observation, check: Check) -> Ran | None:
-    """The finished run, or None after failing the check with what the trainer raised."""
+    """The finished run, or None after failing the check with what the trainer raised.
+
+    A run that finished with a NaN or inf in a gradient at a step, or in the weights after one,
+    fails too, whatever it logged: every scenario checks it.
+    """
     if obs.error:
         check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
-    return obs.ran
+    ran = obs.ran
+    if ran is not None:
+        for k, step in enumerate(ran.grads.steps):
+            if step.nonfinite_grads:
+                check.fail(f"step {k + 1} ({obs.spec.split_label}): non-finite gradient in {step.nonfinite_grads} "
+                           "parameter tensor(s)")  # fmt: skip
+        for k, bad in enumerate(ran.grads.nonfinite_weights):
+            if bad:
+                check.fail(f"after step {k + 1} ({obs.spec.split_label}): non-finite weights in {bad} parameter "
+                           "tensor(s)")  # fmt: skip
+    return ran
+
+
+def logprob_problems(ran: Ran, dtype: str) -> list[str]:
+    """Where a `selective_log_softmax` call returned other than log_softmax(logits)[index] (beyond tolerance)."""
+    tol = tolerance("logprob", dtype)
+    problems = []
+    for record in ran.records:
+        gap = getattr(record, "logprob_gap", None)
+        if gap is None or gap.numel() == 0:
+            continue
+        worst = float(gap.max())
+        if not worst <= tol.abs_tol:  # NaN fails too
+            where = tuple(int(i) for i in (gap == gap.max()).nonzero()[0].tolist()) if worst == worst else ()
+            problems.append(
+                f"selective_log_softmax at site {record.site.name!r} returned log-probs off log_softmax(logits)[index] "
+                f"by {worst:.3g} at {where} (tolerance {tol.abs_tol:.3g})"
+            )
+    return problems
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
@@ -53,6 +86,11 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
         return None
     if not ran.records:
         check.fail("the spy recorded no calls")
+        return None
+    problems = logprob_problems(ran, obs.spec.dtype)
+    for problem in problems[:3]:
+        check.fail(problem)
+    if problems:
         return None
     view = view_of(obs)
     if len(view.updates) != obs.spec.total_updates:
