@@ -63,6 +63,57 @@ class CheckId:
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """A known wrong pooling that reproduces a failing metric's logged value (harness/diagnose.py picks it).
+
+    `classes` are numbers of docs/bug-catalogue.md (two for a combination; none for a wrong pooling the
+    catalogue has no number for, e.g. a biased variance); `value` is what `formula` gives from the records,
+    `gap` its distance to the logged value.
+    """
+
+    classes: tuple[int, ...]
+    formula: str
+    value: float
+    gap: float
+    source: str = ""
+
+    @property
+    def bug_class(self) -> int | None:
+        """The first class named (the one a single-number summary uses), or None."""
+        return self.classes[0] if self.classes else None
+
+    def line(self) -> str:
+        """`= <formula> (class 5 + 2)`: what the failure line is followed by."""
+        named = f"class {' + '.join(str(c) for c in self.classes)}" if self.classes else "not in the catalogue"
+        return f"= {self.formula} ({named}): {fmt(self.value)}, gap {fmt(self.gap)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for verify.json."""
+        return {
+            "class": self.bug_class,
+            "classes": list(self.classes),
+            "formula": self.formula,
+            "value": _finite(self.value),
+            "gap": _finite(self.gap),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Diagnosis | None:
+        """The inverse of `as_dict` (None stays None)."""
+        if not data:
+            return None
+        value, gap = data.get("value"), data.get("gap")
+        return cls(
+            classes=tuple(data.get("classes") or ()),
+            formula=data.get("formula", ""),
+            value=math.nan if value is None else value,
+            gap=math.nan if gap is None else gap,
+            source=data.get("source", ""),
+        )
+
+
+@dataclass(frozen=True)
 class MetricVerdict:
     """One logged metric against its expected value. `tol` is the allowed gap around `expected`.
 
@@ -82,6 +133,10 @@ class MetricVerdict:
     required: bool = True
     scale: float | None = None
     """The size of the terms `expected` is made of (the tolerance grows with it); None when unknown."""
+    diagnosis: Diagnosis | None = None
+    """For a failing metric: the known wrong pooling that reproduces the logged value, when one does."""
+    diagnosis_reason: str = ""
+    """Why `diagnosis` is None for a failing metric that was diagnosed (e.g. no known pooling reproduces it)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", MetricStatus(self.status))  # ValueError for an unknown status
@@ -115,6 +170,8 @@ class MetricVerdict:
             "status": self.status.value,
             "reason": self.reason,
             "failed": self.failed,
+            "diagnosis": self.diagnosis.as_dict() if self.diagnosis else None,
+            "diagnosis_reason": self.diagnosis_reason,
         }
 
     @classmethod
@@ -127,6 +184,8 @@ class MetricVerdict:
             reason=data.get("reason") or "",
             where=data.get("where"),
             required=not (data["status"] == MetricStatus.NOT_RECOMPUTABLE.value and data.get("failed") is False),
+            diagnosis=Diagnosis.from_dict(data.get("diagnosis")),
+            diagnosis_reason=data.get("diagnosis_reason") or "",
             **numbers,
         )
 
@@ -160,6 +219,13 @@ def failure_line(scenario: str, metric: MetricVerdict) -> str:
     return line
 
 
+def diagnosis_text(metric: MetricVerdict) -> str:
+    """What the gate says about why `metric` failed: `= <formula> (class N): ...`, the reason there is none, or ''."""
+    if metric.diagnosis is not None:
+        return metric.diagnosis.line()
+    return f"= ? {metric.diagnosis_reason}" if metric.diagnosis_reason else ""
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """The frozen verdict of one named check: what failed (`problems`), what it noted, each metric."""
@@ -191,7 +257,12 @@ class CheckResult:
     def failure_lines(self) -> list[str]:
         """The check's problems and each failing metric, one pasteable line each."""
         lines = [f"FAIL {self.scenario}: {self.message}"] if self.problems else []
-        return lines + [failure_line(self.scenario, m) for m in self.metrics if m.failed]
+        for m in self.metrics:
+            if m.failed:
+                lines.append(failure_line(self.scenario, m))
+                if diagnosis_text(m):
+                    lines.append("    " + diagnosis_text(m))
+        return lines
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for verify.json."""

@@ -13,11 +13,13 @@ from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus
 
 def table(results: list[CuratedResult]) -> str:
     """A plain-text table for the terminal: each mutant, its status and the named checks that killed it."""
-    rows = [("mutant", "class", "status", "killed by (failed named checks)", "s")]
+    rows = [("mutant", "class", "diagnosed", "status", "killed by (failed named checks)", "s")]
     for r in results:
+        diagnosed = "-" if r.diagnosed_class is None else str(r.diagnosed_class)
         rows.append(
-            (r.id, str(r.mutant.bug_class), r.status.text, ", ".join(r.named_failed) or "-", f"{r.seconds:.1f}")
-        )
+            (r.id, str(r.mutant.bug_class), diagnosed, r.status.text, ", ".join(r.named_failed) or "-",
+             f"{r.seconds:.1f}")
+        )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -31,6 +33,9 @@ def print_summary(results: list[CuratedResult], controls: dict[str, ControlResul
         what = "full suite" if command == "verify" else command
         print(f"\ncontrol ({what}, unmodified copy): {'pass' if c.passed else 'FAIL'} in {c.seconds:.1f} s")
     print(f"curated run: {len(results)} mutant(s), {jobs} job(s), {wall:.1f} s wall")
+    own = sum(1 for r in results if r.diagnosed_class == r.mutant.bug_class)
+    wrong = [f"{r.id} diagnosed as class {r.diagnosed_class}" for r in results if r.misdiagnosed]
+    print(f"diagnosed as their own class: {own} of {len(results)}; misdiagnosed: {', '.join(wrong) or 'none'}")
     for r in results:
         if not r.passed or r.status is CuratedStatus.NOT_RUN:
             print(f"\n{r.id} [{r.status.text}]: {r.reason}")

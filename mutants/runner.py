@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,21 @@ def run_harness(
     return RunOutcome(code, checks, seconds, text, problem)
 
 
+def diagnosed_class(checks: list[dict]) -> int | None:
+    """The class named most often by the diagnoses of the failing metrics in `checks` (verify.json), or None.
+
+    Each class a diagnosis names counts once (a combination counts for both); ties go to the smaller number.
+    """
+    votes: Counter[int] = Counter()
+    for check in checks:
+        for metric in check.get("metrics", ()):
+            diagnosis = metric.get("diagnosis") if metric.get("failed") else None
+            votes.update(set((diagnosis or {}).get("classes") or ()))
+    if not votes:
+        return None
+    return min(votes, key=lambda c: (-votes[c], c))
+
+
 def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:
     """The verdict on one mutant's run: a kill is exit 1 with a check the mutant names among the failures."""
     failed = outcome.failed
@@ -186,6 +202,7 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
             seconds=outcome.seconds,
             reason=verdict.reason + log,
             diff=diff,
+            diagnosed_class=diagnosed_class(outcome.checks),
         )
     finally:
         if keep is not None:

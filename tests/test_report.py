@@ -23,7 +23,8 @@ from harness.verdict import (
 )
 
 METRIC_KEYS = (
-    "name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "scale", "status", "reason", "failed"
+    "name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "scale", "status", "reason", "failed",
+    "diagnosis", "diagnosis_reason",
 )  # fmt: skip
 """The keys of one metric in verify.json, in order."""
 
@@ -119,6 +120,8 @@ def test_to_json_turns_nan_and_inf_into_null():
         "status": "nan",
         "reason": "",
         "failed": True,
+        "diagnosis": None,
+        "diagnosis_reason": "",
     }
     report = Report("reference", "cpu", torch="2", seed=0)
     report.add(CheckResult(CheckId("s"), CheckStatus.FAIL, problems=("odd",), metrics=(odd, odd)))

@@ -130,3 +130,27 @@ def test_reference_passes_the_same_scenarios(reference_verdict):
     got = statuses(report)
     assert set(got) == TRL_FAILS | TRL_PASSES
     assert set(got.values()) == {"pass"}
+
+
+# docs/trl.md: pads counted (class 5); empty accumulation slots averaged in (classes 1 and 2); equal-weight
+# micro-batch means (class 1). Every failing pooled metric is diagnosed, and only with those classes.
+TRL_CLASSES = {1, 2, 5}
+
+
+@pytest.mark.parametrize("check_id", ["lr0_ratio[epochs=1]", "uneven_split[epochs=1]"])
+def test_trl_failing_pooled_metrics_are_diagnosed_as_docs_trl_says(trl_verdict, check_id):
+    _, report, _ = trl_verdict
+    (check,) = [c for c in report["checks"] if c["id"] == check_id]
+    failing = [m for m in check["metrics"] if m["failed"] and m["name"] != "gradient"]
+    assert failing
+    for m in failing:
+        diagnosis = m["diagnosis"]
+        assert diagnosis is not None, (m["name"], m["diagnosis_reason"])
+        assert diagnosis["class"] in TRL_CLASSES and set(diagnosis["classes"]) <= TRL_CLASSES, (m["name"], diagnosis)
+        assert diagnosis["gap"] <= 1e-6 * (1 + abs(m["logged"]))
+    by_name = {m["name"]: set(m["diagnosis"]["classes"]) for m in failing}
+    if check_id.startswith("uneven_split"):
+        for name in ("policy/entropy_avg", "val/ratio", "policy/approxkl_avg"):
+            assert 5 in by_name[name], name  # plain means over pads
+    else:
+        assert by_name == {"val/ratio": {2}, "val/ratio_var": {2}}

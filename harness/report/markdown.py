@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.verdict import fmt
+from harness.verdict import diagnosis_text, fmt
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
@@ -36,6 +36,14 @@ def render_markdown(report: Report) -> str:
     failing = metric_rows(report, only_failing=True)
     if failing:
         lines += ["", "### Failing metrics", ""] + md_table(METRIC_HEADER, failing)
+        diagnosed = [
+            f"- `{c.id}` {m.label} {diagnosis_text(m)}"
+            for c in report.all_checks()
+            for m in c.metrics
+            if m.failed and diagnosis_text(m)
+        ]
+        if diagnosed:
+            lines += ["", "### Why: the known pooling that reproduces each logged value", "", *diagnosed]
     every = metric_rows(report, only_failing=False)
     if every:
         lines += ["", "<details><summary>All metrics</summary>", ""]

@@ -8,7 +8,7 @@ is the metric table, then one failure line per failing metric or failed check.
 
 from __future__ import annotations
 
-from harness.verdict import CheckResult, CheckStatus, failure_line, fmt
+from harness.verdict import CheckResult, CheckStatus, diagnosis_text, failure_line, fmt
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
@@ -23,7 +23,10 @@ def failure_lines(report: Report) -> list[str]:
         if check.status not in FAILED:
             continue
         failing = [m for m in check.metrics if m.failed]
-        lines += [failure_line(check.scenario, m) for m in failing]
+        for m in failing:
+            lines.append(failure_line(check.scenario, m))
+            if diagnosis_text(m):
+                lines.append("    " + diagnosis_text(m))
         if not failing:
             lines.append(f"{check.status.value.upper()} {check.scenario} {check.id}: {check.message}")
     return lines
@@ -34,6 +37,8 @@ def first_failure(check: CheckResult) -> str:
     failing = [m for m in check.metrics if m.failed]
     if failing:
         first, more = failure_line(check.scenario, failing[0]), len(failing) - 1
+        if failing[0].diagnosis is not None:
+            first += f" {failing[0].diagnosis.line()}"
     else:
         problems = check.problems or check.notes or ("no reason given",)
         first = f"{check.status.value.upper()} {check.scenario}: {problems[0].splitlines()[0]}"

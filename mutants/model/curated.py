@@ -54,6 +54,13 @@ class CuratedResult:
     seconds: float = 0.0
     reason: str = ""
     diff: str = ""
+    diagnosed_class: int | None = None
+    """The bug class the gate's diagnoses of the run's failing metrics name most often (None: no diagnosis)."""
+
+    @property
+    def misdiagnosed(self) -> bool:
+        """True when the gate named a class, and not the mutant's own."""
+        return self.diagnosed_class is not None and self.diagnosed_class != self.mutant.bug_class
 
     @property
     def id(self) -> str:
@@ -87,6 +94,7 @@ class CuratedResult:
             "reason": self.reason,
             "diff": self.diff,
             "command": m.command,
+            "diagnosed_class": self.diagnosed_class,
         }
 
     @classmethod
@@ -116,6 +124,7 @@ class CuratedResult:
             data.get("seconds", 0),
             data.get("reason", ""),
             data.get("diff", ""),
+            data.get("diagnosed_class"),
         )
 
 

@@ -16,6 +16,7 @@ from harness.verdict import Check
 
 from .contract import POOLED_STATS
 from .expect import expected_metrics
+from .poolings import diagnose_pooled
 from .view import RunView, UpdateView, view_of
 
 
@@ -125,4 +126,5 @@ def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Se
         check.fail(f"update {update.index + 1}: {problem}")
     expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, None, obs.spec.missing_eos_penalty)
     logged = obs.ran.logs[update.index]
-    check.absorb(compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype))
+    verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype)
+    check.absorb(diagnose_pooled(verdicts, update.micro_batches, obs.spec))

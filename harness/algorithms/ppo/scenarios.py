@@ -18,6 +18,7 @@ from .checks import compare_pooled, oracle_update, require, require_logs, requir
 from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
+from .poolings import diagnose_identities
 from .spec import SETTINGS, ScenarioSpec
 
 # The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
@@ -103,7 +104,8 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     check = Check(case.id)
     obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs")), spy=False)
     if require_logs(obs, LR0_IDENTITIES, check):
-        check.absorb(compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, kind="identity"))
+        verdicts = compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, kind="identity")
+        check.absorb(diagnose_identities(verdicts, obs.spec))
     return check.finish()
 
 

@@ -1,0 +1,288 @@
+"""The known wrong ways to pool a PPO statistic, as data: what each would have logged, from the records alone.
+
+Two small tables. `PARTS` says what each micro-batch contributes (a value and a weight: the
+correct one is its token sum over the metric's mask and that mask's count; class 5 takes
+every position, pads included; class 6 the response mask for value statistics; ...).
+`POOLERS` says how the parts become one number (the correct one divides the summed values by
+the summed weights once; class 1 averages the part means; class 2 averages them over every
+accumulation slot of the minibatch, zeros in the slots nobody wrote; ...). Every pairing of an
+entry of each with at most two departures from the correct one is a candidate
+(`harness.diagnose.Candidate`); adding a class is adding one entry. `diagnose` then picks
+the candidate that reproduces the logged value, or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.diagnose import Candidate, diagnosed
+from harness.verdict import MetricVerdict
+
+from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, PooledMean
+from .expect import _OF_LOG_RATIO, per_token
+from .spec import ScenarioSpec
+from .view import MicroBatchView
+
+Part = tuple[float, float]
+"""(value, weight) of one micro-batch: the pooled number is sum(values) / sum(weights); its mean value / weight."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the accumulation buffers of a split look like: slots per minibatch, minibatch passes, parts per pass."""
+
+    slots: int
+    """gradient_accumulation_steps: the slots a (epochs, minibatches, accumulation) stats buffer has per minibatch."""
+    passes: int
+    """num_ppo_epochs * num_mini_batches."""
+    per_pass: int
+    """Micro-batches per minibatch (the slots written)."""
+
+    @classmethod
+    def of(cls, spec: ScenarioSpec) -> Geometry:
+        passes = spec.num_ppo_epochs * spec.num_mini_batches
+        return cls(spec.gradient_accumulation_steps, passes, len(spec.expected_rows()) // max(passes, 1))
+
+
+# ---------------------------------------------------------------------------- what each micro-batch contributes
+
+
+def _masked(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, int]:
+    return float(torch.where(mask, values, torch.zeros_like(values)).sum()), int(mask.sum())
+
+
+def correct(metric: PooledMean, micro: MicroBatchView) -> Part:
+    return _masked(per_token(metric, micro), micro.mask(metric.mask))
+
+
+def _sentinel_values(metric: PooledMean, micro: MicroBatchView) -> torch.Tensor:
+    """Per-token values when both log-probs hold one sentinel at every position outside R (log-ratio 0 there)."""
+    log_ratio = torch.where(micro.response_mask, micro.log_ratio(), torch.zeros_like(micro.record.logprobs))
+    return _OF_LOG_RATIO[metric.of_log_ratio](log_ratio)
+
+
+def _plain(values: torch.Tensor) -> float:
+    return float(values.double().mean()) if values.numel() else 0.0
+
+
+def pads_weighted(metric: PooledMean, micro: MicroBatchView) -> Part:
+    count = int(micro.mask(metric.mask).sum())
+    return _plain(per_token(metric, micro)) * count, count
+
+
+def pads_pooled(metric: PooledMean, micro: MicroBatchView) -> Part:
+    values = per_token(metric, micro)
+    return float(values.sum()), values.numel()
+
+
+def sentinel_weighted(metric: PooledMean, micro: MicroBatchView) -> Part:
+    count = int(micro.mask(metric.mask).sum())
+    return _plain(_sentinel_values(metric, micro)) * count, count
+
+
+def sentinel_pooled(metric: PooledMean, micro: MicroBatchView) -> Part:
+    values = _sentinel_values(metric, micro)
+    return float(values.sum()), values.numel()
+
+
+def response_mask(metric: PooledMean, micro: MicroBatchView) -> Part:
+    return _masked(per_token(metric, micro), micro.response_mask)
+
+
+def value_means_response_weighted(metric: PooledMean, micro: MicroBatchView) -> Part:
+    total, count = correct(metric, micro)
+    r_count = int(micro.response_mask.sum())
+    return (total / count if count else 0.0) * r_count, r_count
+
+
+def _shifted(metric: PooledMean, micro: MicroBatchView, by: int) -> Part:
+    values, mask = per_token(metric, micro), micro.response_mask
+    count = int(mask.sum())
+    if by > 0:  # position t takes the value of t + 1
+        return _masked(values[:, 1:], mask[:, :-1])[0], count
+    return _masked(values[:, :-1], mask[:, 1:])[0], count
+
+
+def rows_over_tokens(metric: PooledMean, micro: MicroBatchView) -> Part:
+    total, count = correct(metric, micro)
+    return (total / count if count else 0.0) * micro.rows, count
+
+
+def rows_over_rows(metric: PooledMean, micro: MicroBatchView) -> Part:
+    total, count = correct(metric, micro)
+    return (total / count if count else 0.0) * micro.rows, micro.rows
+
+
+@dataclass(frozen=True)
+class PartRule:
+    """One way a micro-batch's contribution is made: classes, what a part is, what pooling it alone logs."""
+
+    classes: tuple[int, ...]
+    part: str
+    alone: str
+    applies: Callable[[PooledMean], bool]
+    make: Callable[[PooledMean, MicroBatchView], Part]
+    source: str
+
+
+def _log_ratio_or_entropy(m: PooledMean) -> bool:
+    return m.source in ("log_ratio", "entropy")
+
+
+def _value_stat(m: PooledMean) -> bool:
+    return m.mask == "V"
+
+
+PARTS: tuple[PartRule, ...] = (
+    PartRule((), "per-micro-batch token means", "token mean", lambda m: True, correct, "Pooled sums and counts"),
+    PartRule((5,), "per-micro-batch plain means over every position (pads included)",
+             "per-micro-batch plain means over every position (pads included), weighted by their token counts",
+             _log_ratio_or_entropy, pads_weighted, "view: per-position values before masking"),
+    PartRule((5,), "plain means over every position (pads included)",
+             "plain mean over every position of every micro-batch (pads included)",
+             _log_ratio_or_entropy, pads_pooled, "view: per-position values before masking"),
+    PartRule((5,), "per-micro-batch plain means over every position, pads at log-ratio 0 (sentinel log-probs)",
+             "per-micro-batch plain means over every position, pads at log-ratio 0, weighted by their token counts",
+             lambda m: m.source == "log_ratio", sentinel_weighted, "view: log-ratio, 0 outside R"),
+    PartRule((5,), "plain means over every position, pads at log-ratio 0 (sentinel log-probs)",
+             "plain mean over every position, pads at log-ratio 0 (sentinel log-probs)",
+             lambda m: m.source == "log_ratio", sentinel_pooled, "view: log-ratio, 0 outside R"),
+    PartRule((6,), "per-micro-batch means over R (not V)", "token mean over the response mask R, not V",
+             _value_stat, response_mask, "view: site values under R"),
+    PartRule((6,), "per-micro-batch V means weighted by R tokens", "per-micro-batch V means weighted by R tokens",
+             _value_stat, value_means_response_weighted, "Pooled sums and counts; view: R counts"),
+    PartRule((4,), "entropy one position late", "entropy summed over R one position late (t + 1), / |R|",
+             lambda m: m.source == "entropy", lambda m, mb: _shifted(m, mb, 1), "view: entropy at every position"),
+    PartRule((4,), "entropy one position early", "entropy summed over R one position early (t - 1), / |R|",
+             lambda m: m.source == "entropy", lambda m, mb: _shifted(m, mb, -1), "view: entropy at every position"),
+    PartRule((3,), "per-micro-batch means weighted by rows", "per-micro-batch means weighted by rows, / tokens",
+             lambda m: m.source == "pg_loss", rows_over_tokens, "Pooled sums and counts; view: rows"),
+    PartRule((3,), "per-micro-batch means weighted by rows", "per-micro-batch means weighted by rows (samples)",
+             lambda m: m.source == "pg_loss", rows_over_rows, "Pooled sums and counts; view: rows"),
+)  # fmt: skip
+"""What a micro-batch contributes. The first entry is the correct one."""
+
+
+# ---------------------------------------------------------------------------- how the parts are pooled
+
+
+def _means(parts: Sequence[Part]) -> list[float]:
+    return [v / w if w else 0.0 for v, w in parts]
+
+
+def _slotted(parts: Sequence[Part], geo: Geometry) -> list[float] | None:
+    """Every accumulation slot of every minibatch pass: the part means where written, zeros elsewhere."""
+    if geo.per_pass >= geo.slots or len(parts) != geo.passes * geo.per_pass:
+        return None
+    means, slots = _means(parts), []
+    for p in range(geo.passes):
+        slots += means[p * geo.per_pass : (p + 1) * geo.per_pass] + [0.0] * (geo.slots - geo.per_pass)
+    return slots
+
+
+def _mean(xs: list[float] | None) -> float | None:
+    return None if not xs else float(torch.tensor(xs, dtype=torch.float64).mean())
+
+
+def _var(xs: list[float] | None, ddof: int) -> float | None:
+    return None if xs is None or len(xs) < 2 else float(torch.tensor(xs, dtype=torch.float64).var(correction=ddof))
+
+
+def _token(parts: Sequence[Part]) -> float | None:
+    weight = sum(w for _, w in parts)
+    return sum(v for v, _ in parts) / weight if weight else 0.0
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """One way parts become the logged number: classes, formula (with {part}), value (None: not applicable)."""
+
+    classes: tuple[int, ...]
+    formula: str
+    value: Callable[[Sequence[Part], Geometry], float | None]
+    departures: int = 1
+
+
+MEAN_POOLERS: tuple[Pooler, ...] = (
+    Pooler((), "{alone}", lambda parts, geo: _token(parts), 0),
+    Pooler((1,), "equal-weight mean of {part}",
+           lambda parts, geo: _mean([v / w for v, w in parts if w]) if len(parts) > 1 else None),
+    Pooler((2,), "mean over every accumulation slot (gradient_accumulation_steps per minibatch) of {part}, "
+                 "zeros in unwritten slots", lambda parts, geo: _mean(_slotted(parts, geo))),
+    Pooler((11,), "last micro-batch's {part}",
+           lambda parts, geo: _means(parts)[-1] if len(parts) > 1 else None),
+    Pooler((10,), "{alone} / gradient_accumulation_steps",
+           lambda parts, geo: _token(parts) / geo.slots if geo.slots > 1 else None),
+    Pooler((10,), "{alone} * micro-batches per minibatch",
+           lambda parts, geo: _token(parts) * geo.per_pass if geo.per_pass > 1 else None),
+    Pooler((10,), "{alone} / micro-batches per minibatch",
+           lambda parts, geo: _token(parts) / geo.per_pass if geo.per_pass > 1 else None),
+)  # fmt: skip
+"""How a pooled mean's parts are pooled. The first entry is the correct one."""
+
+VARIANCE_POOLERS: tuple[Pooler, ...] = (
+    Pooler((), "unbiased variance of {part}", lambda parts, geo: _var([v / w for v, w in parts if w], 1), 0),
+    Pooler((), "biased variance (ddof 0) of {part}", lambda parts, geo: _var([v / w for v, w in parts if w], 0)),
+    Pooler((2,), "unbiased variance over every accumulation slot of {part}, zeros in unwritten slots",
+           lambda parts, geo: _var(_slotted(parts, geo), 1)),
+    Pooler((11,), "variance of the last micro-batch's mean alone (0)",
+           lambda parts, geo: 0.0 if len(parts) > 1 else None),
+)  # fmt: skip
+"""How val/ratio_var's parts (the ratio's, per micro-batch) are pooled. The first entry is the correct one."""
+
+
+def combine(rule: PartRule, pooler: Pooler, parts: Sequence[Part], geo: Geometry) -> Candidate | None:
+    """The candidate of `rule` pooled by `pooler`: None when it is the correct pooling, or not applicable."""
+    departures = (1 if rule.classes else 0) + pooler.departures
+    if departures == 0 or departures > 2:
+        return None
+    value = pooler.value(parts, geo)
+    if value is None:
+        return None
+    classes = tuple(dict.fromkeys(rule.classes + pooler.classes))
+    formula = pooler.formula.format(part=rule.part, alone=rule.alone)
+    return Candidate(classes, formula, value, rule.source, departures)
+
+
+def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry) -> list[Candidate]:
+    """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`."""
+    of = RATIO_VAR_OF if name == RATIO_VAR else name
+    metric = next(m for m in POOLED_MEANS if m.name == of)
+    poolers = VARIANCE_POOLERS if name == RATIO_VAR else MEAN_POOLERS
+    out = []
+    for rule in PARTS:
+        if not rule.applies(metric):
+            continue
+        parts = [rule.make(metric, micro) for micro in micros]
+        out += [c for pooler in poolers if (c := combine(rule, pooler, parts, geo)) is not None]
+    return out
+
+
+def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
+    """At LR 0 (no records needed): every micro-batch's ratio mean is exactly 1, at every position too."""
+    if name not in (RATIO_VAR_OF, RATIO_VAR):
+        return []
+    geo = Geometry.of(spec)
+    parts = [(float(rows), float(rows)) for rows in spec.expected_rows()]
+    poolers = VARIANCE_POOLERS if name == RATIO_VAR else MEAN_POOLERS
+    return [c for pooler in poolers if (c := combine(PARTS[0], pooler, parts, geo)) is not None]
+
+
+# ---------------------------------------------------------------------------- entry points for the scenarios
+
+
+def diagnose_pooled(verdicts: Sequence[MetricVerdict], micros: Sequence[MicroBatchView],
+                    spec: ScenarioSpec) -> list[MetricVerdict]:  # fmt: skip
+    """The pooled-metric verdicts of one update with a diagnosis on each failure."""
+    geo = Geometry.of(spec)
+    names = [m.name for m in POOLED_MEANS] + [RATIO_VAR]
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo)) for n in names}, spec.dtype)
+
+
+def diagnose_identities(verdicts: Sequence[MetricVerdict], spec: ScenarioSpec) -> list[MetricVerdict]:
+    """The LR-0 identity verdicts with a diagnosis on each failure (from the spec's geometry alone)."""
+    names = (RATIO_VAR_OF, RATIO_VAR)
+    return diagnosed(verdicts, {n: (lambda n=n: identity_candidates(n, spec)) for n in names}, spec.dtype)
