@@ -35,9 +35,7 @@ class Candidate:
     departures: int = 1
 
 
-def diagnose(
-    verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str
-) -> tuple[Diagnosis | None, str]:
+def diagnose(verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str) -> tuple[Diagnosis | None, str]:
     """(the candidate that reproduces `verdict.logged`, '') or (None, why not)."""
     if verdict.status is not MetricStatus.FAIL or verdict.logged is None or not math.isfinite(verdict.logged):
         return None, ""

@@ -25,13 +25,25 @@ def micro(m: int, lengths: list[int], gen: torch.Generator) -> MicroBatchView:
     rows = len(lengths)
     r = torch.tensor([[t < n for t in range(T)] for n in lengths])
     v = torch.tensor([[t <= n for t in range(T)] for n in lengths])
-    new, old = torch.randn(rows, T, generator=gen, dtype=torch.float64), torch.randn(rows, T, generator=gen,
-                                                                                       dtype=torch.float64)
-    record = LogProbCall(Site("f", "g", "new_logprobs"), m, index=torch.zeros(rows, T, dtype=torch.long),
-                         logprobs=new, entropy=torch.rand(rows, T, generator=gen, dtype=torch.float64))
-    sites = {role: (MaskedMeanCall(Site("f", "g", role), m, values=torch.rand(rows, T, generator=gen,
-                                                                                 dtype=torch.float64), mask=mask),)
-             for role, mask in (("pg_loss", r), ("pg_clipfrac", r), ("vf_loss", v), ("vf_clipfrac", v))}
+    new, old = (
+        torch.randn(rows, T, generator=gen, dtype=torch.float64),
+        torch.randn(rows, T, generator=gen, dtype=torch.float64),
+    )
+    record = LogProbCall(
+        Site("f", "g", "new_logprobs"),
+        m,
+        index=torch.zeros(rows, T, dtype=torch.long),
+        logprobs=new,
+        entropy=torch.rand(rows, T, generator=gen, dtype=torch.float64),
+    )
+    sites = {
+        role: (
+            MaskedMeanCall(
+                Site("f", "g", role), m, values=torch.rand(rows, T, generator=gen, dtype=torch.float64), mask=mask
+            ),
+        )
+        for role, mask in (("pg_loss", r), ("pg_clipfrac", r), ("vf_loss", v), ("vf_clipfrac", v))
+    }
     return MicroBatchView(f"mb {m}", record, sites, r, v, old)  # fmt: skip
 
 
@@ -61,50 +73,63 @@ def test_candidates_match_slow_recomputations(micros):
     sums = [loop_masked(e, r) for e, r in entropy]
     means = [s / c for s, c in sums]
     # class 1: equal-weight mean of the micro-batch means (the empty micro-batch would add nothing; none is empty)
-    assert by_formula("policy/entropy_avg", micros, "equal-weight mean of per-micro-batch token means", (1,)) == \
-        pytest.approx(sum(means) / 4)
+    assert by_formula(
+        "policy/entropy_avg", micros, "equal-weight mean of per-micro-batch token means", (1,)
+    ) == pytest.approx(sum(means) / 4)
     # class 2: three slots per minibatch, two written: zeros in slots 3 and 6
     slotted = [means[0], means[1], 0.0, means[2], means[3], 0.0]
-    text = ("mean over every accumulation slot (gradient_accumulation_steps per minibatch) of per-micro-batch token "
-            "means, zeros in unwritten slots")
+    text = (
+        "mean over every accumulation slot (gradient_accumulation_steps per minibatch) of per-micro-batch token "
+        "means, zeros in unwritten slots"
+    )
     assert by_formula("policy/entropy_avg", micros, text, (2,)) == pytest.approx(sum(slotted) / 6)
     # class 11: the last micro-batch alone; class 10: divided by the accumulation steps
-    assert by_formula("policy/entropy_avg", micros, "last micro-batch's per-micro-batch token means", (11,)) == \
-        pytest.approx(means[-1])
+    assert by_formula(
+        "policy/entropy_avg", micros, "last micro-batch's per-micro-batch token means", (11,)
+    ) == pytest.approx(means[-1])
     total = sum(s for s, _ in sums) / sum(c for _, c in sums)
-    assert by_formula("policy/entropy_avg", micros, "token mean / gradient_accumulation_steps", (10,)) == \
-        pytest.approx(total / 3)
+    assert by_formula("policy/entropy_avg", micros, "token mean / gradient_accumulation_steps", (10,)) == pytest.approx(
+        total / 3
+    )
     # class 5: every position counts, pads too (a plain mean over all T positions of every row)
     every = [float(e[i, t]) for e, _ in entropy for i in range(e.shape[0]) for t in range(T)]
-    assert by_formula("policy/entropy_avg", micros,
-                      "plain mean over every position of every micro-batch (pads included)", (5,)) == \
-        pytest.approx(sum(every) / len(every))
+    assert by_formula(
+        "policy/entropy_avg", micros, "plain mean over every position of every micro-batch (pads included)", (5,)
+    ) == pytest.approx(sum(every) / len(every))
     # class 4: the entropy one position late under R
     late = [sum(float(e[i, t + 1]) for i in range(e.shape[0]) for t in range(T - 1) if r[i, t]) for e, r in entropy]
-    assert by_formula("policy/entropy_avg", micros, "entropy summed over R one position late (t + 1), / |R|", (4,)) \
-        == pytest.approx(sum(late) / sum(c for _, c in sums))
+    assert by_formula(
+        "policy/entropy_avg", micros, "entropy summed over R one position late (t + 1), / |R|", (4,)
+    ) == pytest.approx(sum(late) / sum(c for _, c in sums))
     # class 6: the value loss over R instead of V (0.5 outside masked_mean)
     vf = [loop_masked(0.5 * mb.sites["vf_loss"][0].values, mb.response_mask) for mb in micros]
-    assert by_formula("loss/value_avg", micros, "token mean over the response mask R, not V", (6,)) == \
-        pytest.approx(sum(s for s, _ in vf) / sum(c for _, c in vf))
+    assert by_formula("loss/value_avg", micros, "token mean over the response mask R, not V", (6,)) == pytest.approx(
+        sum(s for s, _ in vf) / sum(c for _, c in vf)
+    )
     # class 3: policy loss means weighted by rows, over tokens
     pg = [loop_masked(mb.sites["pg_loss"][0].values, mb.response_mask) for mb in micros]
     weighted = sum(s / c * mb.rows for (s, c), mb in zip(pg, micros))
-    assert by_formula("loss/policy_avg", micros, "per-micro-batch means weighted by rows, / tokens", (3,)) == \
-        pytest.approx(weighted / sum(c for _, c in pg))
+    assert by_formula(
+        "loss/policy_avg", micros, "per-micro-batch means weighted by rows, / tokens", (3,)
+    ) == pytest.approx(weighted / sum(c for _, c in pg))
     # val/ratio_var: biased variance, and the unbiased variance over the slots with zeros
     ratio = [loop_masked(torch.exp(mb.record.logprobs - mb.old_logprobs), mb.response_mask) for mb in micros]
     rmeans = [s / c for s, c in ratio]
-    assert by_formula("val/ratio_var", micros, "biased variance (ddof 0) of per-micro-batch token means", ()) == \
-        pytest.approx(statistics.pvariance(rmeans))
+    assert by_formula(
+        "val/ratio_var", micros, "biased variance (ddof 0) of per-micro-batch token means", ()
+    ) == pytest.approx(statistics.pvariance(rmeans))
     rslots = [rmeans[0], rmeans[1], 0.0, rmeans[2], rmeans[3], 0.0]
     text = "unbiased variance over every accumulation slot of per-micro-batch token means, zeros in unwritten slots"
     assert by_formula("val/ratio_var", micros, text, (2,)) == pytest.approx(statistics.variance(rslots))
     # class 5 + 2 with the sentinel: log-ratio 0 (ratio 1) outside R, plain means into the slots
-    plain = [float(torch.where(mb.response_mask, torch.exp(mb.record.logprobs - mb.old_logprobs), 1.0).mean())
-             for mb in micros]
-    text = ("mean over every accumulation slot (gradient_accumulation_steps per minibatch) of per-micro-batch plain "
-            "means over every position, pads at log-ratio 0 (sentinel log-probs), zeros in unwritten slots")
+    plain = [
+        float(torch.where(mb.response_mask, torch.exp(mb.record.logprobs - mb.old_logprobs), 1.0).mean())
+        for mb in micros
+    ]
+    text = (
+        "mean over every accumulation slot (gradient_accumulation_steps per minibatch) of per-micro-batch plain "
+        "means over every position, pads at log-ratio 0 (sentinel log-probs), zeros in unwritten slots"
+    )
     slots = [plain[0], plain[1], 0.0, plain[2], plain[3], 0.0]
     assert by_formula("val/ratio", micros, text, (5, 2)) == pytest.approx(sum(slots) / 6)
 
