@@ -78,6 +78,12 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # takes log_softmax in float32 even then), 1.6e-2 at bfloat16 (the result rounded to 8 bits of mantissa);
     # about fifteen times that. A gather at the wrong position is off by O(1).
     "logprob": ((1e-5, 0.0), (1e-5, 0.0), (2e-1, 0.0)),
+    # not logged metrics: the largest gap between a per-token value the trainer handed to masked_mean and the
+    # formula of docs/metrics.md (scale: mean |formula value|). Measured on the reference (uneven split, 1 and 2
+    # epochs): pg_loss 0 at float64, 6.4e-7 of the scale at float32, 2.8e-2 at bfloat16; about fifteen times
+    # that. A clip indicator is 0 or 1: one token on the wrong side (away from the edge, see signal.py) fails.
+    "per_token/pg_loss": ((1e-9, 0.0, 1e-6), (1e-6, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
+    "per_token/pg_clipfrac": ((0.5, 0.0), (0.5, 0.0), (0.5, 0.0)),
 }
 
 TABLE: dict[str, dict[str, Tolerance]] = {

@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 26))
+PPO_CLASSES = (*range(1, 16), *range(20, 28))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -437,6 +437,34 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="old and new log-probs are wrong alike, so the pooled statistics agree with the oracle; the spy does not",
+    ),
+    Mutant(
+        id="c26_surrogate_min_for_max",
+        bug_class=26,
+        title="the clipped surrogate loss takes the min of the negated terms instead of the max",
+        source="yandexdataschool/Practical_RL issue 248",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "    pg_loss = masked_mean(torch.max(unclipped, clipped_branch), mask)\n",
+                "    pg_loss = masked_mean(torch.min(unclipped, clipped_branch), mask)\n",
+            ),
+        ),
+        notes="pooled exactly right: only the per-token values against the formula show it",
+    ),
+    Mutant(
+        id="c27_advantages_whitened_over_v",
+        bug_class=27,
+        title="advantages whitened over the value mask V (one position too many) instead of R",
+        source="no public report; the mask mix-up of class 6, in the training signal instead of the statistics",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "        advantages = masked_whiten(advantages, r_mask) * r_mask\n",
+                "        advantages = masked_whiten(advantages, v_mask) * r_mask\n",
+            ),
+        ),
+        notes="every statistic is pooled right; the advantages it pools are not",
     ),
 )
 

@@ -80,6 +80,8 @@ class SiteMap:
     pg_clipfrac: str = "pg_clipfrac"
     vf_loss: str = "vf_loss"
     vf_clipfrac: str = "vf_clipfrac"
+    whiten: str = "masked_whiten"
+    """The trainer's whitening function: its masked_mean call assigned to `mean` records the raw values."""
 
     def role(self, record: Record) -> str | None:
         """Which role ('logprob', 'pg_loss', ...) `record` plays, or None for other sites."""
@@ -91,5 +93,13 @@ class SiteMap:
             return None
         return next((role for role in roles if getattr(self, role) == record.site.name), None)
 
+    def whitens(self, record: Record) -> bool:
+        """True for the masked_mean call (assigned to `mean`) inside the trainer's whitening function."""
+        return (
+            isinstance(record, MaskedMeanCall)
+            and record.site.name == "mean"
+            and record.site.function.split(".")[-1] == self.whiten
+        )
 
-assert {f.name for f in fields(SiteMap)} == set(LOGPROB_ROLES + MICRO_BATCH_ROLES), "SiteMap must name every role"
+
+assert {f.name for f in fields(SiteMap)} == {*LOGPROB_ROLES, *MICRO_BATCH_ROLES, "whiten"}, "SiteMap names every role"

@@ -14,6 +14,7 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
+from . import signal
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
@@ -96,6 +97,21 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         logged = obs.ran.logs[i]
         check.absorb(compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, obs.spec.dtype,
                              where=where))  # fmt: skip
+    return check.finish()
+
+
+def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """The per-token policy loss and clip indicator handed to masked_mean follow from the rollout: advantages
+    whitened over R, the clipped surrogate of the micro-batch's own ratio (docs/metrics.md, "The update")."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 1)))
+    view = require_view(obs, check)
+    if view is None:
+        return check.finish()
+    for update in view.updates:
+        logged, expected = signal.expectations(update, obs.spec.cliprange, obs.spec.dtype)
+        where = f"update {update.index + 1}"
+        check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
     return check.finish()
 
 
@@ -250,6 +266,12 @@ SCENARIOS = (
     Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),
     Scenario("partition_invariance", partition, (), "LR 0: Hypothesis-drawn splits log the same pooled means"),
+    Scenario(
+        "training_signal",
+        training_signal,
+        (("epochs", (1, 2)),),
+        "per-token policy loss and clip indicator follow from the whitened advantages and the ratio",
+    ),  # fmt: skip
     Scenario(
         "settings_sweep",
         settings_sweep,

@@ -36,6 +36,8 @@ class MicroBatchView:
     old_logprobs: torch.Tensor | None = field(repr=False)
     old_problem: str | None = None
     """Why the rollout log-probs of these rows are unknown (rows not paired, no rollout records)."""
+    rollout_rows: torch.Tensor | None = field(repr=False, default=None)
+    """The rollout row of each of these rows (None when they could not be paired)."""
 
     @property
     def responses(self) -> torch.Tensor:
@@ -106,6 +108,8 @@ class UpdateView:
     """Micro-batch-site records seen before any `new_logprobs` record of this update."""
     ignored: tuple[Record, ...] = ()
     """Records at other sites (e.g. inside masked_whiten)."""
+    whitening: tuple[MaskedMeanCall, ...] = ()
+    """The whitening function's masked_mean calls before the first micro-batch (raw rewards, raw advantages)."""
 
     @property
     def geometry(self) -> list[int]:
@@ -239,7 +243,7 @@ def _rollout(group: _Group, index: int, stop: int | None, pad: int) -> RolloutVi
     return RolloutView(responses, logprobs, entropy, response_mask, value_mask, ref, ref_problem, has_stop)
 
 
-def view_update(group: _Group, index: int, stop: int | None, pad: int) -> UpdateView:
+def view_update(group: _Group, index: int, stop: int | None, pad: int, sites: SiteMap | None = None) -> UpdateView:
     """One update's view: rollout, micro-batches with masks (derived once) and paired old log-probs."""
     try:
         rollout, rollout_problem = _rollout(group, index, stop, pad), None
@@ -247,12 +251,14 @@ def view_update(group: _Group, index: int, stop: int | None, pad: int) -> Update
         rollout, rollout_problem = None, str(why)
     masks = [derive_masks(record.index, stop, pad) for record, _ in group.micro_batches]
     olds: list[torch.Tensor | None] = [None] * len(masks)
+    paired: list[torch.Tensor | None] = [None] * len(masks)
     old_problem = rollout_problem
     if rollout is not None:
         batch_rows = [Rows(r.index, r.logprobs, r.entropy, m[0]) for (r, _), m in zip(group.micro_batches, masks)]
         whole = Rows(rollout.responses, rollout.logprobs, rollout.entropy, rollout.response_mask)
         try:
-            olds = [rollout.logprobs[rows] for rows in map_rows(whole, batch_rows, f"update {index}")]
+            paired = list(map_rows(whole, batch_rows, f"update {index}"))
+            olds = [rollout.logprobs[rows] for rows in paired]
         except NotRecomputable as why:
             old_problem = str(why)
     micro_batches = tuple(
@@ -264,18 +270,24 @@ def view_update(group: _Group, index: int, stop: int | None, pad: int) -> Update
             value_mask=value_mask,
             old_logprobs=old,
             old_problem=None if old is not None else old_problem,
+            rollout_rows=rows,
         )
-        for m, ((record, sites), (response_mask, value_mask), old) in enumerate(zip(group.micro_batches, masks, olds))
+        for m, ((record, sites), (response_mask, value_mask), old, rows) in enumerate(
+            zip(group.micro_batches, masks, olds, paired)
+        )
     )
+    first = group.micro_batches[0][0].seq if group.micro_batches else float("inf")
+    whitening = tuple(r for r in group.ignored if (sites or SiteMap()).whitens(r) and r.seq < first)
     return UpdateView(index, group.start_seq, rollout, rollout_problem, micro_batches, tuple(group.stray),
-                      tuple(group.ignored))  # fmt: skip
+                      tuple(group.ignored), whitening)  # fmt: skip
 
 
 def build_view(records: Sequence[Record], stop: int | None, pad: int, sites: SiteMap | None = None) -> RunView:
     """The view of a run's records (in call order as given; `seq` orders the grouping)."""
-    groups = group_updates(records, sites or SiteMap())
+    sites = sites or SiteMap()
+    groups = group_updates(records, sites)
     position = {record.seq: i for i, record in enumerate(records)}
-    updates = tuple(view_update(group, i, stop, pad) for i, group in enumerate(groups))
+    updates = tuple(view_update(group, i, stop, pad, sites) for i, group in enumerate(groups))
     starts = tuple(position[u.start_seq] for u in updates if u.start_seq in position)
     return RunView(updates, starts)
 

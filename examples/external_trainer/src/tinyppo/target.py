@@ -25,6 +25,7 @@ SITES = SiteMap(
     pg_clipfrac="policy_clipped",
     vf_loss="value_term",
     vf_clipfrac="value_clipped",
+    whiten="whiten",  # its whitening function: the masked_mean inside it sees the raw advantages
 )
 
 
