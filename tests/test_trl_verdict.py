@@ -41,6 +41,9 @@ TRL_PASSES = {
     "rollout_objectives[rollout=uneven_split]",
     "rollout_objectives[rollout=padding_rows]",
     *(f"settings_sweep[settings={s},check=rollout_objectives]" for s in ("temperature", "k3", "clipped")),
+    # its per-token losses and clip indicators are right; only their pooling is not
+    "training_signal[epochs=1]",
+    "training_signal[epochs=2]",
 }
 
 
