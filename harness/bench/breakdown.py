@@ -4,7 +4,8 @@ While `clocked()` is active, the spy's recorder (and within it the per-token ent
 vocabulary, the float64 copies, the call-site naming, the argument binding) and the gradient
 recorder's three hooks (backward counter, per-parameter contribution, step snapshot) are
 wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
-what they time; on CUDA each one synchronises the device, so that the time is the piece's own.
+what they time. On the CPU they read the process's CPU time (steadier than wall time on a shared
+machine); on CUDA wall time, and each one synchronises the device, so that the time is the piece's own.
 The oracle's pieces (view, expectations, compare) are timed by `measure.gate_run` itself.
 """
 
@@ -31,11 +32,12 @@ PIECES = {
 
 
 class Totals:
-    """Seconds and calls per piece."""
+    """Seconds (wall, or process CPU time on the CPU, where other processes share the cores) and calls per piece."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu_time: bool) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.now = time.process_time if cpu_time else time.perf_counter
 
     def spy_other(self) -> float:
         """Record-step time not in the four named pieces (dataclass building, seq numbering)."""
@@ -52,13 +54,13 @@ def _timed(fn, piece: str, totals: Totals, sync: bool):
     def wrapper(*args, **kwargs):
         if sync:
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = totals.now()
         try:
             return fn(*args, **kwargs)
         finally:
             if sync:
                 torch.cuda.synchronize()
-            totals.seconds[piece] += time.perf_counter() - start
+            totals.seconds[piece] += totals.now() - start
             totals.calls[piece] += 1
 
     return wrapper
@@ -70,8 +72,8 @@ def clocked(device: str = "cpu") -> Iterator[Totals]:
     from harness.instrument import spy as spy_module
     from harness.instrument.grad import GradRecorder
 
-    totals = Totals()
     sync = device.startswith("cuda")
+    totals = Totals(cpu_time=not sync)
     patches = [
         (spy_module, "token_entropy", "entropy"),
         (spy_module, "_copy", "copies"),

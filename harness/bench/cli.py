@@ -149,24 +149,25 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
         f" | bare peak {_bytes(bare_peak)} ({memory.what}; {_bytes(bare_peak - bare_before)} above the"
         f" built run) | spied peak {_bytes(gate_peak)} ({(gate_peak - bare_peak) / max(bare_peak, 1):+.1%})"
     )
-    b = _median(r.train.wall for r in bare)
-    o = _median(g.oracle.wall for g in gate)
+    clock_of = (lambda stamp: stamp.wall) if cuda else (lambda stamp: stamp.cpu)
+    kind = "wall" if cuda else "CPU"
+    b = _median(clock_of(r.train) for r in bare)
+    o = _median(clock_of(g.oracle) for g in gate)
     verdicts = ", ".join(f"{n} {s}" for s, n in sorted(last.statuses.items()))
     problems = f"; mask problems: {len(last.problems)}" if last.problems else ""
     print(
-        f"oracle     {_seconds(o)} = view {_seconds(_median(g.view.wall for g in gate))}"
-        f" + expectations {_seconds(_median(g.expect.wall for g in gate))}"
-        f" + compare {_seconds(_median(g.compare.wall for g in gate))}"
+        f"oracle     {_seconds(o)} {kind} = view {_seconds(_median(clock_of(g.view) for g in gate))}"
+        f" + expectations {_seconds(_median(clock_of(g.expect) for g in gate))}"
+        f" + compare {_seconds(_median(clock_of(g.compare) for g in gate))}"
         f" ({o / b:.2%} of the bare run); {sum(last.statuses.values())} metrics: {verdicts}{problems}"
     )
-    inside = pieces.gate_train_s()
-    print("profile    the gate's pieces in one untimed spied run (wall; % of the median bare run):")
+    print(f"profile    the gate's pieces in one untimed spied run ({kind} time; % of the median bare run's):")
     table = [(p, pieces.seconds[p], pieces.calls[p], PIECES[p]) for p in PIECES if p != "record"]
     table.insert(4, ("spy other", pieces.spy_other(), pieces.calls["record"], "the rest of the spy's record step"))
-    table.append(("oracle", profiled.oracle.wall, 1, "view, masks, expectations, compare"))
+    table.append(("oracle", clock_of(profiled.oracle), 1, "view, masks, expectations, compare"))
     for piece, seconds, calls, what in table:
         print(f"  {piece:<18}{_seconds(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
-    total = inside + profiled.oracle.wall
+    total = pieces.gate_train_s() + clock_of(profiled.oracle)
     print(f"  {'total':<18}{_seconds(total):>10} {total / b:7.2%}")
     print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + 1 + 2 * repeat} runs")
     return figures
