@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="run a size on a device it is not meant for")
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -209,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     size = SIZES[args.size]
+    if size.meant_for == "cuda" and args.device == "cpu" and not args.force:
+        print(
+            f"python -m harness.bench: --size {size.name} is meant for CUDA (three 1.1B models: ~50 GB in float32);"
+            " use --device cuda, or --force to run it on the CPU anyway",
+            file=sys.stderr,
+        )
+        return 2
     bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed)
     if size.name == "small":
         small_extras(args.device)
