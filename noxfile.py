@@ -147,7 +147,7 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Harness overhead, recording memory vs vocabulary, verify wall time: ratios from one run."""
+    """The gate's cost from one run: overhead, memory, oracle time, profile (-- --size medium --device cuda)."""
     install(session, "test")
     run_exit_code(session, "-m", "harness.bench", *session.posargs)
 

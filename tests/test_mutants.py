@@ -466,6 +466,7 @@ def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path
         "reason": "",
         "diff": "",
         "command": "verify",
+        "diagnosed_class": None,
     }
     back = CuratedRun.from_dict(data)
     assert back == run and back.mutants[0].mutant == m  # the catalogue's mutant, patch included
@@ -477,7 +478,7 @@ def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path
     assert CuratedRun.from_dict({"control": data["control"], "mutants": []}).controls == {"verify": controls["verify"]}
     curated_output.print_summary(list(run.mutants), controls, 2, 9.0)
     out = capsys.readouterr().out
-    assert "c02_unwritten_slots_averaged  2      killed  lr0_ratio[epochs=1]" in out
+    assert "c02_unwritten_slots_averaged  2      -          killed  lr0_ratio[epochs=1]" in out  # no diagnosis recorded
     assert "c01_mean_of_microbatch_means [error]: exit code 2" in out
     assert "`verify-dist` does not pass on the unmodified trainer" in out
 

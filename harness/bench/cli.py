@@ -1,0 +1,223 @@
+"""`python -m harness.bench [--size small|medium|large] [--device cpu|cuda]`: the gate's cost, from one run.
+
+For the size's run (sizes.py), side by side in one process:
+
+1. overhead: the run trained bare vs trained under the spy and the gradient recorder and then
+   checked by the oracle (view, masks, expectations, comparison of every recomputed metric),
+   alternating bare and spied runs (which goes first alternates too), median of --repeat pairs.
+   Goal <= 1.15x on small, <= 1.05x on medium.
+2. memory: the bytes the spy's records and the gradient trace keep, against the bare run's peak
+   (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied run's peak.
+3. the oracle's time (view + expectations + compare) and where the gate's time inside train()
+   goes (breakdown.py), from an untimed spied run first, which also warms the process up.
+
+For small also: the recording memory at vocabulary 256 vs 32000 (goal: within 10%) and the
+wall time of `python -m harness verify` (goal < 60 s). Set OMP_NUM_THREADS=1 for stable
+numbers on the CPU (nox -s bench does). Exit 0, or 2 for a usage error (e.g. --device cuda
+without a CUDA device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from .sizes import SIZES, Size
+
+GOALS = {"small": 1.15, "medium": 1.05, "large": 1.05}
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def _bytes(n: int) -> str:
+    if n >= GIB:
+        return f"{n / GIB:.2f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.1f} ms"
+
+
+def verify_wall_time() -> tuple[float, int]:
+    """Wall time and exit code of `python -m harness verify` in a subprocess (the venv is already there)."""
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        code = subprocess.call(
+            [sys.executable, "-m", "harness", "verify", "--report-dir", out, "-q", "--no-header"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return time.perf_counter() - start, code
+
+
+def machine_line(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name()
+        return f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    torch_threads = torch.get_num_threads()
+    return f"{os.cpu_count()} cores, OMP_NUM_THREADS={threads}, torch {torch.__version__} ({torch_threads} threads)"
+
+
+def _median(values) -> float:
+    return statistics.median(list(values))
+
+
+def _ratio_line(label: str, bare: list, spied: list, oracle: list, goal: float) -> tuple[str, float]:
+    """`wall  bare 36.0 s | spied 36.4 s + checked 2 ms | ratio 1.011x (pairs 0.99-1.03x)` and the ratio."""
+    b, t, o = _median(bare), _median(spied), _median(oracle)
+    ratio = (t + o) / b
+    pairs = sorted((ts + os_) / bs for bs, ts, os_ in zip(bare, spied, oracle))
+    spread = f"pairs {pairs[0]:.3f}-{pairs[-1]:.3f}x" if len(pairs) > 1 else "one pair"
+    line = (
+        f"{label:<5} bare {_seconds(b)} | spied {_seconds(t)} + checked {_seconds(o)} = {_seconds(t + o)}"
+        f" | ratio {ratio:.3f}x ({spread}; goal <= {goal}x)"
+    )
+    return line, ratio
+
+
+def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
+    """Measure `size` and print the figures; returns them."""
+    import torch
+
+    from harness.targets import resolve
+
+    from .breakdown import PIECES, clocked
+    from .measure import Clock, PeakMemory, bare_run, gate_run
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # as verify_gpu runs
+        torch.backends.cudnn.allow_tf32 = False
+    factory = resolve(size.target).factory
+    spec = size.spec.with_(device=device, dtype=dtype, seed=seed)
+    memory, clock = PeakMemory(device), Clock(device)
+    goal = GOALS[size.name]
+    print(f"bench {size.name} | {device} {dtype} | {machine_line(device)}")
+    if size.meant_for != device:
+        print(f"note       size {size.name} is meant for {size.meant_for}; this run is on {device}")
+    model = size.shape.describe() if size.shape else "the toy world's 2-layer Llama (hidden 32)"
+    rows = spec.expected_rows()
+
+    started = time.perf_counter()
+    for _ in range(size.warmup):  # untimed: lazy imports, the trainer's source parsed once, CUDA context
+        gate_run(factory, spec, memory, clock)
+    with clocked(device) as pieces:  # untimed: says where the gate's own time goes
+        profiled = gate_run(factory, spec, memory, clock)
+    params = f"{profiled.params / 1e6:.1f}M" if profiled.params >= 1e6 else f"{profiled.params / 1e3:.1f}k"
+    print(
+        f"model      {model}, vocab {spec.vocab_size}: {params} trainable parameters"
+        f" (policy + value); responses of {spec.response_length} tokens, {spec.local_batch_size}"
+        f" rows, micro-batches {rows}, {spec.steps_per_update} optimizer steps"
+    )
+
+    bare, gate = [], []
+    for i in range(repeat):  # alternating, and which goes first alternates too
+        order = (bare_run, gate_run) if i % 2 == 0 else (gate_run, bare_run)
+        for fn in order:
+            (bare if fn is bare_run else gate).append(fn(factory, spec, memory, clock))
+
+    wall, ratio = _ratio_line(
+        "wall", [r.train.wall for r in bare], [g.train.wall for g in gate], [g.oracle.wall for g in gate], goal
+    )
+    print(f"overhead   {wall}")
+    figures = {"ratio_wall": ratio}
+    if not cuda:
+        cpu, figures["ratio_cpu"] = _ratio_line(
+            "cpu", [r.train.cpu for r in bare], [g.train.cpu for g in gate], [g.oracle.cpu for g in gate], goal
+        )
+        print(f"           {cpu}")
+    print(f"           median of {repeat} alternating pairs (bare, spied+checked)")
+
+    last = gate[-1]
+    bare_peak = _median(r.peak for r in bare)
+    gate_peak = _median(r.peak for r in gate)
+    bare_before = _median(r.before for r in bare)
+    print(
+        f"memory     spy records {_bytes(last.record_bytes)} ({last.records} records)"
+        f" + gradient trace {_bytes(last.grad_trace_bytes)} (.grad of {last.steps} steps)"
+        f" | bare peak {_bytes(bare_peak)} ({memory.what}; {_bytes(bare_peak - bare_before)} above the"
+        f" built run) | spied peak {_bytes(gate_peak)} ({(gate_peak - bare_peak) / max(bare_peak, 1):+.1%})"
+    )
+    clock_of = (lambda stamp: stamp.wall) if cuda else (lambda stamp: stamp.cpu)
+    kind = "wall" if cuda else "CPU"
+    b = _median(clock_of(r.train) for r in bare)
+    o = _median(clock_of(g.oracle) for g in gate)
+    verdicts = ", ".join(f"{n} {s}" for s, n in sorted(last.statuses.items()))
+    problems = f"; mask problems: {len(last.problems)}" if last.problems else ""
+    print(
+        f"oracle     {_seconds(o)} {kind} = view {_seconds(_median(clock_of(g.view) for g in gate))}"
+        f" + expectations {_seconds(_median(clock_of(g.expect) for g in gate))}"
+        f" + compare {_seconds(_median(clock_of(g.compare) for g in gate))}"
+        f" ({o / b:.2%} of the bare run); {sum(last.statuses.values())} metrics: {verdicts}{problems}"
+    )
+    print(f"profile    the gate's pieces in one untimed spied run ({kind} time; % of the median bare run's):")
+    table = [(p, pieces.seconds[p], pieces.calls[p], PIECES[p]) for p in PIECES if p != "record"]
+    table.insert(4, ("spy other", pieces.spy_other(), pieces.calls["record"], "the rest of the spy's record step"))
+    table.append(("oracle", clock_of(profiled.oracle), 1, "view, masks, expectations, compare"))
+    for piece, seconds, calls, what in table:
+        print(f"  {piece:<18}{_seconds(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
+    total = pieces.gate_train_s() + clock_of(profiled.oracle)
+    print(f"  {'total':<18}{_seconds(total):>10} {total / b:7.2%}")
+    print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + 1 + 2 * repeat} runs")
+    return figures
+
+
+def small_extras(device: str) -> None:
+    """The small size's older figures: recording memory against the vocabulary, the verify gate's wall time."""
+    from harness.targets import resolve
+
+    from .measure import recording_bytes
+    from .sizes import SMALL
+
+    factory = resolve(SMALL.target).factory
+    small, large = (recording_bytes(factory, SMALL.spec.with_(vocab_size=v, device=device)) for v in (256, 32000))
+    print(f"recording  vocab 256: {small} B | vocab 32000: {large} B | ratio {large / small:.3f} (goal within 10%)")
+    if device == "cpu":
+        wall, code = verify_wall_time()
+        print(f"verify     wall {wall:.1f} s, exit {code} (goal < 60 s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="run a size on a device it is not meant for")
+    args = parser.parse_args(argv)
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            f"python -m harness.bench: --device cuda, but torch {torch.__version__} sees no CUDA device",
+            file=sys.stderr,
+        )
+        return 2
+    size = SIZES[args.size]
+    if size.meant_for == "cuda" and args.device == "cpu" and not args.force:
+        print(
+            f"python -m harness.bench: --size {size.name} is meant for CUDA (three 1.1B models: ~50 GB in float32);"
+            " use --device cuda, or --force to run it on the CPU anyway",
+            file=sys.stderr,
+        )
+        return 2
+    bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed)
+    if size.name == "small":
+        small_extras(args.device)
+    return 0

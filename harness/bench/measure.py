@@ -1,0 +1,218 @@
+"""One bare run and one spied-and-checked run of a target, timed and weighed.
+
+"Spied and checked" is what the gate does with a run: train under the Spy and the
+GradRecorder (as `observe` does), then the oracle on the records: the view, the mask check,
+the expectations and the comparison of every metric it recomputes. Peak memory is the
+process's RSS high-water during `train()` on the CPU (reset through /proc/self/clear_refs),
+`torch.cuda.max_memory_allocated` on CUDA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import resource
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+
+class PeakMemory:
+    """Peak memory of a stretch of the run: reset, run, read."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.resettable = self.cuda or self._clear_refs()
+        if self.cuda:
+            self.what = "torch.cuda.max_memory_allocated"
+        elif self.resettable:
+            self.what = "RSS high-water"
+        else:
+            self.what = "process RSS high-water since start (/proc/self/clear_refs not writable)"
+
+    @staticmethod
+    def _clear_refs() -> bool:
+        """Reset the kernel's RSS high-water mark (VmHWM); False where that is not possible."""
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def reset(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        elif self.resettable:
+            self._clear_refs()
+
+    def peak(self) -> int:
+        """Bytes: the high-water mark since the last reset."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated()
+        if self.resettable:
+            return _proc_status_kib("VmHWM") * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def current(self) -> int:
+        """Bytes in use now."""
+        if self.cuda:
+            return torch.cuda.memory_allocated()
+        return _proc_status_kib("VmRSS") * 1024 if self.resettable else 0
+
+
+def _proc_status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"^{field}:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def tensor_bytes(value) -> int:
+    """Bytes of tensor data in a record, a mapping of tensors or a tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, Mapping):
+        return sum(tensor_bytes(v) for v in value.values())
+    if dataclasses.is_dataclass(value):
+        return sum(tensor_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return 0
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Wall-clock and process CPU seconds; a difference of two stamps is a duration of both."""
+
+    wall: float
+    cpu: float
+
+    def __sub__(self, other: Stamp) -> Stamp:
+        return Stamp(self.wall - other.wall, self.cpu - other.cpu)
+
+    def __add__(self, other: Stamp) -> Stamp:
+        return Stamp(self.wall + other.wall, self.cpu + other.cpu)
+
+
+class Clock:
+    """Wall time (synchronised with the device, so that queued CUDA work is counted) and process CPU time.
+
+    On a shared CPU machine the process's CPU time is the steadier of the two: it does not count
+    the time other processes hold the cores (with OMP_NUM_THREADS=1 the run uses one core).
+    """
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+
+    def now(self) -> Stamp:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return Stamp(time.perf_counter(), time.process_time())
+
+
+@dataclass(frozen=True)
+class BareRun:
+    train: Stamp
+    peak: int
+    before: int
+    """Memory in use when train() began (the models, the optimizer's parameters)."""
+
+
+@dataclass(frozen=True)
+class GateRun:
+    train: Stamp
+    view: Stamp
+    expect: Stamp
+    compare: Stamp
+    peak: int
+    before: int
+    record_bytes: int
+    records: int
+    grad_trace_bytes: int
+    steps: int
+    statuses: dict[str, int]
+    problems: tuple[str, ...]
+    params: int
+
+    @property
+    def oracle(self) -> Stamp:
+        return self.view + self.expect + self.compare
+
+    @property
+    def total(self) -> Stamp:
+        return self.train + self.oracle
+
+
+def bare_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> BareRun:
+    """Train once, with nothing watching."""
+    run = factory(spec)
+    before = memory.current()
+    memory.reset()
+    start = clock.now()
+    run.train()
+    return BareRun(clock.now() - start, memory.peak(), before)
+
+
+def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> GateRun:
+    """Train once under the Spy and the GradRecorder, then check the run as the gate does."""
+    from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
+    from harness.algorithms.ppo.expect import expected_metrics
+    from harness.algorithms.ppo.view import build_view
+    from harness.compare import compare
+    from harness.instrument.grad import GradRecorder
+    from harness.instrument.spy import Spy
+
+    run = factory(spec)
+    before = memory.current()
+    memory.reset()
+    start = clock.now()
+    with Spy(run.module) as spy, GradRecorder(run.params, run.optimizer, clock=lambda: len(spy.records)) as grads:
+        logs = run.train()
+    trained = clock.now()
+    trace = grads.trace()
+    view = build_view(spy.records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
+    problems = tuple(p for update in view.updates for p in update.mask_problems())
+    viewed = clock.now()
+    scores = getattr(run, "scores", None) or [None] * len(view.updates)
+    expected = [
+        expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores=score)
+        for update, score in zip(view.updates, scores)
+    ]
+    expected_at = clock.now()
+    names = (*POOLED_STATS, *ROLLOUT)
+    verdicts = [
+        v
+        for logged, want in zip(logs, expected)
+        for v in compare({n: logged[n] for n in names if n in logged}, {n: want[n] for n in names}, spec.dtype)
+    ]
+    compared = clock.now()
+    peak = memory.peak()
+    statuses: dict[str, int] = {}
+    for verdict in verdicts:
+        statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
+    return GateRun(
+        train=trained - start,
+        view=viewed - trained,
+        expect=expected_at - viewed,
+        compare=compared - expected_at,
+        peak=peak,
+        before=before,
+        record_bytes=sum(tensor_bytes(r) for r in spy.records),
+        records=len(spy.records),
+        grad_trace_bytes=sum(tensor_bytes(g) for step in trace.steps for g in step.grads),
+        steps=len(trace.steps),
+        statuses=statuses,
+        problems=problems,
+        params=sum(p.numel() for p in run.params),
+    )
+
+
+def recording_bytes(factory: Callable, spec) -> int:
+    """Bytes of tensor data the spy keeps for one run of `spec`."""
+    from harness.instrument.spy import Spy
+
+    run = factory(spec)
+    with Spy(run.module) as spy:
+        run.train()
+    return sum(tensor_bytes(r) for r in spy.records)
