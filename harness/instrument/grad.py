@@ -151,16 +151,27 @@ def _rescaling(grads: list[torch.Tensor], sums: list[torch.Tensor]) -> tuple[flo
     """(|sum|, |grad|, c, residual) with c the least-squares scalar of grad on sum, accumulated in float64.
 
     Clipping by global norm multiplies the whole sum by one coefficient; anything else leaves a residual.
-    Taken one parameter tensor at a time (no temporary the size of the model).
+    Taken one parameter tensor at a time, with no float64 copy of one: a tensor whose .grad is its sum
+    (the step keeps the same object) adds to every total what its own norm does.
     """
-    ge = ee = gg = 0.0
+
+    def squared_norm(x: torch.Tensor) -> float:
+        return float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
+
+    ge = ee = gg = same = 0.0
+    differing = []
     for g, e in zip(grads, sums):
-        ge += float((g.double() * e.double()).sum())
-        ee += float(e.double().square().sum())
-        gg += float(g.double().square().sum())
+        norm = squared_norm(e)
+        ee += norm
+        if g is e:
+            ge, gg, same = ge + norm, gg + norm, same + norm
+        else:
+            ge += float((g * e).sum(dtype=torch.float64))
+            gg += squared_norm(g)
+            differing.append((g, e))
     raw, applied = ee**0.5, gg**0.5
     if ee == 0.0:
         return raw, applied, 1.0, 0.0 if gg == 0.0 else 1.0
     c = ge / ee
-    left = sum(float((g.double() - c * e.double()).square().sum()) for g, e in zip(grads, sums))
+    left = (1 - c) ** 2 * same + sum(squared_norm(g - c * e) for g, e in differing)
     return raw, applied, c, left**0.5 / max(applied, 1e-30)

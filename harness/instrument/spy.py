@@ -27,17 +27,12 @@ from harness.errors import HarnessConfigError
 
 from .callsite import call_site
 from .records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site
+from .tensors import _copy, _dtype_name, logprob_gap, token_entropy
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 DEFAULT_FUNCTIONS = ("masked_mean", "selective_log_softmax")
-ENTROPY_CHUNK_ELEMENTS = 1 << 18
-"""Logit elements converted to float64 at once when computing entropies on the CPU (2 MiB: the
-passes over a chunk stay in the core's cache; 32 MiB chunks ran 4x slower at vocabulary 32k)."""
-ENTROPY_CHUNK_ELEMENTS_GPU = 1 << 24
-"""The same on a GPU (128 MiB), where the cost is in kernel launches, not in cache misses."""
-
 _SEQ = itertools.count()
 _ACTIVE: dict[int, Spy] = {}
 _ACTIVE_LOCK = threading.Lock()
@@ -45,89 +40,6 @@ _ACTIVE_LOCK = threading.Lock()
 
 class SpyError(HarnessConfigError):
     """The spy cannot be installed as asked (missing function, nested spy on one module)."""
-
-
-# ---------------------------------------------------------------------------- tensor copies
-
-
-def token_entropy(logits: torch.Tensor, chunk_elements: int | None = None) -> torch.Tensor:
-    """Per-position entropy of softmax(logits) over the last axis, float64 on CPU.
-
-    Computed in float64, a few positions at a time into two reused buffers, so that no float64
-    copy of the whole logits tensor is ever made: with `m` the row's max, `z = l - m`, `e =
-    exp(z)` and `s = sum(e)`, `H = logsumexp(l) - sum(softmax(l) * l) = log(s) - sum(e * z) / s`
-    (one exponential per logit). A logit of -inf adds nothing (its `z` is clamped to the lowest
-    finite float64, whose `e` is 0); a row of only -inf has entropy -inf and a row with +inf has
-    +inf (NaN with a NaN), as `logsumexp(l) - sum(softmax(l) * l)` gives.
-    """
-    import torch
-
-    with torch.no_grad():
-        flat = logits.detach().reshape(-1, logits.shape[-1])
-        device = flat.device if flat.device.type != "mps" else torch.device("cpu")
-        if chunk_elements is None:
-            chunk_elements = ENTROPY_CHUNK_ELEMENTS if device.type == "cpu" else ENTROPY_CHUNK_ELEMENTS_GPU
-        total, vocab = flat.shape
-        rows = max(1, min(total, chunk_elements // max(1, vocab)))
-        out = torch.empty(total, dtype=torch.float64, device=device)
-        z = torch.empty((rows, vocab), dtype=torch.float64, device=device)
-        e = torch.empty_like(z)
-        lowest = torch.finfo(torch.float64).min
-        for start in range(0, total, rows):
-            n = min(rows, total - start)
-            zc, ec = z[:n], e[:n]
-            zc.copy_(flat[start : start + n])
-            top = zc.amax(dim=-1, keepdim=True)
-            infinite = top.squeeze(-1) == float("inf")  # (a row with a NaN has a NaN max)
-            top.masked_fill_(top.isinf(), 0.0)
-            zc.sub_(top).clamp_(min=lowest)
-            torch.exp(zc, out=ec)
-            s = ec.sum(dim=-1)
-            ez = ec.mul_(zc).sum(dim=-1)
-            log_s = s.log()
-            value = torch.where(s > 0, log_s - ez / s, log_s)
-            out[start : start + n] = value.masked_fill_(infinite, float("inf"))
-    return out.cpu().reshape(logits.shape[:-1])
-
-
-def logprob_gap(
-    logits: torch.Tensor, index: torch.Tensor, logprobs: Any, chunk_elements: int = ENTROPY_CHUNK_ELEMENTS
-) -> torch.Tensor:
-    """|returned log-prob - log_softmax(logits)[index]| per position, float64 on the CPU.
-
-    What a `selective_log_softmax` must return follows from its own inputs: a gather at the
-    wrong positions, or over the wrong axis, shows here. Computed a few positions at a time,
-    so memory stays flat in the vocabulary.
-    """
-    import torch
-
-    with torch.no_grad():
-        flat = logits.detach().reshape(-1, logits.shape[-1])
-        ids = torch.as_tensor(index).detach().reshape(-1, 1).to(flat.device)
-        got = torch.as_tensor(logprobs).detach().reshape(-1).to(flat.device)
-        rows = max(1, chunk_elements // max(1, flat.shape[-1]))
-        parts = []
-        for start in range(0, flat.shape[0], rows):
-            chunk = flat[start : start + rows].to(torch.float64)
-            want = chunk.gather(-1, ids[start : start + rows]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)
-            parts.append((got[start : start + rows].to(torch.float64) - want).abs().cpu())
-        out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    return out.reshape(index.shape)
-
-
-def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A detached CPU copy of `tensor` (or of a Python number) in `dtype`."""
-    import torch
-
-    if not isinstance(tensor, torch.Tensor):
-        return torch.as_tensor(tensor, dtype=dtype)
-    return tensor.detach().to(device="cpu", dtype=dtype, copy=True)
-
-
-def _dtype_name(tensor: Any) -> str | None:
-    """'float32' for a float32 tensor; None for non-tensors."""
-    dtype = getattr(tensor, "dtype", None)
-    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 @functools.lru_cache(maxsize=64)
