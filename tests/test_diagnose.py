@@ -169,3 +169,34 @@ def test_ambiguous_simplest_explanations_name_nothing():
     b = Candidate((11,), "other", 0.5)
     diagnosis, reason = diagnose(verdict("val/ratio", 0.5, 1.0), [a, b], "float32")
     assert diagnosis is None and "unambiguously" in reason
+
+
+def test_empty_micro_batch_counted_as_one_token():
+    gen = torch.Generator().manual_seed(1)
+    mbs = [micro(m, lengths, gen) for m, lengths in enumerate([[0, 0], [3, 1], [0], [2, 5]])]
+    sums = [loop_masked(mb.record.entropy, mb.response_mask) for mb in mbs]
+    want = sum(s for s, _ in sums) / sum(max(c, 1) for _, c in sums)
+    text = "token mean with every empty micro-batch counted as one token"
+    found = [c for c in candidates("policy/entropy_avg", mbs, GEO) if c.formula == text]
+    assert [c.classes for c in found] == [(12,)] and found[0].value == pytest.approx(want)
+    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want * 1.5), candidates("policy/entropy_avg", mbs, GEO),
+                            "float32")  # fmt: skip
+    assert diagnosis is not None and diagnosis.classes == (12,)
+
+
+def test_no_empty_micro_batch_no_class_12(micros):
+    assert not any(12 in c.classes for c in candidates("policy/entropy_avg", micros, GEO))
+
+
+def test_stale_rows_of_the_previous_update(micros):
+    sums = [loop_masked(mb.record.entropy, mb.response_mask) for mb in micros]
+    want = sum(s for s, _ in sums) / sum(c for _, c in sums)
+    found = candidates("policy/entropy_avg", micros[2:], GEO, earlier=micros[:2])
+    stale = [c for c in found if c.classes == (8,)]
+    assert len(stale) == 1 and stale[0].value == pytest.approx(want)
+    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want + 1.0), found, "float32")
+    assert diagnosis is not None and diagnosis.classes == (8,)
+    ratio = [loop_masked(torch.exp(mb.record.logprobs - mb.old_logprobs), mb.response_mask) for mb in micros]
+    found = candidates("val/ratio_var", micros[2:], GEO, earlier=micros[:2])
+    stale = [c for c in found if c.classes == (8,)]
+    assert stale[0].value == pytest.approx(statistics.variance([s / c for s, c in ratio]))

@@ -111,6 +111,11 @@ def rows_over_tokens(metric: PooledMean, micro: MicroBatchView) -> Part:
     return (total / count if count else 0.0) * micro.rows, count
 
 
+def empty_as_one(metric: PooledMean, micro: MicroBatchView) -> Part:
+    total, count = correct(metric, micro)
+    return total, max(count, 1)
+
+
 def rows_over_rows(metric: PooledMean, micro: MicroBatchView) -> Part:
     total, count = correct(metric, micro)
     return (total / count if count else 0.0) * micro.rows, micro.rows
@@ -162,6 +167,9 @@ PARTS: tuple[PartRule, ...] = (
              lambda m: m.source == "pg_loss", rows_over_tokens, "Pooled sums and counts; view: rows"),
     PartRule((3,), "per-micro-batch means weighted by rows", "per-micro-batch means weighted by rows (samples)",
              lambda m: m.source == "pg_loss", rows_over_rows, "Pooled sums and counts; view: rows"),
+    PartRule((12,), "per-micro-batch token means, an empty micro-batch counted as one token",
+             "token mean with every empty micro-batch counted as one token", lambda m: True, empty_as_one,
+             "Pooled sums and counts; view: empty micro-batches"),
 )  # fmt: skip
 """What a micro-batch contributes. The first entry is the correct one."""
 
@@ -247,17 +255,37 @@ def combine(rule: PartRule, pooler: Pooler, parts: Sequence[Part], geo: Geometry
     return Candidate(classes, formula, value, rule.source, departures)
 
 
-def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry) -> list[Candidate]:
-    """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`."""
+STALE = (8,)
+"""Class 8: the previous update's micro-batches pooled into this update's numbers (a buffer never reset)."""
+
+
+def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry,
+               earlier: Sequence[MicroBatchView] = ()) -> list[Candidate]:  # fmt: skip
+    """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`.
+
+    A part rule that gives every micro-batch the correct part changes nothing and makes no candidate.
+    `earlier`: the previous update's micro-batches, when there is one: the correct pooling over them
+    and `micros` together is the class-8 candidate.
+    """
     of = RATIO_VAR_OF if name == RATIO_VAR else name
     metric = next(m for m in POOLED_MEANS if m.name == of)
     poolers = VARIANCE_POOLERS if name == RATIO_VAR else MEAN_POOLERS
+    right = [correct(metric, micro) for micro in micros]
     out = []
     for rule in PARTS:
         if not rule.applies(metric):
             continue
         parts = [rule.make(metric, micro) for micro in micros]
+        if rule.classes and parts == right:
+            continue
         out += [c for pooler in poolers if (c := combine(rule, pooler, parts, geo)) is not None]
+    if earlier:
+        stale = [correct(metric, micro) for micro in earlier] + right
+        value = poolers[0].value(stale, geo)
+        if value is not None:
+            formula = poolers[0].formula.format(part=PARTS[0].part, alone=PARTS[0].alone)
+            out.append(Candidate(STALE, f"{formula} over this update's and the previous update's micro-batches",
+                                 value, "Pooled sums and counts of both updates"))  # fmt: skip
     return out
 
 
@@ -275,11 +303,11 @@ def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
 
 
 def diagnose_pooled(verdicts: Sequence[MetricVerdict], micros: Sequence[MicroBatchView],
-                    spec: ScenarioSpec) -> list[MetricVerdict]:  # fmt: skip
-    """The pooled-metric verdicts of one update with a diagnosis on each failure."""
+                    spec: ScenarioSpec, earlier: Sequence[MicroBatchView] = ()) -> list[MetricVerdict]:  # fmt: skip
+    """The pooled-metric verdicts of one update with a diagnosis on each failure (`earlier`: the previous update's)."""
     geo = Geometry.of(spec)
     names = [m.name for m in POOLED_MEANS] + [RATIO_VAR]
-    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo)) for n in names}, spec.dtype)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo, earlier)) for n in names}, spec.dtype)
 
 
 def diagnose_identities(verdicts: Sequence[MetricVerdict], spec: ScenarioSpec) -> list[MetricVerdict]:

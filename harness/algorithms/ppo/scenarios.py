@@ -16,7 +16,7 @@ from harness.verdict import Check, CheckResult
 
 from . import signal
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
-from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
+from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
 from .poolings import diagnose_identities
@@ -76,9 +76,9 @@ def even_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckR
 def freshness(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """The second update's metrics equal an oracle fed only the second update's records."""
     check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run))
-    update = oracle_update(obs, 1, check)
-    if update is not None:
-        compare_pooled(obs, update, check)
+    view = require_view(obs, check)
+    if view is not None and require_logs(obs, POOLED_STATS, check):
+        compare_pooled(obs, view.updates[1], check, earlier=view.updates[0])
     return check.finish()
 
 
