@@ -200,3 +200,39 @@ def test_stale_rows_of_the_previous_update(micros):
     found = candidates("val/ratio_var", micros[2:], GEO, earlier=micros[:2])
     stale = [c for c in found if c.classes == (8,)]
     assert stale[0].value == pytest.approx(statistics.variance([s / c for s, c in ratio]))
+
+
+def rollout_view(lengths: list[int], gen: torch.Generator):
+    from harness.algorithms.ppo.view import RolloutView
+
+    rows = len(lengths)
+    r = torch.tensor([[t < n for t in range(T)] for n in lengths])
+    logprobs = -torch.rand(rows, T, generator=gen, dtype=torch.float64) * 3
+    return RolloutView(torch.zeros(rows, T, dtype=torch.long), logprobs, torch.zeros(rows, T), r, r, logprobs.clone())
+
+
+def test_rollout_candidates_match_slow_recomputations():
+    from harness.algorithms.ppo.poolings import rollout_candidates
+
+    lengths = [5, 3, 0, 2, 4, 1, 5]
+    rollout = rollout_view(lengths, torch.Generator().manual_seed(2))
+    lp, r = rollout.logprobs, rollout.response_mask
+    right = sum(-float(lp[i, t]) for i in range(7) for t in range(T) if r[i, t]) / 7
+    sentinel = sum(-float(lp[i, t]) if r[i, t] else -1.0 for i in range(7) for t in range(T)) / 7
+    found = {c.classes: c.value for c in rollout_candidates("objective/entropy", rollout, right, 5)}
+    # 7 samples in chunks of 5: averaged over 10 rows, three of them zero
+    assert found[(13,)] == pytest.approx(right * 7 / 10)
+    assert found[(7,)] == pytest.approx(sentinel)
+    assert found[(7, 13)] == pytest.approx(sentinel * 7 / 10)
+    # a rollout that fits one chunk is not padded; only entropy has the sentinel candidate
+    assert {c.classes for c in rollout_candidates("objective/entropy", rollout, right, 64)} == {(7,)}
+    assert rollout_candidates("objective/kl", rollout, 0.3, 64) == []
+    kl = rollout_candidates("objective/kl", rollout, 0.3, 5)
+    assert [c.classes for c in kl] == [(13,)] and kl[0].value == pytest.approx(0.3 * 0.7)
+    for logged, want in ((sentinel, (7,)), (right * 0.7, (13,))):
+        diagnosis, _ = diagnose(verdict("objective/entropy", logged, right),
+                                rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+        assert diagnosis is not None and diagnosis.classes == want
+    diagnosis, reason = diagnose(verdict("objective/entropy", right * 1.37, right),
+                                 rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+    assert diagnosis is None and reason.startswith(NO_MATCH)

@@ -19,7 +19,7 @@ from .checks import compare_pooled, oracle_update, require, require_logs, requir
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
-from .poolings import diagnose_identities
+from .poolings import diagnose_identities, diagnose_rollout
 from .spec import SETTINGS, ScenarioSpec
 
 # The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
@@ -95,8 +95,8 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
         where = f"update {i + 1}" if len(view.updates) > 1 else None
         logged = obs.ran.logs[i]
-        check.absorb(compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, obs.spec.dtype,
-                             where=where))  # fmt: skip
+        verdicts = compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, spec.dtype, where=where)
+        check.absorb(diagnose_rollout(verdicts, update.rollout, expected, spec))
     return check.finish()
 
 
