@@ -236,3 +236,32 @@ def test_rollout_candidates_match_slow_recomputations():
     diagnosis, reason = diagnose(verdict("objective/entropy", right * 1.37, right),
                                  rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
     assert diagnosis is None and reason.startswith(NO_MATCH)
+
+
+def test_running_accumulation_counter_is_named():
+    from types import SimpleNamespace
+
+    from harness.algorithms.ppo.scenarios import running_counter
+
+    def trace(*ends):
+        starts = (0,) + tuple(e + 1 for e in ends[:-1])
+        steps = [SimpleNamespace(backward_ids=list(range(a, e + 1))) for a, e in zip(starts, ends)]
+        return SimpleNamespace(backwards=tuple(range(ends[-1] + 1)), steps=steps)
+
+    # micro-batches 4+2 per minibatch, gradient_accumulation_steps 3: steps after micro-batches 3 and 6
+    note = running_counter(trace(2, 5), per_minibatch=2, accumulation=3)
+    assert "micro-batches 3 and 6" in note and note.endswith("(class 15)")
+    assert running_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) == ""  # the right boundaries
+    assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) == ""  # off them, but no counter of 3
+
+
+def test_diagnosed_class_reads_check_notes():
+    from mutants.runner import diagnosed_class
+
+    note = "3 backward passes; steps after micro-batches 3 and 6 ...: an accumulation counter (class 15)"
+    assert diagnosed_class([{"status": "fail", "message": note, "metrics": []}]) == 15
+    assert diagnosed_class([{"status": "pass", "message": note, "metrics": []}]) is None
+    assert diagnosed_class([{"status": "fail", "message": "class 15 of the catalogue", "metrics": []}]) is None
+    metric = {"failed": True, "diagnosis": {"classes": [12]}}
+    assert diagnosed_class([{"status": "fail", "message": "", "metrics": [metric, metric]},
+                            {"status": "fail", "message": note, "metrics": []}]) == 12  # fmt: skip
