@@ -332,8 +332,8 @@ def rollout_candidates(name: str, rollout: RolloutView, expected: float | None, 
     if shrink != 1.0 and expected is not None:
         out.append(Candidate((13,), f"per-sample sums over R, {pad}", expected * shrink, "view: rollout rows"))
     if name == "objective/entropy":
-        value, text = sentinel_entropy(rollout), "per-sample sums of -log-prob over every position, pads at the sentinel "
-        text += f"{INVALID_LOGPROB} (-{INVALID_LOGPROB} each)"
+        value = sentinel_entropy(rollout)
+        text = f"per-sample sums of -log-prob over every position, pads at the sentinel {INVALID_LOGPROB} (-1 each)"
         out.append(Candidate((7,), f"{text}, mean over samples", value, "view: rollout log-probs and R"))
         if shrink != 1.0:
             out.append(Candidate((7, 13), f"{text}, {pad}", value * shrink, "view: rollout log-probs and R", 2))

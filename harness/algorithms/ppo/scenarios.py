@@ -178,8 +178,10 @@ def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
     if accumulation < 1 or any(a == 0 or a % accumulation for a in after):
         return ""
     listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
-    return (f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
-            f"{per_minibatch}: an accumulation counter running across minibatches (class 15)")
+    return (
+        f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
+        f"{per_minibatch}: an accumulation counter running across minibatches (class 15)"
+    )
 
 
 def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
