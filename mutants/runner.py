@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,16 +126,23 @@ def run_harness(
     return RunOutcome(code, checks, seconds, text, problem)
 
 
+NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
+"""A check note's diagnosis: "...: <what it is> (class N)", at the end of a note."""
+
+
 def diagnosed_class(checks: list[dict]) -> int | None:
     """The class named most often by the diagnoses of the failing metrics in `checks` (verify.json), or None.
 
     Each class a diagnosis names counts once (a combination counts for both); ties go to the smaller number.
+    A failed check whose message carries a diagnosis note ending "(class N)" (the gradient checks') votes too.
     """
     votes: Counter[int] = Counter()
     for check in checks:
         for metric in check.get("metrics", ()):
             diagnosis = metric.get("diagnosis") if metric.get("failed") else None
             votes.update(set((diagnosis or {}).get("classes") or ()))
+        if check.get("status") == "fail":
+            votes.update({int(n) for n in NOTED_CLASS.findall(check.get("message") or "")})
     if not votes:
         return None
     return min(votes, key=lambda c: (-votes[c], c))

@@ -169,3 +169,99 @@ def test_ambiguous_simplest_explanations_name_nothing():
     b = Candidate((11,), "other", 0.5)
     diagnosis, reason = diagnose(verdict("val/ratio", 0.5, 1.0), [a, b], "float32")
     assert diagnosis is None and "unambiguously" in reason
+
+
+def test_empty_micro_batch_counted_as_one_token():
+    gen = torch.Generator().manual_seed(1)
+    mbs = [micro(m, lengths, gen) for m, lengths in enumerate([[0, 0], [3, 1], [0], [2, 5]])]
+    sums = [loop_masked(mb.record.entropy, mb.response_mask) for mb in mbs]
+    want = sum(s for s, _ in sums) / sum(max(c, 1) for _, c in sums)
+    text = "token mean with every empty micro-batch counted as one token"
+    found = [c for c in candidates("policy/entropy_avg", mbs, GEO) if c.formula == text]
+    assert [c.classes for c in found] == [(12,)] and found[0].value == pytest.approx(want)
+    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want * 1.5), candidates("policy/entropy_avg", mbs, GEO),
+                            "float32")  # fmt: skip
+    assert diagnosis is not None and diagnosis.classes == (12,)
+
+
+def test_no_empty_micro_batch_no_class_12(micros):
+    assert not any(12 in c.classes for c in candidates("policy/entropy_avg", micros, GEO))
+
+
+def test_stale_rows_of_the_previous_update(micros):
+    sums = [loop_masked(mb.record.entropy, mb.response_mask) for mb in micros]
+    want = sum(s for s, _ in sums) / sum(c for _, c in sums)
+    found = candidates("policy/entropy_avg", micros[2:], GEO, earlier=micros[:2])
+    stale = [c for c in found if c.classes == (8,)]
+    assert len(stale) == 1 and stale[0].value == pytest.approx(want)
+    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want + 1.0), found, "float32")
+    assert diagnosis is not None and diagnosis.classes == (8,)
+    ratio = [loop_masked(torch.exp(mb.record.logprobs - mb.old_logprobs), mb.response_mask) for mb in micros]
+    found = candidates("val/ratio_var", micros[2:], GEO, earlier=micros[:2])
+    stale = [c for c in found if c.classes == (8,)]
+    assert stale[0].value == pytest.approx(statistics.variance([s / c for s, c in ratio]))
+
+
+def rollout_view(lengths: list[int], gen: torch.Generator):
+    from harness.algorithms.ppo.view import RolloutView
+
+    rows = len(lengths)
+    r = torch.tensor([[t < n for t in range(T)] for n in lengths])
+    logprobs = -torch.rand(rows, T, generator=gen, dtype=torch.float64) * 3
+    return RolloutView(torch.zeros(rows, T, dtype=torch.long), logprobs, torch.zeros(rows, T), r, r, logprobs.clone())
+
+
+def test_rollout_candidates_match_slow_recomputations():
+    from harness.algorithms.ppo.poolings import rollout_candidates
+
+    lengths = [5, 3, 0, 2, 4, 1, 5]
+    rollout = rollout_view(lengths, torch.Generator().manual_seed(2))
+    lp, r = rollout.logprobs, rollout.response_mask
+    right = sum(-float(lp[i, t]) for i in range(7) for t in range(T) if r[i, t]) / 7
+    sentinel = sum(-float(lp[i, t]) if r[i, t] else -1.0 for i in range(7) for t in range(T)) / 7
+    found = {c.classes: c.value for c in rollout_candidates("objective/entropy", rollout, right, 5)}
+    # 7 samples in chunks of 5: averaged over 10 rows, three of them zero
+    assert found[(13,)] == pytest.approx(right * 7 / 10)
+    assert found[(7,)] == pytest.approx(sentinel)
+    assert found[(7, 13)] == pytest.approx(sentinel * 7 / 10)
+    # a rollout that fits one chunk is not padded; only entropy has the sentinel candidate
+    assert {c.classes for c in rollout_candidates("objective/entropy", rollout, right, 64)} == {(7,)}
+    assert rollout_candidates("objective/kl", rollout, 0.3, 64) == []
+    kl = rollout_candidates("objective/kl", rollout, 0.3, 5)
+    assert [c.classes for c in kl] == [(13,)] and kl[0].value == pytest.approx(0.3 * 0.7)
+    for logged, want in ((sentinel, (7,)), (right * 0.7, (13,))):
+        diagnosis, _ = diagnose(verdict("objective/entropy", logged, right),
+                                rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+        assert diagnosis is not None and diagnosis.classes == want
+    diagnosis, reason = diagnose(verdict("objective/entropy", right * 1.37, right),
+                                 rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+    assert diagnosis is None and reason.startswith(NO_MATCH)
+
+
+def test_running_accumulation_counter_is_named():
+    from types import SimpleNamespace
+
+    from harness.algorithms.ppo.scenarios import running_counter
+
+    def trace(*ends):
+        starts = (0,) + tuple(e + 1 for e in ends[:-1])
+        steps = [SimpleNamespace(backward_ids=list(range(a, e + 1))) for a, e in zip(starts, ends)]
+        return SimpleNamespace(backwards=tuple(range(ends[-1] + 1)), steps=steps)
+
+    # micro-batches 4+2 per minibatch, gradient_accumulation_steps 3: steps after micro-batches 3 and 6
+    note = running_counter(trace(2, 5), per_minibatch=2, accumulation=3)
+    assert "micro-batches 3 and 6" in note and note.endswith("(class 15)")
+    assert running_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) == ""  # the right boundaries
+    assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) == ""  # off them, but no counter of 3
+
+
+def test_diagnosed_class_reads_check_notes():
+    from mutants.runner import diagnosed_class
+
+    note = "3 backward passes; steps after micro-batches 3 and 6 ...: an accumulation counter (class 15)"
+    assert diagnosed_class([{"status": "fail", "message": note, "metrics": []}]) == 15
+    assert diagnosed_class([{"status": "pass", "message": note, "metrics": []}]) is None
+    assert diagnosed_class([{"status": "fail", "message": "class 15 of the catalogue", "metrics": []}]) is None
+    metric = {"failed": True, "diagnosis": {"classes": [12]}}
+    assert diagnosed_class([{"status": "fail", "message": "", "metrics": [metric, metric]},
+                            {"status": "fail", "message": note, "metrics": []}]) == 12  # fmt: skip

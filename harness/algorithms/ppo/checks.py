@@ -120,11 +120,16 @@ def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[st
     return view.updates[index]
 
 
-def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Sequence[str] = POOLED_STATS) -> None:
-    """Update `update.index`'s logged metrics against the oracle fed that update's records alone; masks too."""
+def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Sequence[str] = POOLED_STATS,
+                   earlier: UpdateView | None = None) -> None:  # fmt: skip
+    """Update `update.index`'s logged metrics against the oracle fed that update's records alone; masks too.
+
+    `earlier`: the previous update, whose records only a diagnosis reads (did they leak into this one?).
+    """
     for problem in update.mask_problems():
         check.fail(f"update {update.index + 1}: {problem}")
     expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, None, obs.spec.missing_eos_penalty)
     logged = obs.ran.logs[update.index]
     verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype)
-    check.absorb(diagnose_pooled(verdicts, update.micro_batches, obs.spec))
+    previous = earlier.micro_batches if earlier is not None else ()
+    check.absorb(diagnose_pooled(verdicts, update.micro_batches, obs.spec, previous))

@@ -24,7 +24,7 @@ from harness.verdict import MetricVerdict
 from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, PooledMean
 from .expect import _OF_LOG_RATIO, per_token
 from .spec import ScenarioSpec
-from .view import MicroBatchView
+from .view import MicroBatchView, RolloutView
 
 Part = tuple[float, float]
 """(value, weight) of one micro-batch: the pooled number is sum(values) / sum(weights); its mean value / weight."""
@@ -111,6 +111,11 @@ def rows_over_tokens(metric: PooledMean, micro: MicroBatchView) -> Part:
     return (total / count if count else 0.0) * micro.rows, count
 
 
+def empty_as_one(metric: PooledMean, micro: MicroBatchView) -> Part:
+    total, count = correct(metric, micro)
+    return total, max(count, 1)
+
+
 def rows_over_rows(metric: PooledMean, micro: MicroBatchView) -> Part:
     total, count = correct(metric, micro)
     return (total / count if count else 0.0) * micro.rows, micro.rows
@@ -162,6 +167,9 @@ PARTS: tuple[PartRule, ...] = (
              lambda m: m.source == "pg_loss", rows_over_tokens, "Pooled sums and counts; view: rows"),
     PartRule((3,), "per-micro-batch means weighted by rows", "per-micro-batch means weighted by rows (samples)",
              lambda m: m.source == "pg_loss", rows_over_rows, "Pooled sums and counts; view: rows"),
+    PartRule((12,), "per-micro-batch token means, an empty micro-batch counted as one token",
+             "token mean with every empty micro-batch counted as one token", lambda m: True, empty_as_one,
+             "Pooled sums and counts; view: empty micro-batches"),
 )  # fmt: skip
 """What a micro-batch contributes. The first entry is the correct one."""
 
@@ -247,17 +255,37 @@ def combine(rule: PartRule, pooler: Pooler, parts: Sequence[Part], geo: Geometry
     return Candidate(classes, formula, value, rule.source, departures)
 
 
-def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry) -> list[Candidate]:
-    """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`."""
+STALE = (8,)
+"""Class 8: the previous update's micro-batches pooled into this update's numbers (a buffer never reset)."""
+
+
+def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry,
+               earlier: Sequence[MicroBatchView] = ()) -> list[Candidate]:  # fmt: skip
+    """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`.
+
+    A part rule that gives every micro-batch the correct part changes nothing and makes no candidate.
+    `earlier`: the previous update's micro-batches, when there is one: the correct pooling over them
+    and `micros` together is the class-8 candidate.
+    """
     of = RATIO_VAR_OF if name == RATIO_VAR else name
     metric = next(m for m in POOLED_MEANS if m.name == of)
     poolers = VARIANCE_POOLERS if name == RATIO_VAR else MEAN_POOLERS
+    right = [correct(metric, micro) for micro in micros]
     out = []
     for rule in PARTS:
         if not rule.applies(metric):
             continue
         parts = [rule.make(metric, micro) for micro in micros]
+        if rule.classes and parts == right:
+            continue
         out += [c for pooler in poolers if (c := combine(rule, pooler, parts, geo)) is not None]
+    if earlier:
+        stale = [correct(metric, micro) for micro in earlier] + right
+        value = poolers[0].value(stale, geo)
+        if value is not None:
+            formula = poolers[0].formula.format(part=PARTS[0].part, alone=PARTS[0].alone)
+            out.append(Candidate(STALE, f"{formula} over this update's and the previous update's micro-batches",
+                                 value, "Pooled sums and counts of both updates"))  # fmt: skip
     return out
 
 
@@ -271,18 +299,69 @@ def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
     return [c for pooler in poolers if (c := combine(PARTS[0], pooler, parts, geo)) is not None]
 
 
+# ---------------------------------------------------------------------------- rollout objectives
+
+INVALID_LOGPROB = 1.0
+"""The pad sentinel a trainer writes into its rollout log-probs outside R."""
+
+
+def padded_samples(samples: int, chunk: int) -> int:
+    """`samples` rounded up to a multiple of the rollout chunk (the chunk no larger than the batch)."""
+    step = max(1, min(chunk, samples))
+    return samples + (-samples % step)
+
+
+def sentinel_entropy(rollout: RolloutView) -> float:
+    """objective/entropy with -log-prob summed over every position, the pads at the sentinel (-1 each)."""
+    logprobs = rollout.logprobs.double()
+    per_row = torch.where(rollout.response_mask, -logprobs, torch.full_like(logprobs, -INVALID_LOGPROB)).sum(dim=-1)
+    return float(per_row.mean()) if per_row.numel() else 0.0
+
+
+def rollout_candidates(name: str, rollout: RolloutView, expected: float | None, chunk: int) -> list[Candidate]:
+    """What objective/`name` would log from the known wrong rollout poolings of one update.
+
+    Class 7: the pad sentinel summed into objective/entropy. Class 13: the per-sample mean taken over
+    the samples padded with zero rows up to a multiple of the rollout chunk (every objective shrinks
+    by samples / padded).
+    """
+    samples = rollout.samples
+    shrink = samples / padded_samples(samples, chunk)
+    pad = f"mean over the samples padded with zero rows to a multiple of the rollout chunk ({chunk})"
+    out = []
+    if shrink != 1.0 and expected is not None:
+        out.append(Candidate((13,), f"per-sample sums over R, {pad}", expected * shrink, "view: rollout rows"))
+    if name == "objective/entropy":
+        value = sentinel_entropy(rollout)
+        text = f"per-sample sums of -log-prob over every position, pads at the sentinel {INVALID_LOGPROB} (-1 each)"
+        out.append(Candidate((7,), f"{text}, mean over samples", value, "view: rollout log-probs and R"))
+        if shrink != 1.0:
+            out.append(Candidate((7, 13), f"{text}, {pad}", value * shrink, "view: rollout log-probs and R", 2))
+    return out
+
+
 # ---------------------------------------------------------------------------- entry points for the scenarios
 
 
 def diagnose_pooled(verdicts: Sequence[MetricVerdict], micros: Sequence[MicroBatchView],
-                    spec: ScenarioSpec) -> list[MetricVerdict]:  # fmt: skip
-    """The pooled-metric verdicts of one update with a diagnosis on each failure."""
+                    spec: ScenarioSpec, earlier: Sequence[MicroBatchView] = ()) -> list[MetricVerdict]:  # fmt: skip
+    """The pooled-metric verdicts of one update with a diagnosis on each failure (`earlier`: the previous update's)."""
     geo = Geometry.of(spec)
     names = [m.name for m in POOLED_MEANS] + [RATIO_VAR]
-    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo)) for n in names}, spec.dtype)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo, earlier)) for n in names}, spec.dtype)
 
 
 def diagnose_identities(verdicts: Sequence[MetricVerdict], spec: ScenarioSpec) -> list[MetricVerdict]:
     """The LR-0 identity verdicts with a diagnosis on each failure (from the spec's geometry alone)."""
     names = (RATIO_VAR_OF, RATIO_VAR)
     return diagnosed(verdicts, {n: (lambda n=n: identity_candidates(n, spec)) for n in names}, spec.dtype)
+
+
+def diagnose_rollout(verdicts: Sequence[MetricVerdict], rollout: RolloutView | None, expected: dict,
+                     spec: ScenarioSpec) -> list[MetricVerdict]:  # fmt: skip
+    """The rollout-objective verdicts of one update with a diagnosis on each failure."""
+    if rollout is None:
+        return list(verdicts)
+    names = [v.name for v in verdicts]
+    make = {n: (lambda n=n: rollout_candidates(n, rollout, expected[n].value, spec.rollout_chunk)) for n in names}
+    return diagnosed(verdicts, make, spec.dtype)

@@ -16,10 +16,10 @@ from harness.verdict import Check, CheckResult
 
 from . import signal
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
-from .contract import LR0_IDENTITIES, POOLED_NAMES, RATIO_VAR, ROLLOUT
+from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
-from .poolings import diagnose_identities
+from .poolings import Geometry, diagnose_identities, diagnose_rollout
 from .spec import SETTINGS, ScenarioSpec
 
 # The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
@@ -76,9 +76,9 @@ def even_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckR
 def freshness(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """The second update's metrics equal an oracle fed only the second update's records."""
     check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run))
-    update = oracle_update(obs, 1, check)
-    if update is not None:
-        compare_pooled(obs, update, check)
+    view = require_view(obs, check)
+    if view is not None and require_logs(obs, POOLED_STATS, check):
+        compare_pooled(obs, view.updates[1], check, earlier=view.updates[0])
     return check.finish()
 
 
@@ -95,8 +95,8 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
         where = f"update {i + 1}" if len(view.updates) > 1 else None
         logged = obs.ran.logs[i]
-        check.absorb(compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, obs.spec.dtype,
-                             where=where))  # fmt: skip
+        verdicts = compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, spec.dtype, where=where)
+        check.absorb(diagnose_rollout(verdicts, update.rollout, expected, spec))
     return check.finish()
 
 
@@ -169,6 +169,21 @@ def applied_gap(step, max_grad_norm: float | None) -> float:
     return max(step.residual, abs(step.coefficient - want) / want)
 
 
+def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
+    """The class-15 diagnosis, or '': steps fall off the minibatch boundaries, each after a multiple of
+    `accumulation` micro-batches counted across the whole run (a counter never reset at a minibatch's end)."""
+    after = [max(step.backward_ids) + 1 if step.backward_ids else 0 for step in grads.steps]  # 1-based
+    if not after or per_minibatch < 1 or all(a % per_minibatch == 0 for a in after):
+        return ""
+    if accumulation < 1 or any(a == 0 or a % accumulation for a in after):
+        return ""
+    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
+    return (
+        f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
+        f"{per_minibatch}: an accumulation counter running across minibatches (class 15)"
+    )
+
+
 def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates;
     each step applies exactly its micro-batches' gradients (clipped to max_grad_norm when that is set)."""
@@ -197,6 +212,9 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
                        f"{spec.max_grad_norm}")  # fmt: skip
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    counter = running_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
+    if counter:
+        check.note(counter)
     gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
     largest_gap(check, gaps, spec.dtype)
     return check.finish()
