@@ -212,7 +212,7 @@ def rollout_view(lengths: list[int], gen: torch.Generator):
 
 
 def test_rollout_candidates_match_slow_recomputations():
-    from harness.algorithms.ppo.poolings import rollout_candidates
+    from harness.algorithms.ppo.rollout_poolings import rollout_candidates
 
     lengths = [5, 3, 0, 2, 4, 1, 5]
     rollout = rollout_view(lengths, torch.Generator().manual_seed(2))

@@ -24,7 +24,7 @@ from harness.verdict import MetricVerdict
 from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, PooledMean
 from .expect import _OF_LOG_RATIO, per_token
 from .spec import ScenarioSpec
-from .view import MicroBatchView, RolloutView
+from .view import MicroBatchView
 
 Part = tuple[float, float]
 """(value, weight) of one micro-batch: the pooled number is sum(values) / sum(weights); its mean value / weight."""
@@ -299,47 +299,6 @@ def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
     return [c for pooler in poolers if (c := combine(PARTS[0], pooler, parts, geo)) is not None]
 
 
-# ---------------------------------------------------------------------------- rollout objectives
-
-INVALID_LOGPROB = 1.0
-"""The pad sentinel a trainer writes into its rollout log-probs outside R."""
-
-
-def padded_samples(samples: int, chunk: int) -> int:
-    """`samples` rounded up to a multiple of the rollout chunk (the chunk no larger than the batch)."""
-    step = max(1, min(chunk, samples))
-    return samples + (-samples % step)
-
-
-def sentinel_entropy(rollout: RolloutView) -> float:
-    """objective/entropy with -log-prob summed over every position, the pads at the sentinel (-1 each)."""
-    logprobs = rollout.logprobs.double()
-    per_row = torch.where(rollout.response_mask, -logprobs, torch.full_like(logprobs, -INVALID_LOGPROB)).sum(dim=-1)
-    return float(per_row.mean()) if per_row.numel() else 0.0
-
-
-def rollout_candidates(name: str, rollout: RolloutView, expected: float | None, chunk: int) -> list[Candidate]:
-    """What objective/`name` would log from the known wrong rollout poolings of one update.
-
-    Class 7: the pad sentinel summed into objective/entropy. Class 13: the per-sample mean taken over
-    the samples padded with zero rows up to a multiple of the rollout chunk (every objective shrinks
-    by samples / padded).
-    """
-    samples = rollout.samples
-    shrink = samples / padded_samples(samples, chunk)
-    pad = f"mean over the samples padded with zero rows to a multiple of the rollout chunk ({chunk})"
-    out = []
-    if shrink != 1.0 and expected is not None:
-        out.append(Candidate((13,), f"per-sample sums over R, {pad}", expected * shrink, "view: rollout rows"))
-    if name == "objective/entropy":
-        value = sentinel_entropy(rollout)
-        text = f"per-sample sums of -log-prob over every position, pads at the sentinel {INVALID_LOGPROB} (-1 each)"
-        out.append(Candidate((7,), f"{text}, mean over samples", value, "view: rollout log-probs and R"))
-        if shrink != 1.0:
-            out.append(Candidate((7, 13), f"{text}, {pad}", value * shrink, "view: rollout log-probs and R", 2))
-    return out
-
-
 # ---------------------------------------------------------------------------- entry points for the scenarios
 
 
@@ -355,13 +314,3 @@ def diagnose_identities(verdicts: Sequence[MetricVerdict], spec: ScenarioSpec) -
     """The LR-0 identity verdicts with a diagnosis on each failure (from the spec's geometry alone)."""
     names = (RATIO_VAR_OF, RATIO_VAR)
     return diagnosed(verdicts, {n: (lambda n=n: identity_candidates(n, spec)) for n in names}, spec.dtype)
-
-
-def diagnose_rollout(verdicts: Sequence[MetricVerdict], rollout: RolloutView | None, expected: dict,
-                     spec: ScenarioSpec) -> list[MetricVerdict]:  # fmt: skip
-    """The rollout-objective verdicts of one update with a diagnosis on each failure."""
-    if rollout is None:
-        return list(verdicts)
-    names = [v.name for v in verdicts]
-    make = {n: (lambda n=n: rollout_candidates(n, rollout, expected[n].value, spec.rollout_chunk)) for n in names}
-    return diagnosed(verdicts, make, spec.dtype)

@@ -19,7 +19,8 @@ from .checks import compare_pooled, oracle_update, require, require_logs, requir
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .partitions import partition_invariance
-from .poolings import Geometry, diagnose_identities, diagnose_rollout
+from .poolings import Geometry, diagnose_identities
+from .rollout_poolings import diagnose_rollout
 from .spec import SETTINGS, ScenarioSpec
 
 # The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
