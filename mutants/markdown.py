@@ -65,7 +65,7 @@ def curated_section(curated: CuratedRun) -> list[str]:
     mode = (
         "full suite for every mutant"
         if curated.full
-        else "each mutant's named checks (-k), plus the full suite once on the unmodified copy"
+        else "each mutant's named checks (--check), plus the full suite once on the unmodified copy"
     )
     controls = "; ".join(
         f"{'full suite' if command == 'verify' else command} **{'pass' if c.passed else 'FAIL'}** "
@@ -78,8 +78,8 @@ def curated_section(curated: CuratedRun) -> list[str]:
     )
     out += [
         "",
-        "| mutant | bug class | source | must be killed by | killed by | status | s |",
-        "|---|---|---|---|---|---|---|",
+        "| mutant | bug class | diagnosed | source | must be killed by | killed by | status | s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in curated.mutants:
         m = r.mutant
@@ -87,10 +87,18 @@ def curated_section(curated: CuratedRun) -> list[str]:
         killed = ", ".join(r.named_failed) or "-"
         if other:
             killed += f" (also: {', '.join(other)})"
+        diagnosed = "-" if r.diagnosed_class is None else str(r.diagnosed_class)
         out.append(
-            f"| `{m.id}` | {m.bug_class} | {md_cell(m.source)} | {md_cell(', '.join(m.killed_by))} "
+            f"| `{m.id}` | {m.bug_class} | {diagnosed} | {md_cell(m.source)} | {md_cell(', '.join(m.killed_by))} "
             f"| {md_cell(killed)} | {r.status.text} | {r.seconds:.1f} |"
         )
+    own = sum(1 for r in curated.mutants if r.diagnosed_class == r.mutant.bug_class)
+    wrong = [f"`{r.id}` as class {r.diagnosed_class}" for r in curated.mutants if r.misdiagnosed]
+    out += [
+        "",
+        f"The gate's diagnosis (the class its failing metrics and notes name most often) is the mutant's own class "
+        f"for {own} of {len(curated.mutants)}; misdiagnosed: {', '.join(wrong) or 'none'}.",
+    ]
     for item in curated.not_applicable:
         out.append(f"\nBug class {item.bug_class} cannot arise in the reference trainer: {item.reason}")
     for r in curated.mutants:

@@ -709,3 +709,19 @@ def test_the_last_written_reports_mutation_html_renders(chromium, tmp_path):
     if "<mutation-test-report-app" not in page.read_text(encoding="utf-8"):
         pytest.skip("reports/mutation.html was written without the web component (mutation.md says why)")
     check_rendered(chromium, page, json.loads(data.read_text(encoding="utf-8")), tmp_path)
+
+
+def test_mutation_md_shows_the_diagnosed_class_beside_the_true_one():
+    from mutants.markdown import curated_section
+
+    right = catalogue.by_id(["c01_mean_of_microbatch_means"])[0]
+    wrong = catalogue.by_id(["c05_plain_mean_over_pads"])[0]
+    results = (
+        CuratedResult(right, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_class=1),
+        CuratedResult(wrong, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_class=2),
+    )
+    run = CuratedRun({"verify": ControlResult(True, 1.0, 3)}, results, False, 1, 2.0, "2026-01-01T00:00:00+0000")
+    text = "\n".join(curated_section(run))
+    assert "| mutant | bug class | diagnosed |" in text
+    assert "| `c01_mean_of_microbatch_means` | 1 | 1 |" in text and "| `c05_plain_mean_over_pads` | 5 | 2 |" in text
+    assert "own class for 1 of 2; misdiagnosed: `c05_plain_mean_over_pads` as class 2." in text
