@@ -126,8 +126,7 @@ class GradRecorder:
                 grads.append(copy)
                 expected.append(torch.zeros_like(copy) if e is None else e)
                 differing.append((copy, e))
-        fit = _rescaling(grads, expected)  # before the difference below overwrites the pending sums
-        nonfinite = sum(1 for g in grads if not bool(torch.isfinite(g).all()))
+        *fit, nonfinite = _rescaling(grads, expected)  # before the difference below overwrites the pending sums
         scale = max(_max_abs(grads), _max_abs([e for _, e in differing if e is not None]), 1e-30)
         gap = _max_abs([g if e is None else e.float().sub_(g.float()) for g, e in differing])
         self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit, nonfinite))
@@ -147,31 +146,37 @@ class GradRecorder:
         return list(self._pending_ids)
 
 
-def _rescaling(grads: list[torch.Tensor], sums: list[torch.Tensor]) -> tuple[float, float, float, float]:
-    """(|sum|, |grad|, c, residual) with c the least-squares scalar of grad on sum, accumulated in float64.
+def _rescaling(grads: list[torch.Tensor], sums: list[torch.Tensor]) -> tuple[float, float, float, float, int]:
+    """(|sum|, |grad|, c, residual, non-finite .grad tensors), c the least-squares scalar of grad on sum.
 
     Clipping by global norm multiplies the whole sum by one coefficient; anything else leaves a residual.
-    Taken one parameter tensor at a time, with no float64 copy of one: a tensor whose .grad is its sum
-    (the step keeps the same object) adds to every total what its own norm does.
+    Norms and dot products are reduced in each tensor's own dtype (pairwise sums; no copy of a tensor) and
+    accumulated in float64; a tensor whose .grad is its sum (the step keeps the same object) adds its own
+    norm to every total without a second pass. A tensor holds a NaN or an inf exactly when its norm does.
     """
+    import math
 
     def squared_norm(x: torch.Tensor) -> float:
-        return float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2
+        return float(torch.linalg.vector_norm(x)) ** 2
 
     ge = ee = gg = same = 0.0
+    nonfinite = 0
     differing = []
     for g, e in zip(grads, sums):
         norm = squared_norm(e)
         ee += norm
         if g is e:
             ge, gg, same = ge + norm, gg + norm, same + norm
+            nonfinite += not math.isfinite(norm)
         else:
-            ge += float((g * e).sum(dtype=torch.float64))
-            gg += squared_norm(g)
+            g_norm = squared_norm(g)
+            ge += float((g * e).sum())
+            gg += g_norm
+            nonfinite += not math.isfinite(g_norm)
             differing.append((g, e))
     raw, applied = ee**0.5, gg**0.5
-    if ee == 0.0:
-        return raw, applied, 1.0, 0.0 if gg == 0.0 else 1.0
+    if ee == 0.0 or not (math.isfinite(ee) and math.isfinite(gg)):
+        return raw, applied, 1.0, 0.0 if gg == ee == 0.0 else 1.0, nonfinite
     c = ge / ee
     left = (1 - c) ** 2 * same + sum(squared_norm(g - c * e) for g, e in differing)
-    return raw, applied, c, left**0.5 / max(applied, 1e-30)
+    return raw, applied, c, left**0.5 / max(applied, 1e-30), nonfinite
