@@ -40,12 +40,8 @@ class TargetRun(Protocol):
         """Run every update; one dict of logged metrics per update."""
         ...
 
-
-OPTIONAL_MEMBERS = {
-    "scores": "scores handed to the trainer, one tensor per rollout",
-    "site_map": "the trainer's own names for the call sites, when they are not the algorithm's defaults",
-}
-"""Members a run may have; without them the checks that need them report 'not recomputable'."""
+    # A run may also have `scores` (the scores handed to the trainer, one tensor per rollout; without them the
+    # score objectives are reported not recomputable) and `site_map` (its own names for the call sites).
 
 
 def missing_members(run: Any) -> list[str]:
