@@ -20,12 +20,11 @@ from collections.abc import Iterator
 import torch
 
 PIECES = {
-    "entropy": "per-token entropy over the vocabulary (float64)",
-    "logprob_gap": "each returned log-prob against log_softmax(logits)[index] (float64)",
+    "entropy": "per-token entropy and log-prob gap over the vocabulary, one float64 pass",
     "copies": "float64 / bool / int64 CPU copies of values, masks, ids, results",
     "site": "call-site naming (ast, cached per code position)",
     "bind": "binding the call's arguments to the signature",
-    "record": "the spy's whole record step (the five above and the record itself)",
+    "record": "the spy's whole record step (the four above and the record itself)",
     "grad_contribution": "per-parameter gradient hook (clone / add the contribution)",
     "grad_step": "optimizer step pre-hook (.grad snapshot and the unexplained-gradient check)",
     "grad_backward": "multi-grad hook counting backward passes",
@@ -41,8 +40,8 @@ class Totals:
         self.now = time.process_time if cpu_time else time.perf_counter
 
     def spy_other(self) -> float:
-        """Record-step time not in the five named pieces (dataclass building, seq numbering)."""
-        named = sum(self.seconds[p] for p in ("entropy", "logprob_gap", "copies", "site", "bind"))
+        """Record-step time not in the four named pieces (dataclass building, seq numbering)."""
+        named = sum(self.seconds[p] for p in ("entropy", "copies", "site", "bind"))
         return max(0.0, self.seconds["record"] - named)
 
     def gate_train_s(self) -> float:
@@ -76,8 +75,7 @@ def clocked(device: str = "cpu") -> Iterator[Totals]:
     sync = device.startswith("cuda")
     totals = Totals(cpu_time=not sync)
     patches = [
-        (spy_module, "token_entropy", "entropy"),
-        (spy_module, "logprob_gap", "logprob_gap"),
+        (spy_module, "reduce_logits", "entropy"),
         (spy_module, "_copy", "copies"),
         (spy_module, "call_site", "site"),
         (spy_module, "_bind", "bind"),

@@ -27,7 +27,7 @@ from harness.errors import HarnessConfigError
 
 from .callsite import call_site
 from .records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site
-from .tensors import _copy, _dtype_name, logprob_gap, token_entropy
+from .tensors import _copy, _dtype_name, logprob_gap, reduce_logits, token_entropy  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     pass
@@ -80,17 +80,19 @@ def record_masked_mean(site: Site, seq: int, args: list[Any], result: Any) -> Ma
 
 
 def record_log_softmax(site: Site, seq: int, args: list[Any], result: Any) -> LogProbCall:
-    """The record of a selective_log_softmax(logits, index) call; the logits are reduced to entropies."""
+    """The record of a selective_log_softmax(logits, index) call; the logits are reduced, in one pass, to
+    per-token entropies and to the gap between the returned log-probs and log_softmax(logits)[index]."""
     import torch
 
     logits, index = args[0], args[1]
+    entropy, gap = reduce_logits(logits, index, result)
     return LogProbCall(
         site,
         seq,
         index=_copy(index, torch.int64),
         logprobs=_copy(result, torch.float64),
-        entropy=token_entropy(logits),
-        logprob_gap=logprob_gap(logits, index, result),
+        entropy=entropy,
+        logprob_gap=gap,
         dtype=_dtype_name(logits),
     )
 

@@ -20,14 +20,30 @@ ENTROPY_CHUNK_ELEMENTS_GPU = 1 << 24
 
 
 def token_entropy(logits: torch.Tensor, chunk_elements: int | None = None) -> torch.Tensor:
-    """Per-position entropy of softmax(logits) over the last axis, float64 on CPU.
+    """Per-position entropy of softmax(logits) over the last axis, float64 on CPU (see `reduce_logits`)."""
+    return reduce_logits(logits, chunk_elements=chunk_elements)[0]
+
+
+def logprob_gap(
+    logits: torch.Tensor, index: torch.Tensor, logprobs: Any, chunk_elements: int | None = None
+) -> torch.Tensor:
+    """|returned log-prob - log_softmax(logits)[index]| per position, float64 on the CPU (see `reduce_logits`)."""
+    return reduce_logits(logits, index, logprobs, chunk_elements)[1]
+
+
+def reduce_logits(
+    logits: torch.Tensor, index: Any = None, logprobs: Any = None, chunk_elements: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(per-position entropy, |logprobs - log_softmax(logits)[index]| or None), float64 on CPU, in one pass.
 
     Computed in float64, a few positions at a time into two reused buffers, so that no float64
     copy of the whole logits tensor is ever made: with `m` the row's max, `z = l - m`, `e =
     exp(z)` and `s = sum(e)`, `H = logsumexp(l) - sum(softmax(l) * l) = log(s) - sum(e * z) / s`
-    (one exponential per logit). A logit of -inf adds nothing (its `z` is clamped to the lowest
-    finite float64, whose `e` is 0); a row of only -inf has entropy -inf and a row with +inf has
-    +inf (NaN with a NaN), as `logsumexp(l) - sum(softmax(l) * l)` gives.
+    (one exponential per logit), and `log_softmax(l)[y] = z[y] - log(s)`. A logit of -inf adds
+    nothing (its `z` is clamped to the lowest finite float64, whose `e` is 0); a row of only -inf
+    has entropy -inf and a row with +inf has +inf (NaN with a NaN), as `logsumexp(l) - sum(softmax(l)
+    * l)` gives. The log-prob gap is what a `selective_log_softmax` call got wrong given its own
+    inputs (a gather at the wrong positions shows as O(1)); it is taken when `index` is given.
     """
     import torch
 
@@ -39,6 +55,11 @@ def token_entropy(logits: torch.Tensor, chunk_elements: int | None = None) -> to
         total, vocab = flat.shape
         rows = max(1, min(total, chunk_elements // max(1, vocab)))
         out = torch.empty(total, dtype=torch.float64, device=device)
+        gap = None
+        if index is not None:
+            ids = torch.as_tensor(index).detach().reshape(-1, 1).to(device)
+            got = torch.as_tensor(logprobs).detach().reshape(-1).to(device=device, dtype=torch.float64)
+            gap = torch.empty(total, dtype=torch.float64, device=device)
         z = torch.empty((rows, vocab), dtype=torch.float64, device=device)
         e = torch.empty_like(z)
         lowest = torch.finfo(torch.float64).min
@@ -52,36 +73,15 @@ def token_entropy(logits: torch.Tensor, chunk_elements: int | None = None) -> to
             zc.sub_(top).clamp_(min=lowest)
             torch.exp(zc, out=ec)
             s = ec.sum(dim=-1)
-            ez = ec.mul_(zc).sum(dim=-1)
             log_s = s.log()
+            if gap is not None:
+                want = zc.gather(-1, ids[start : start + n]).squeeze(-1) - log_s
+                gap[start : start + n] = (got[start : start + n] - want).abs()
+            ez = ec.mul_(zc).sum(dim=-1)
             value = torch.where(s > 0, log_s - ez / s, log_s)
             out[start : start + n] = value.masked_fill_(infinite, float("inf"))
-    return out.cpu().reshape(logits.shape[:-1])
-
-
-def logprob_gap(
-    logits: torch.Tensor, index: torch.Tensor, logprobs: Any, chunk_elements: int = ENTROPY_CHUNK_ELEMENTS
-) -> torch.Tensor:
-    """|returned log-prob - log_softmax(logits)[index]| per position, float64 on the CPU.
-
-    What a `selective_log_softmax` must return follows from its own inputs: a gather at the
-    wrong positions, or over the wrong axis, shows here. Computed a few positions at a time,
-    so memory stays flat in the vocabulary.
-    """
-    import torch
-
-    with torch.no_grad():
-        flat = logits.detach().reshape(-1, logits.shape[-1])
-        ids = torch.as_tensor(index).detach().reshape(-1, 1).to(flat.device)
-        got = torch.as_tensor(logprobs).detach().reshape(-1).to(flat.device)
-        rows = max(1, chunk_elements // max(1, flat.shape[-1]))
-        parts = []
-        for start in range(0, flat.shape[0], rows):
-            chunk = flat[start : start + rows].to(torch.float64)
-            want = chunk.gather(-1, ids[start : start + rows]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)
-            parts.append((got[start : start + rows].to(torch.float64) - want).abs().cpu())
-        out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    return out.reshape(index.shape)
+    entropy = out.cpu().reshape(logits.shape[:-1])
+    return entropy, None if gap is None else gap.cpu().reshape(torch.as_tensor(index).shape)
 
 
 def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor:
