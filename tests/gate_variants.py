@@ -89,3 +89,12 @@ def no_spy_functions(spec):
 def not_a_run(spec):
     """An adapter that returns something that is not a TargetRun."""
     return object()
+
+
+def whitening_not_seen(spec):
+    """A correct trainer whose site map names a whitening function it does not have: the raw advantages go unseen."""
+    from harness.algorithms.ppo.contract import SiteMap
+
+    run = reference_factory(spec)
+    run.site_map = SiteMap(whiten="no_such_function")
+    return run

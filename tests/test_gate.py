@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,22 +13,7 @@ from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument.grad import GradTrace
 from harness.instrument.observe import Observation, ObservationCache, Ran
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def verify(tmp_path, *args: str) -> tuple[int, dict, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--report-dir", str(tmp_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-    )
-    path = tmp_path / "verify.json"
-    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
-
+from tests.gate_run import verify
 
 # ------------------------------------------------------------------ exit codes
 
@@ -219,3 +199,13 @@ def test_ppo_verify_script_is_the_verify_command(capsys):
 
     assert verify_main(["--target", "nope"]) == 2
     assert "unknown target 'nope'" in capsys.readouterr().err
+
+
+def test_training_signal_fails_when_it_never_saw_the_raw_advantages():
+    """Not a pass on nothing: without the whitening call the per-token losses cannot be checked, and the check fails."""
+    from tests.gate_variants import whitening_not_seen
+
+    result = check("training_signal[epochs=1]", ObservationCache(whitening_not_seen))
+    assert not result.passed
+    assert {m.status for m in result.metrics} == {"not_recomputable"}
+    assert all("raw advantages are unknown" in m.reason for m in result.metrics)

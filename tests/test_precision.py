@@ -7,10 +7,6 @@ cry wolf or go blind; each is a regression test. The README states the measured 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +16,7 @@ from harness.algorithms.ppo.scenarios import UNEVEN
 from harness.algorithms.ppo.targets.reference import factory
 from harness.instrument.observe import ObservationCache
 from harness.verdict import Check, CheckId
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.gate_run import verify
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +38,6 @@ def test_identical_responses_are_paired_or_shown_not_to_matter_at_lr_3e3_two_epo
         assert not result.notes, result.notes  # recomputable: nothing reported as not recomputable
 
 
-def verify(tmp_path, *args: str) -> tuple[int, str, Path]:
-    """`python -m harness verify ARGS` as a user runs it: exit code, output, report folder."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--report-dir", str(tmp_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-    )
-    return proc.returncode, proc.stdout + proc.stderr, tmp_path
-
-
 SEEDS = "0,1,2"
 CORRECT = {
     # variant: the dtype it runs at (a float32-buffer trainer must pass at float64 too)
@@ -68,34 +50,34 @@ CORRECT = {
 def test_clipping_and_temperature_at_float64_on_three_seeds(tmp_path):
     """The issue's own command: a correct trainer, clipping on, temperature 0.7, float64, three seeds."""
     args = ("--seeds", SEEDS, "--set", "max_grad_norm=1.0", "--set", "temperature=0.7", "--dtype", "float64")
-    code, output, out = verify(tmp_path, *args)
+    code, _, output = verify(tmp_path, *args)
     assert code == 0, output[-3000:]
-    summary = json.loads((out / "verify-seeds.json").read_text())
+    summary = json.loads((tmp_path / "verify-seeds.json").read_text())
     assert summary == {"seeds": {"0": "pass", "1": "pass", "2": "pass"}, "status": "pass"}
 
 
 @pytest.mark.parametrize("target", CORRECT)
 def test_correct_variants_pass_every_check_on_three_seeds(tmp_path, target):
-    code, output, out = verify(tmp_path, "--target", target, "--seeds", SEEDS, "--dtype", CORRECT[target])
+    code, _, output = verify(tmp_path, "--target", target, "--seeds", SEEDS, "--dtype", CORRECT[target])
     assert code == 0, output[-3000:]
     for seed in SEEDS.split(","):
-        report = json.loads((out / f"seed-{seed}" / "verify.json").read_text())
+        report = json.loads((tmp_path / f"seed-{seed}" / "verify.json").read_text())
         assert report["status"] == "pass" and len(report["checks"]) == 31
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_relative_error_of_1e3_fails_each_pooled_metric(tmp_path, dtype):
     target = "tests.precision_variants:pooled_off_by_1e3"
-    code, output, out = verify(tmp_path, "--target", target, "--dtype", dtype, "--check", "uneven_split[epochs=2]")
+    code, report, output = verify(tmp_path, "--target", target, "--dtype", dtype, "--check", "uneven_split[epochs=2]")
     assert code == 1, output[-3000:]
-    (check,) = json.loads((out / "verify.json").read_text())["checks"]
+    (check,) = report["checks"]
     failed = {m["name"] for m in check["metrics"] if m["status"] == "fail"}
     assert failed == set(POOLED_STATS)
 
 
 def test_seeds_accept_ranges_and_name_each_verdict(tmp_path):
-    code, output, out = verify(tmp_path, "--seeds", "0-1", "--check", "freshness")
+    code, _, output = verify(tmp_path, "--seeds", "0-1", "--check", "freshness")
     assert code == 0, output[-3000:]
     assert "seed 0: pass" in output and "seed 1: pass" in output and "seeds 0,1: PASS" in output
-    code, output, _ = verify(tmp_path, "--seeds", "a-b")
+    code, _, output = verify(tmp_path, "--seeds", "a-b")
     assert code == 2 and "--seeds 'a-b'" in output
