@@ -1,0 +1,375 @@
+"""The `trl-grpo` target: TRL 1.12.0's GRPOTrainer on the toy world, offline, on CPU or CUDA.
+
+`build(spec)` maps a GRPO run spec (the field names of `reference_ppo.grpo_config.GRPOConfig`,
+which are TRL's, plus `seed`, `device`, `dtype`) onto TRL's own `GRPOConfig`, builds the trainer on
+the toy models of `reference_ppo.toy` with a deterministic reward function and a small in-memory
+prompt dataset, and returns a `TrlGRPORun` (the TargetRun protocol of docs/architecture.md, plus
+`loss_inputs`). TRL is imported lazily so that the harness works without it.
+
+`build_for("my_pkg.grpo_trainer")` (what `--target trl-grpo:my_pkg.grpo_trainer` resolves to) is the
+same adapter on another module with the names of `trl.trainer.grpo_trainer` (`GRPOTrainer`,
+`GRPOConfig`, `selective_log_softmax`, `entropy_from_logits`).
+
+What the run records (`loss_inputs`), one dict per micro-batch of the loss in the order they ran,
+every tensor a detached float64 CPU copy: the `inputs` TRL's `_compute_loss(model, inputs)`
+received (`completion_mask`, times the tool mask when there is one; `advantages`;
+`old_per_token_logps`, absent on on-policy steps; `ref_per_token_logps`, when `beta != 0`) and what
+its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`). The wrappers call
+TRL's own methods with the same arguments and return what they return. docs/trl-grpo.md says what
+TRL logs from them, measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import tempfile
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.algorithms.ppo.targets.trl import _quiet
+from harness.errors import HarnessConfigError
+
+TRL_VERSION = "1.12.0"
+_MISSING = f"trl-grpo target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
+
+TRL_MODULE = "trl.trainer.grpo_trainer"
+MODULE_NAMES = ("GRPOTrainer", "GRPOConfig", "selective_log_softmax", "entropy_from_logits")
+"""What a module handed to `build_for` must have, as TRL's trainer module has them."""
+
+# The toy world of this target: fixed, so that a spec needs only the trainer's settings.
+VOCAB_SIZE = 32
+PROMPT_LENGTH = 6
+EOS_LOGIT_BIAS = 2.0
+"""Added to the EOS logit of the policy and the reference: completions of 8 tokens end at uneven lengths
+(about one token in five is EOS), and some run to the limit (truncated)."""
+
+SPEC_FIELDS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "num_generations",
+    "num_iterations",
+    "max_steps",
+    "logging_steps",
+    "learning_rate",
+    "max_completion_length",
+    "temperature",
+    "loss_type",
+    "beta",
+    "seed",
+    "device",
+    "dtype",
+)
+"""The spec attributes a run cannot be built without; the others default as in reference_ppo's GRPOConfig."""
+
+
+def toy_reward(completion_ids: list[list[int]], **kwargs) -> list[float]:
+    """The number of completion tokens whose id is a multiple of 3 (EOS excluded): deterministic, uneven in a group."""
+    return [float(sum(1 for t in ids if t % 3 == 0 and t > 2)) for ids in completion_ids]
+
+
+def _import_trl(module: str | None = None):
+    """The GRPO trainer module (TRL's own, or `module`), or HarnessConfigError."""
+    name = module or TRL_MODULE
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = importlib.import_module(name)
+    except ImportError as exc:  # trl missing (or `requests`, which its import needs), or no such module
+        if module is None:
+            raise HarnessConfigError(f"{_MISSING} ({exc})") from exc
+        raise HarnessConfigError(f"trl-grpo target: cannot import {module!r} ({exc})") from exc
+    missing = [n for n in MODULE_NAMES if not callable(getattr(trainer, n, None))]
+    if missing:
+        raise HarnessConfigError(
+            f"trl-grpo target: module {name!r} has no {', '.join(missing)} (it needs the names of {TRL_MODULE})"
+        )
+    return trainer
+
+
+def _spec_value(spec, name: str, default: Any = None) -> Any:
+    return getattr(spec, name, default)
+
+
+def _trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """TRL GRPOConfig keyword arguments for `spec` (HarnessConfigError naming a field the spec lacks)."""
+    lacking = [name for name in SPEC_FIELDS if not hasattr(spec, name)]
+    if lacking:
+        raise HarnessConfigError(f"trl-grpo target: the run spec has no {', '.join(lacking)}")
+    epsilon_low = _spec_value(spec, "epsilon_low", _spec_value(spec, "epsilon", 0.2))
+    max_grad_norm = _spec_value(spec, "max_grad_norm")
+    reward_weights = _spec_value(spec, "reward_weights")
+    args = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec.per_device_train_batch_size,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        steps_per_generation=spec.steps_per_generation or spec.gradient_accumulation_steps,
+        num_generations=spec.num_generations,
+        num_iterations=spec.num_iterations,
+        max_steps=spec.max_steps,
+        logging_steps=spec.logging_steps,
+        learning_rate=spec.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        weight_decay=0.0,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.temperature,
+        loss_type=spec.loss_type,
+        beta=spec.beta,
+        use_bias_correction_kl=_spec_value(spec, "use_bias_correction_kl", True),
+        epsilon=epsilon_low,
+        epsilon_high=_spec_value(spec, "epsilon_high", epsilon_low),
+        delta=_spec_value(spec, "delta"),
+        scale_rewards=_spec_value(spec, "scale_rewards", "group"),
+        reward_weights=list(reward_weights) if reward_weights is not None else None,
+        max_grad_norm=max_grad_norm if max_grad_norm is not None else 0.0,  # 0: no clipping
+        seed=spec.seed,
+        data_seed=spec.seed,
+        model_init_kwargs={"dtype": spec.dtype},  # the reference model TRL rebuilds when beta != 0
+        use_vllm=False,
+        use_cpu=spec.device == "cpu",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        disable_dropout=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="steps",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+        push_to_hub=False,
+    )
+    args.update(extra)
+    return args
+
+
+def _prompt_count(spec, generations_per_epoch: int) -> int:
+    """Prompts in the dataset: `generations_per_epoch` generation batches (each rank's share, every rank)."""
+    steps_per_generation = spec.steps_per_generation or spec.gradient_accumulation_steps
+    completions = spec.per_device_train_batch_size * steps_per_generation * _world_size()
+    if completions % spec.num_generations:
+        raise HarnessConfigError(
+            f"trl-grpo target: a generation batch of {completions} completions is not a whole number of "
+            f"groups of num_generations={spec.num_generations}"
+        )
+    return generations_per_epoch * completions // spec.num_generations
+
+
+def _world_size() -> int:
+    """Processes launched for this run (torchrun / accelerate launch set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _copy(value: torch.Tensor | None) -> torch.Tensor | None:
+    return None if value is None else value.detach().to("cpu", torch.float64, copy=True)
+
+
+@dataclass
+class _Recorder:
+    """Wraps a trainer's `_compute_loss` and `_get_per_token_logps_and_entropies` to keep their inputs and outputs."""
+
+    trainer: Any
+    sink: list[dict[str, Any]]
+    generations: int = 0
+    _inside_loss: bool = False
+    _seen: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+
+    def install(self) -> None:
+        compute_loss = self.trainer._compute_loss
+        logps_and_entropies = self.trainer._get_per_token_logps_and_entropies
+        generate = self.trainer._generate_and_score_completions
+
+        def recorded_generate(inputs):
+            if self.trainer.model.training:
+                self.generations += 1
+            return generate(inputs)
+
+        def recorded_logps(*args, **kwargs):
+            out = logps_and_entropies(*args, **kwargs)
+            if self._inside_loss:
+                self._seen.append((_copy(out[0]), _copy(out[1])))
+            return out
+
+        def recorded_loss(model, inputs):
+            self._inside_loss, self._seen = True, []
+            try:
+                loss = compute_loss(model, inputs)
+            finally:
+                self._inside_loss = False
+            if self.trainer.model.training:
+                self._keep(inputs)
+            return loss
+
+        self.trainer._generate_and_score_completions = recorded_generate
+        self.trainer._get_per_token_logps_and_entropies = recorded_logps
+        self.trainer._compute_loss = recorded_loss
+
+    def _keep(self, inputs: dict[str, Any]) -> None:
+        if len(self._seen) != 1:
+            raise RuntimeError(f"TRL's loss computed log-probs {len(self._seen)} times in one micro-batch, not once")
+        logps, entropies = self._seen[0]
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        self.sink.append(
+            {
+                "generation": self.generations - 1,
+                "window": int(self.trainer.state.global_step),
+                "rank": int(self.trainer.accelerator.process_index),
+                "completion_mask": mask.detach().to("cpu").bool(),
+                "logps": logps,
+                "old_logps": _copy(inputs.get("old_per_token_logps")),
+                "ref_logps": _copy(inputs.get("ref_per_token_logps")),
+                "advantages": _copy(inputs["advantages"]),
+                "entropies": entropies,
+            }
+        )
+
+
+@dataclass
+class TrlGRPORun:
+    """One TRL GRPO run, ready to `train()` once."""
+
+    module: types.ModuleType
+    optimizer: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    pad_token_id: int
+    stop_token_id: int
+    trainer: Any
+    spec: Any
+    loss_inputs: list[dict[str, Any]] = field(default_factory=list)
+    _metrics: list[dict[str, float]] = field(default_factory=list)
+    _workdir: tempfile.TemporaryDirectory | None = None
+    _trained: bool = False
+
+    def train(self) -> list[dict[str, float]]:
+        """Run `max_steps` optimizer steps; one dict of TRL's logged metrics per log, with TRL's names."""
+        if self._trained:
+            raise RuntimeError("a TrlGRPORun trains once; build a new one with build(spec)")
+        self._trained = True
+        try:
+            with _quiet():
+                self.trainer.train()
+        finally:
+            if self._workdir is not None:
+                self._workdir.cleanup()
+                self._workdir = None
+        return [dict(m) for m in self._metrics]
+
+
+def _metrics_callback(sink: list[dict[str, float]]):
+    from transformers import TrainerCallback
+
+    class _Capture(TrainerCallback):
+        """Keeps the numeric entries of each training `log` call (not the final summary with `train_runtime`)."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "train_runtime" not in logs:
+                sink.append({k: float(v) for k, v in logs.items() if isinstance(v, int | float)})
+
+    return _Capture()
+
+
+def build_for(module: str) -> Callable[[Any], TrlGRPORun]:
+    """The target of `trl-grpo:MODULE`: this adapter on `module` instead of TRL's installed GRPO trainer."""
+
+    def trl_module_build(spec) -> TrlGRPORun:
+        return build(spec, module=module)
+
+    trl_module_build.module = module
+    return trl_module_build
+
+
+def build(
+    spec, module: str | None = None, extra: dict[str, Any] | None = None, generations_per_epoch: int = 1
+) -> TrlGRPORun:
+    """TRL's GRPOTrainer (or `module`'s) for `spec` on the toy world.
+
+    `extra`: more TRL GRPOConfig settings (e.g. `entropy_coef`, with which TRL logs `policy_loss`).
+    `generations_per_epoch`: generation batches in the prompt dataset. With 1 (the default) every epoch of
+    TRL's loop is one generation, so the last accumulation window of a generation is short when
+    `steps_per_generation * num_iterations` is not a multiple of `gradient_accumulation_steps` (as in
+    the reference trainer); with more, TRL's one step counter lets a window hold micro-batches of two
+    generations (docs/trl-grpo.md).
+    """
+    grpo_trainer = _import_trl(module)
+    import transformers
+    from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from harness.targets.toy import toy_world
+    from reference_ppo.toy import add_pad_bias
+
+    stop = _spec_value(spec, "stop_token_id")
+    world_spec = types.SimpleNamespace(
+        seed=spec.seed,
+        device=spec.device,
+        dtype=spec.dtype,
+        vocab_size=VOCAB_SIZE,
+        prompt_length=PROMPT_LENGTH,
+        num_prompts=_prompt_count(spec, generations_per_epoch),
+        pad_logit_bias=0.0,
+    )
+    transformers.set_seed(spec.seed)
+    world = toy_world(world_spec)  # validates device and dtype
+    if stop is not None and stop != world.stop_token_id:
+        raise HarnessConfigError(
+            f"trl-grpo target: TRL stops completions at the tokenizer's EOS ({world.stop_token_id}), not {stop}"
+        )
+    for model in (world.policy, world.ref_policy):
+        add_pad_bias(model, world.stop_token_id, EOS_LOGIT_BIAS)
+    prompts = [" ".join(f"w{t}" for t in row) for row in world.prompts.tolist()]
+    dataset = Dataset.from_dict({"prompt": prompts})
+
+    workdir = tempfile.TemporaryDirectory(prefix="grpo-harness-trl-", ignore_cleanup_errors=True)
+    with _quiet(), contextlib.redirect_stderr(io.StringIO()):  # progress bars of saving and loading weights
+        if spec.beta != 0:
+            # TRL rebuilds its reference model from the policy's `_name_or_path`: point it at the toy world's
+            # independent reference (its EOS bias is added again below: from_pretrained drops it).
+            reference_dir = os.path.join(workdir.name, "reference")
+            world.ref_policy.save_pretrained(reference_dir)
+            world.policy.config._name_or_path = reference_dir
+        config = grpo_trainer.GRPOConfig(**_trl_args(spec, workdir.name, dict(extra or {})))
+        trainer = grpo_trainer.GRPOTrainer(
+            model=world.policy,
+            reward_funcs=toy_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=world.tokenizer,
+        )
+    if trainer.ref_model is not None:
+        add_pad_bias(trainer.accelerator.unwrap_model(trainer.ref_model), world.stop_token_id, EOS_LOGIT_BIAS)
+    for noisy in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(noisy)
+    metrics: list[dict[str, float]] = []
+    trainer.add_callback(_metrics_callback(metrics))
+
+    loss_inputs: list[dict[str, Any]] = []
+    _Recorder(trainer, loss_inputs).install()
+
+    trainer.create_optimizer_and_scheduler(num_training_steps=spec.max_steps)
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return TrlGRPORun(
+        module=grpo_trainer,
+        optimizer=optimizer,
+        params=params,
+        pad_token_id=world.pad_token_id,
+        stop_token_id=world.stop_token_id,
+        trainer=trainer,
+        spec=spec,
+        loss_inputs=loss_inputs,
+        _metrics=metrics,
+        _workdir=workdir,
+    )
