@@ -275,7 +275,9 @@ def _metrics_callback(sink: list[dict[str, float]]):
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "train_runtime" not in logs:
-                sink.append({k: float(v) for k, v in logs.items() if isinstance(v, int | float)})
+                entry = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                entry["step"] = float(state.global_step)  # optimizer steps so far, as the reference logs it
+                sink.append(entry)
 
     return _Capture()
 
