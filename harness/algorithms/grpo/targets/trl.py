@@ -51,22 +51,9 @@ EOS_LOGIT_BIAS = 2.0
 """Added to the EOS logit of the policy and the reference: completions of 8 tokens end at uneven lengths
 (about one token in five is EOS), and some run to the limit (truncated)."""
 
-SPEC_FIELDS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "steps_per_generation",
-    "num_generations",
-    "num_iterations",
-    "max_steps",
-    "logging_steps",
-    "learning_rate",
-    "max_completion_length",
-    "temperature",
-    "loss_type",
-    "beta",
-    "seed",
-    "device",
-    "dtype",
+SPEC_FIELDS = tuple(
+    "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
+    "max_steps logging_steps learning_rate max_completion_length temperature loss_type beta seed device dtype".split()
 )
 """The spec attributes a run cannot be built without; the others default as in reference_ppo's GRPOConfig."""
 
