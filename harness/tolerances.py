@@ -88,6 +88,9 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # that. A clip indicator is 0 or 1: one token on the wrong side (away from the edge, see signal.py) fails.
     "per_token/pg_loss": ((1e-9, 0.0, 1e-6), (1e-6, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
     "per_token/pg_clipfrac": ((0.5, 0.0), (0.5, 0.0), (0.5, 0.0)),
+    # not a logged metric: the largest |dL/dlogp_new recorded - formula| per token (scale: mean |formula| over R).
+    # MEASURED_LOGP_GRAD
+    "gradient/logp": ((0.0, 0.0, 1e-6), (0.0, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
 }
 
 TABLE: dict[str, dict[str, Tolerance]] = {

@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 28))
+PPO_CLASSES = (*range(1, 16), *range(20, 30))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -465,6 +465,40 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="every statistic is pooled right; the advantages it pools are not",
+    ),
+    Mutant(
+        id="c28_loss_over_batch_tokens",
+        bug_class=28,
+        title="the minibatch loss divided by the token count of the whole rollout batch, not of the minibatch",
+        source="no public report; the normaliser of class 14 taken over the wrong set of rows",
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "        counts = torch.stack([ro.response_mask[rows].sum(), ro.value_mask[rows].sum()]).double()\n",
+                "        counts = torch.stack([ro.response_mask.sum(), ro.value_mask.sum()]).double()\n",
+            ),
+        ),
+        notes=(
+            "every gradient is about 1 / num_mini_batches of the right one, whatever the cut: gradient_partition "
+            "passes, the statistics pass; dL/dlogp against the formula does not"
+        ),
+    ),
+    Mutant(
+        id="c29_loss_over_accumulation_steps",
+        bug_class=29,
+        title="the minibatch token-mean loss divided by gradient_accumulation_steps again before backward",
+        source=(
+            "no public report found; accelerate's Accelerator.backward already divides the loss by its "
+            "gradient_accumulation_steps, so a trainer that divides too scales it twice"
+        ),
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "        self.accelerator.backward(loss)\n",
+                "        self.accelerator.backward(loss / cfg.gradient_accumulation_steps)\n",
+            ),
+        ),
+        notes="a loss already averaged over the minibatch's tokens is scaled down once more",
     ),
 )
 

@@ -14,7 +14,7 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from . import signal
+from . import gradients, signal
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
@@ -113,6 +113,34 @@ def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> C
         logged, expected = signal.expectations(update, obs.spec.cliprange, obs.spec.dtype)
         where = f"update {update.index + 1}"
         check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+    return check.finish()
+
+
+LOGP_GRADIENT_RUNS = {"lr0_uneven": (4, 3), "lr0_even": (2, 6), "uneven_split": None}
+"""The runs whose dL/dlogp is checked: the LR-0 cuts 4+2 and 2+2+2 (gradient_partition's runs), and the
+uneven split at LR 1e-3 over two epochs (ratios off 1, some clipped)."""
+
+
+def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """dL/dlogp_new of every token of every micro-batch equals the formula: -A * rho / N_R(minibatch) where the
+    unclipped branch is live, else 0 (docs/metrics.md, "The update"); independent of the cut."""
+    check, cut = Check(case.id), LOGP_GRADIENT_RUNS[case.param("run")]
+    if cut is None:
+        spec = spec_for(UNEVEN, run).with_(num_ppo_epochs=2)
+    else:
+        spec = spec_for(LR0, run).with_(name="gradient_partition", per_device_train_batch_size=cut[0],
+                                        gradient_accumulation_steps=cut[1])  # fmt: skip
+    obs = cache.get(spec)
+    view = require_view(obs, check)
+    if view is None:
+        return check.finish()
+    per_minibatch = Geometry.of(obs.spec).per_pass
+    for update in view.updates:
+        logged, expected, note = gradients.expectation(update, per_minibatch, obs.spec.cliprange, obs.spec.dtype)
+        where = f"{obs.spec.split_label} update {update.index + 1}"
+        check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+        if note and check.failed:
+            check.note(note)
     return check.finish()
 
 
@@ -281,6 +309,12 @@ SCENARIOS = (
         every_microbatch_applied,
         (("epochs", (2,)),),
         "each backward reaches a step of its own update; .grad is exactly its micro-batches'",
+    ),  # fmt: skip
+    Scenario(
+        "logp_gradient",
+        logp_gradient,
+        (("run", tuple(LOGP_GRADIENT_RUNS)),),
+        "dL/dlogp_new per token == -A * rho / N_R(minibatch) on the live branch, 0 elsewhere",
     ),  # fmt: skip
     Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),

@@ -1,0 +1,106 @@
+"""The gradient of the loss at the new log-probs, against the formula of docs/metrics.md ("The update").
+
+The loss of a minibatch m is (1 / N_R(m)) * sum over R of max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps))
+plus the value term, N_R(m) the response tokens of the whole minibatch (all its micro-batches). Its
+derivative at logp_new of a token t (rho = exp(logp_new - logp_old), so d rho / d logp_new = rho) is
+
+    -A_t * rho_t / N_R(m)   on R, where rho_t lies inside [1 - eps, 1 + eps] (both branches are one function
+                            there) or the unclipped branch is strictly the larger,
+    0                       where the clipped branch is strictly the larger (it is flat in rho), and outside R.
+
+The value term does not depend on logp_new. The spy records dL/dlogp_new per token (a hook on the tensor
+`selective_log_softmax` returned in each micro-batch); the oracle recomputes the above in float64 from the
+records, A whitened as in `signal.py`. Unlike a comparison of two cuts, the formula does not move with the
+cut: a normaliser off by the same factor everywhere, a mean of micro-batch means, a loss divided by the
+accumulation steps all show. Tokens within CLIP_MARGIN of the clip edges may round to either side in the
+trainer's dtype: not compared. One process: on more, data parallelism averages the ranks' gradients and each
+rank's own dL/dlogp is world / N_R(global) times the above; `verify-dist` is left to compare those.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.errors import NotRecomputable
+from harness.oracle.expectation import Expectation
+
+from .signal import CLIP_MARGIN, advantages, near_the_clip
+from .view import MicroBatchView, UpdateView
+
+METRIC = "gradient/logp"
+
+
+def minibatches(update: UpdateView, per_minibatch: int) -> list[tuple[MicroBatchView, ...]]:
+    """The update's micro-batches, in the order they ran, grouped `per_minibatch` to an optimizer step."""
+    micro = update.micro_batches
+    if per_minibatch < 1 or len(micro) % per_minibatch:
+        raise NotRecomputable(
+            f"update {update.index + 1}: {len(micro)} micro-batches do not make minibatches of {per_minibatch}"
+        )
+    return [tuple(micro[i : i + per_minibatch]) for i in range(0, len(micro), per_minibatch)]
+
+
+def logp_gradient(a: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor, eps: float, count: int) -> torch.Tensor:
+    """d(minibatch policy loss) / d(logp_new) per token, float64: the formula of the module docstring."""
+    ratio = log_ratio.exp()
+    inside = (ratio >= 1 - eps) & (ratio <= 1 + eps)
+    unclipped_wins = -a * ratio > -a * ratio.clamp(1 - eps, 1 + eps)
+    live = mask & (inside | unclipped_wins)
+    return torch.where(live, -a * ratio / max(count, 1), torch.zeros_like(a))
+
+
+def recorded(micro: MicroBatchView) -> torch.Tensor:
+    """The recorded dL/dlogp_new of a micro-batch; NotRecomputable when no backward pass reached it."""
+    grad = micro.record.grad
+    if grad is None:
+        raise NotRecomputable(
+            f"{micro.where}: no gradient reached the log-probs selective_log_softmax returned (the loss was "
+            "not built from them, or they did not require grad)"
+        )
+    if grad.shape != micro.record.logprobs.shape:
+        raise NotRecomputable(f"{micro.where}: gradient {tuple(grad.shape)} for log-probs {tuple(micro.record.logprobs.shape)}")
+    return grad
+
+
+def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str) -> tuple[float, float, list[float]]:
+    """(largest |recorded - formula| over the compared tokens, mean |formula| over R, per-micro-batch factor
+    <recorded, formula> / <formula, formula>); NotRecomputable when the records do not show it."""
+    a = advantages(update)
+    largest, size, tokens, factors = 0.0, 0.0, 0, []
+    margin = CLIP_MARGIN.get(dtype, 1e-5)
+    for group in minibatches(update, per_minibatch):
+        count = sum(int(micro.response_mask.sum()) for micro in group)
+        for micro in group:
+            if micro.rollout_rows is None:
+                raise NotRecomputable(f"{micro.where}: {micro.old_problem}")
+            log_ratio, r = micro.log_ratio(), micro.response_mask
+            want = logp_gradient(a[micro.rollout_rows], log_ratio, r, cliprange, count)
+            got = recorded(micro)
+            compared = ~(r & near_the_clip(log_ratio, cliprange, margin))
+            largest = max(largest, float(torch.where(compared, (got - want).abs(), torch.zeros_like(want)).max()))
+            size += float(want.abs().sum())
+            tokens += int(r.sum())
+            norm = float((want * want).sum())
+            factors.append(float((got * want).sum()) / norm if norm > 0 else float("nan"))
+    return largest, size / max(tokens, 1), factors
+
+
+def factor_note(factors: list[float]) -> str:
+    """What a failure looks like as factors: one common factor, or one per micro-batch."""
+    finite = [f for f in factors if f == f]
+    if not finite:
+        return ""
+    listed = ", ".join(f"{f:.4g}" for f in finite)
+    if max(finite) - min(finite) <= 1e-3 * max(abs(f) for f in finite):
+        return f"the recorded dL/dlogp is {finite[0]:.4g} times the formula's in every micro-batch (a common factor)"
+    return f"recorded dL/dlogp over the formula's, per micro-batch: {listed} (the weights depend on the cut)"
+
+
+def expectation(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str
+                ) -> tuple[dict[str, float], dict[str, Expectation], str]:  # fmt: skip
+    """(the largest gap, as if logged; an Expectation of 0 with its scale; a note on the factors) for compare."""
+    try:
+        largest, scale, factors = gaps(update, per_minibatch, cliprange, dtype)
+    except NotRecomputable as why:
+        return {METRIC: 0.0}, {METRIC: Expectation.unknown(METRIC, str(why))}, ""
+    return {METRIC: largest}, {METRIC: Expectation(METRIC, 0.0, scale=scale)}, factor_note(factors)
