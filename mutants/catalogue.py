@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 30))
+PPO_CLASSES = (*range(1, 16), *range(20, 31))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -499,6 +499,22 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="a loss already averaged over the minibatch's tokens is scaled down once more",
+    ),
+    Mutant(
+        id="c30_value_loss_response_weighted",
+        bug_class=30,
+        title="each micro-batch's value loss weighted by its share of the response tokens, not of the value tokens",
+        source="no public report; the mask mix-up of class 6 (trl PR 7041), in the loss instead of the statistics",
+        killed_by=("gradient_decomposition",),
+        patch=(
+            replace(
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() "
+                "/ n_value)\n",
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * r_mask.sum() "
+                "/ n_response)\n",
+            ),
+        ),
+        notes="the logged statistics and dL/dlogp are right; only the value model's gradient is weighted wrong",
     ),
 )
 

@@ -9,12 +9,13 @@ any PPO target runs them. Check ids come from `Scenario.cases()`.
 from __future__ import annotations
 
 from harness.compare import compare
+from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from . import gradients, signal
+from . import decomposition, gradients, signal
 from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
@@ -144,6 +145,51 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
     return check.finish()
 
 
+def single_steps(obs, check: Check) -> list | None:
+    """The step gradients of a run whose every minibatch is one micro-batch, or None after failing the check."""
+    steps = obs.ran.grads.steps
+    if any(len(step.backward_ids) != 1 for step in steps):
+        check.fail(f"{obs.spec.split_label}: a step applied other than one backward pass")
+        return None
+    return [step.grad for step in steps]
+
+
+def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At LR 0, each step's gradient is sum_i (n_R,i / N_R) g_i^pg + vf_coef * sum_i (n_V,i / N_V) g_i^vf, the g_i
+    measured as steps of their own (same rows as minibatches of one micro-batch); see decomposition.py."""
+    check = Check(case.id)
+    base = spec_for(LR0, run).with_(name="gradient_decomposition", per_device_train_batch_size=decomposition.ROWS,
+                                    gradient_accumulation_steps=LR0.local_batch_size // decomposition.ROWS)  # fmt: skip
+    a = cache.get(base.with_(vf_coef=1.0))
+    singles = [cache.get(base.with_(num_mini_batches=base.gradient_accumulation_steps, vf_coef=c)) for c in (0.0, 1.0)]
+    views = [require_view(obs, check) for obs in (a, *singles)]
+    if any(v is None for v in views):
+        return check.finish()
+    try:
+        counts = decomposition.same_rows(views[0].updates[0], views[1].updates[0])
+        decomposition.same_rows(views[0].updates[0], views[2].updates[0])
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    policy, both = single_steps(singles[0], check), single_steps(singles[1], check)
+    if policy is None or both is None:
+        return check.finish()
+    try:
+        value = [g - p for g, p in zip(both, policy)]
+        want = decomposition.expected_steps(counts, policy, value, Geometry.of(a.spec).per_pass)
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    steps = a.ran.grads.steps
+    if len(steps) != len(want):
+        check.fail(f"{a.spec.split_label}: {len(steps)} optimizer steps, expected {len(want)}")
+        return check.finish()
+    gaps = [(f"{a.spec.split_label} step {k + 1}", decomposition.relative_gap(step.grad, w))
+            for k, (step, w) in enumerate(zip(steps, want))]  # fmt: skip
+    largest_gap(check, gaps, run.dtype, "gradient/decomposition")
+    return check.finish()
+
+
 def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """At learning rate 0: val/ratio == 1, val/ratio_var == 0, approxkl == 0, clipfrac == 0. No spy needed."""
     check = Check(case.id)
@@ -154,11 +200,12 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     return check.finish()
 
 
-def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str) -> None:
-    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it)."""
+def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str, metric: str = "gradient") -> None:
+    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it;
+    a NaN gap fails too)."""
     if gaps:
-        where, gap = max(gaps, key=lambda item: item[1])
-        check.absorb(compare({"gradient": gap}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
+        where, gap = max(gaps, key=lambda item: item[1] if item[1] == item[1] else float("inf"))
+        check.absorb(compare({metric: gap}, {metric: 0.0}, dtype, kind="gradient", where=where))
 
 
 def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -315,6 +362,12 @@ SCENARIOS = (
         logp_gradient,
         (("run", tuple(LOGP_GRADIENT_RUNS)),),
         "dL/dlogp_new per token == -A * rho / N_R(minibatch) on the live branch, 0 elsewhere",
+    ),  # fmt: skip
+    Scenario(
+        "gradient_decomposition",
+        gradient_decomposition,
+        (),
+        "LR 0: a step's gradient == its micro-batches' own, weighted by their R and V token counts",
     ),  # fmt: skip
     Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),
