@@ -58,7 +58,8 @@ def recorded(micro: MicroBatchView) -> torch.Tensor:
             "not built from them, or they did not require grad)"
         )
     if grad.shape != micro.record.logprobs.shape:
-        raise NotRecomputable(f"{micro.where}: gradient {tuple(grad.shape)} for log-probs {tuple(micro.record.logprobs.shape)}")
+        shapes = f"gradient {tuple(grad.shape)} for log-probs {tuple(micro.record.logprobs.shape)}"
+        raise NotRecomputable(f"{micro.where}: {shapes}")
     return grad
 
 
