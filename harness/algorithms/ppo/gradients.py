@@ -63,9 +63,13 @@ def recorded(micro: MicroBatchView) -> torch.Tensor:
     return grad
 
 
-def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str) -> tuple[float, float, list[float]]:
-    """(largest |recorded - formula| over the compared tokens, mean |formula| over R, per-micro-batch factor
-    <recorded, formula> / <formula, formula>); NotRecomputable when the records do not show it."""
+Factor = tuple[float, int, int]
+"""(<recorded, formula> / <formula, formula>, n_R of the micro-batch, N_R of its minibatch)."""
+
+
+def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str) -> tuple[float, float, list[Factor]]:
+    """(largest |recorded - formula| over the compared tokens, mean |formula| over R, per-micro-batch factors);
+    NotRecomputable when the records do not show it."""
     a = advantages(update)
     largest, size, tokens, factors = 0.0, 0.0, 0, []
     margin = CLIP_MARGIN.get(dtype, 1e-5)
@@ -82,19 +86,31 @@ def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str) -
             size += float(want.abs().sum())
             tokens += int(r.sum())
             norm = float((want * want).sum())
-            factors.append(float((got * want).sum()) / norm if norm > 0 else float("nan"))
+            factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(r.sum()), count))
     return largest, size / max(tokens, 1), factors
 
 
-def factor_note(factors: list[float]) -> str:
-    """What a failure looks like as factors: one common factor, or one per micro-batch."""
-    finite = [f for f in factors if f == f]
+def _same(values: list[float]) -> bool:
+    return bool(values) and max(values) - min(values) <= 1e-3 * max(abs(v) for v in values)
+
+
+def factor_note(factors: list[Factor]) -> str:
+    """What a failure looks like as factors: one common factor; each micro-batch's own token mean times one
+    factor (a mean of micro-batch means); or neither, the factors listed."""
+    finite = [(f, n, total) for f, n, total in factors if f == f and n > 0]
     if not finite:
         return ""
-    listed = ", ".join(f"{f:.4g}" for f in finite)
-    if max(finite) - min(finite) <= 1e-3 * max(abs(f) for f in finite):
-        return f"the recorded dL/dlogp is {finite[0]:.4g} times the formula's in every micro-batch (a common factor)"
-    return f"recorded dL/dlogp over the formula's, per micro-batch: {listed} (the weights depend on the cut)"
+    ratios = [f for f, _, _ in finite]
+    if _same(ratios):
+        return f"the recorded dL/dlogp is {ratios[0]:.4g} times the formula's in every micro-batch (a common factor)"
+    own = [f * n / total for f, n, total in finite]
+    if _same(own):
+        return (
+            f"the recorded dL/dlogp is {own[0]:.4g} (1/{1 / own[0]:.4g}) times each micro-batch's own token mean's, "
+            "not the minibatch's: a mean of micro-batch means"
+        )
+    listed = ", ".join(f"{f:.4g}" for f in ratios)
+    return f"recorded dL/dlogp over the formula's, per micro-batch: {listed}"
 
 
 def expectation(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str
