@@ -67,20 +67,31 @@ Factor = tuple[float, int, int]
 """(<recorded, formula> / <formula, formula>, n_R of the micro-batch, N_R of its minibatch)."""
 
 
-def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str) -> tuple[float, float, list[Factor]]:
+def minibatch_counts(update: UpdateView, per_minibatch: int) -> list[int]:
+    """N_R of each minibatch of the update, from the oracle's masks."""
+    return [sum(int(micro.response_mask.sum()) for micro in group) for group in minibatches(update, per_minibatch)]
+
+
+def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str, counts: list[int] | None = None,
+         reduced: float = 1.0) -> tuple[float, float, list[Factor]]:  # fmt: skip
     """(largest |recorded - formula| over the compared tokens, mean |formula| over R, per-micro-batch factors);
-    NotRecomputable when the records do not show it."""
+    NotRecomputable when the records do not show it. `counts`: N_R of each minibatch over every process (by
+    default this update's own); `reduced`: what the reduction across processes multiplies each process's
+    gradient by (1 alone; 1 / world where data parallelism averages), applied to the recorded gradient."""
     a = advantages(update)
     largest, size, tokens, factors = 0.0, 0.0, 0, []
     margin = CLIP_MARGIN.get(dtype, 1e-5)
-    for group in minibatches(update, per_minibatch):
-        count = sum(int(micro.response_mask.sum()) for micro in group)
+    groups = minibatches(update, per_minibatch)
+    counts = minibatch_counts(update, per_minibatch) if counts is None else counts
+    if len(counts) != len(groups):
+        raise NotRecomputable(f"update {update.index + 1}: {len(groups)} minibatches, {len(counts)} counts")
+    for group, count in zip(groups, counts):
         for micro in group:
             if micro.rollout_rows is None:
                 raise NotRecomputable(f"{micro.where}: {micro.old_problem}")
             log_ratio, r = micro.log_ratio(), micro.response_mask
             want = logp_gradient(a[micro.rollout_rows], log_ratio, r, cliprange, count)
-            got = recorded(micro)
+            got = reduced * recorded(micro)
             compared = ~(r & near_the_clip(log_ratio, cliprange, margin))
             largest = max(largest, float(torch.where(compared, (got - want).abs(), torch.zeros_like(want)).max()))
             size += float(want.abs().sum())
