@@ -132,5 +132,6 @@ def test_a_micro_batch_no_backward_reached_is_not_recomputable():
     micro = types.SimpleNamespace(where="update 0 micro-batch 0", record=types.SimpleNamespace(grad=None))
     with pytest.raises(NotRecomputable, match="no gradient reached the log-probs"):
         gradients.recorded(micro)
-    expected = gradients.expectation(types.SimpleNamespace(rollout=None, rollout_problem="no rollout"), 1, EPS, "float32")
+    nothing = types.SimpleNamespace(rollout=None, rollout_problem="no rollout")
+    expected = gradients.expectation(nothing, 1, EPS, "float32")
     assert expected[1][gradients.METRIC].value is None and "no rollout" in expected[1][gradients.METRIC].reason
