@@ -13,6 +13,8 @@ minibatch of 6 rows into micro-batches of 2 with accumulation; run (b) takes the
 with vf_coef = 1, subtracting the vf_coef = 0 step leaves g_i^vf. The four runs check the policy and the
 value weights each. The counts come from the oracle's masks of the recorded responses, the row sets from
 the row pairing: (a) and (b) must have seen the same rows in the same micro-batches, or nothing is compared.
+Both sides are the sums of the backward passes' gradients before the step (what the loss says): clipping
+to max_grad_norm, which rescales them, is every_microbatch_applied's to check.
 """
 
 from __future__ import annotations

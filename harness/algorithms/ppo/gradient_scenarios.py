@@ -152,7 +152,7 @@ def single_steps(obs, check: Check) -> list | None:
     if any(len(step.backward_ids) != 1 for step in steps):
         check.fail(f"{obs.spec.split_label}: a step applied other than one backward pass")
         return None
-    return [step.grad for step in steps]
+    return [step.local_grad for step in steps]
 
 
 def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -185,7 +185,7 @@ def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Cas
     if len(steps) != len(want):
         check.fail(f"{a.spec.split_label}: {len(steps)} optimizer steps, expected {len(want)}")
         return check.finish()
-    gaps = [(f"{a.spec.split_label} step {k + 1}", decomposition.relative_gap(step.grad, w))
+    gaps = [(f"{a.spec.split_label} step {k + 1}", decomposition.relative_gap(step.local_grad, w))
             for k, (step, w) in enumerate(zip(steps, want))]  # fmt: skip
     largest_gap(check, gaps, run.dtype, "gradient/decomposition")
     return check.finish()
