@@ -150,7 +150,7 @@ def single_steps(obs, check: Check) -> list | None:
     """The step gradients of a run whose every minibatch is one micro-batch, or None after failing the check."""
     steps = obs.ran.grads.steps
     if any(len(step.backward_ids) != 1 for step in steps):
-        check.fail(f"{obs.spec.split_label}: a step applied other than one backward pass")
+        check.fail(f"{obs.spec.split_label} vf_coef={obs.spec.vf_coef:g}: a step applied other than one backward pass")
         return None
     return [step.local_grad for step in steps]
 
