@@ -587,7 +587,7 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 23
+    assert len(ids) == 29
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}
@@ -598,6 +598,10 @@ def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     assert by_id["c15_global_accumulation_counter"]["named_failed"] == ["every_microbatch_applied[epochs=2]"]
     clipped = "settings_sweep[settings=clipped,check=every_microbatch_applied]"
     assert by_id["c23_clipped_every_microbatch"]["named_failed"] == [clipped]
+    # a common factor: the cuts agree with each other, only the formula sees it
+    assert "gradient_partition" not in by_id["c28_loss_over_batch_tokens"]["named_failed"]
+    for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch"):
+        assert by_id[dist]["named_failed"] == ["logp_gradient[ranks=2]"], by_id[dist]
     assert code == 0
 
 
