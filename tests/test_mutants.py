@@ -598,8 +598,6 @@ def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     assert by_id["c15_global_accumulation_counter"]["named_failed"] == ["every_microbatch_applied[epochs=2]"]
     clipped = "settings_sweep[settings=clipped,check=every_microbatch_applied]"
     assert by_id["c23_clipped_every_microbatch"]["named_failed"] == [clipped]
-    # a common factor: the cuts agree with each other, only the formula sees it
-    assert "gradient_partition" not in by_id["c28_loss_over_batch_tokens"]["named_failed"]
     for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch"):
         assert by_id[dist]["named_failed"] == ["logp_gradient[ranks=2]"], by_id[dist]
     assert code == 0
