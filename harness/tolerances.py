@@ -88,6 +88,17 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # that. A clip indicator is 0 or 1: one token on the wrong side (away from the edge, see signal.py) fails.
     "per_token/pg_loss": ((1e-9, 0.0, 1e-6), (1e-6, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
     "per_token/pg_clipfrac": ((0.5, 0.0), (0.5, 0.0), (0.5, 0.0)),
+    # not a logged metric: the largest |dL/dlogp_new recorded - formula| per token (scale: mean |formula| over R).
+    # Measured on the reference (LR-0 cuts 4+2 and 2+2+2, the uneven split over 2 epochs, seed 0): 5e-7 of the
+    # scale at float32, 5e-16 at float64; float32's row is twenty times that, float64 keeps the float32 allowance
+    # of the table's other rows (trainers take log_softmax in float32 even in float64 runs). bfloat16 as the
+    # per-token loss. A normaliser off by any factor is off by (factor - 1) times the scale.
+    "gradient/logp": ((0.0, 0.0, 1e-6), (0.0, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
+    # not a logged metric: max |step gradient - token-weighted combination of its micro-batches' own gradients|
+    # / max |combination| (decomposition.py). Measured on the reference, seeds 0-2: at most 4.8e-7 at float32 and
+    # 1.1e-7 at float64 (the reference's log_softmax runs in float32, and its backward rounds the 1/N_R and 1/n_R,i
+    # scaled upstream gradients differently); about ten to twenty times that. bfloat16 as "gradient".
+    "gradient/decomposition": ((1e-6, 0.0), (1e-5, 0.0), (2e-2, 2e-2)),
 }
 
 TABLE: dict[str, dict[str, Tolerance]] = {

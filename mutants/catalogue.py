@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 28))
+PPO_CLASSES = (*range(1, 16), *range(20, 34))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -465,6 +465,105 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="every statistic is pooled right; the advantages it pools are not",
+    ),
+    Mutant(
+        id="c28_loss_over_batch_tokens",
+        bug_class=28,
+        title="the minibatch loss divided by the token count of the whole rollout batch, not of the minibatch",
+        source="no public report; the normaliser of class 14 taken over the wrong set of rows",
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "        counts = torch.stack([ro.response_mask[rows].sum(), ro.value_mask[rows].sum()]).double()\n",
+                "        counts = torch.stack([ro.response_mask.sum(), ro.value_mask.sum()]).double()\n",
+            ),
+        ),
+        notes=(
+            "every gradient is about 1 / num_mini_batches of the right one, whatever the cut: gradient_partition "
+            "passes, the statistics pass; dL/dlogp against the formula does not"
+        ),
+    ),
+    Mutant(
+        id="c29_loss_over_accumulation_steps",
+        bug_class=29,
+        title="the minibatch token-mean loss divided by gradient_accumulation_steps again before backward",
+        source=(
+            "no public report found; accelerate's Accelerator.backward already divides the loss by its "
+            "gradient_accumulation_steps, so a trainer that divides too scales it twice"
+        ),
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "        self.accelerator.backward(loss)\n",
+                "        self.accelerator.backward(loss / cfg.gradient_accumulation_steps)\n",
+            ),
+        ),
+        notes="a loss already averaged over the minibatch's tokens is scaled down once more",
+    ),
+    Mutant(
+        id="c30_value_loss_response_weighted",
+        bug_class=30,
+        title="each micro-batch's value loss weighted by its share of the response tokens, not of the value tokens",
+        source="no public report; the mask mix-up of class 6 (trl PR 7041), in the loss instead of the statistics",
+        killed_by=("gradient_decomposition",),
+        patch=(
+            replace(
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() "
+                "/ n_value)\n",
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * r_mask.sum() "
+                "/ n_response)\n",
+            ),
+        ),
+        notes="the logged statistics and dL/dlogp are right; only the value model's gradient is weighted wrong",
+    ),
+    Mutant(
+        id="c31_loss_without_world_factor",
+        bug_class=31,
+        title="the loss on each rank is its share of the global token mean, but data parallelism averages the ranks",
+        source=(
+            "no public report found; DDP averages gradients over ranks, so a loss that sums to the global mean "
+            "over ranks needs the world size back"
+        ),
+        killed_by=(VERIFY_DIST,),
+        command="verify-dist",
+        patch=(
+            replace(
+                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() "
+                "/ n_value)\n",
+                "        loss = pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value\n",
+            ),
+        ),
+        notes="identical in one process (world 1); on 2 ranks every gradient is half the right one",
+    ),
+    Mutant(
+        id="c32_local_token_count",
+        bug_class=32,
+        title="the minibatch loss divided by this rank's token count, not the count over every rank",
+        source="no public report found; class 9 (trl PR 6380, SkyRL issue 1822) in the loss instead of the logs",
+        killed_by=(VERIFY_DIST,),
+        command="verify-dist",
+        patch=(
+            replace(
+                '        n_response, n_value = acc.reduce(counts, reduction="sum").clamp(min=1)\n',
+                "        n_response, n_value = counts.clamp(min=1)\n",
+            ),
+        ),
+        notes="identical in one process; on 2 ranks with unequal token counts each rank's tokens weigh differently",
+    ),
+    Mutant(
+        id="c33_sync_on_first_microbatch",
+        bug_class=33,
+        title="gradients synchronised across ranks on the first micro-batch of a minibatch instead of the last",
+        source="no public report found; accelerate's no_sync must cover every micro-batch but the last",
+        killed_by=(VERIFY_DIST,),
+        command="verify-dist",
+        patch=(
+            replace(
+                "            with acc.no_sync(self.model) if not is_last else contextlib.nullcontext():\n",
+                "            with acc.no_sync(self.model) if start else contextlib.nullcontext():\n",
+            ),
+        ),
+        notes="the later micro-batches' gradients stay local: the ranks step with different gradients",
     ),
 )
 

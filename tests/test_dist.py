@@ -34,7 +34,10 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
         "uneven_split[ranks=2]": "pass",
         "freshness[ranks=2]": "pass",
         "lr0_ratio[ranks=2]": "pass",
+        "logp_gradient[ranks=2]": "pass",
     }
+    (gradient,) = [c for c in report["checks"] if c["id"] == "logp_gradient[ranks=2]"]
+    assert "= 0.5 x the sum of their gradients" in gradient["message"]  # DDP averages the two ranks
 
 
 def test_mean_of_per_rank_means_fails(tmp_path):

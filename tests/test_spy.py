@@ -191,7 +191,9 @@ def test_selective_log_softmax_record(mod):
     want = torch.distributions.Categorical(logits=logits.double()).entropy()
     torch.testing.assert_close(record.entropy, want, rtol=0, atol=1e-12)
     assert not hasattr(record, "logits") and not hasattr(record, "tensors")
-    assert {f.name for f in fields(record)} == {"site", "seq", "index", "logprobs", "entropy", "dtype", "logprob_gap"}
+    named = {"site", "seq", "index", "logprobs", "entropy", "dtype", "logprob_gap", "grad"}
+    assert {f.name for f in fields(record)} == named
+    assert record.grad is None  # no backward pass reached it
     assert record.logprob_gap.shape == index.shape and float(record.logprob_gap.max()) < 1e-5
 
 

@@ -28,6 +28,12 @@ TRL_FAILS = {
     "all_masked",
     "empty_update",
     "partition_invariance",
+    # its loss is each micro-batch's token mean divided by gradient_accumulation_steps (accelerate's), and the
+    # accumulation window runs across minibatches: dL/dlogp is not the minibatch token mean's
+    "logp_gradient[run=lr0_uneven]",
+    "logp_gradient[run=lr0_even]",
+    "logp_gradient[run=uneven_split]",
+    "gradient_decomposition",
     # the same bugs under the other settings; with reward whitening TRL refuses minibatches under 8 rows
     # (an assertion), and with clipping on it applies gradients over max_grad_norm: it never clips
     *(
@@ -118,6 +124,15 @@ def test_trl_does_not_clip_and_refuses_whitening_on_small_minibatches(trl_verdic
     messages = {c["id"]: c["message"] for c in report["checks"]}
     assert "exceeds max_grad_norm" in messages["settings_sweep[settings=clipped,check=every_microbatch_applied]"]
     assert "insufficient for whitening" in messages["settings_sweep[settings=whiten_eos,check=uneven_split]"]
+
+
+def test_trl_logp_gradient_is_a_mean_of_micro_batch_means_over_the_accumulation_steps(trl_verdict):
+    _, report, _ = trl_verdict
+    messages = {c["id"]: c["message"] for c in report["checks"]}
+    # 4+2 rows with gradient_accumulation_steps 3; 2+2+2 with 6: each micro-batch's own token mean, over gas
+    assert "0.3333 (1/3) times each micro-batch's own token mean's" in messages["logp_gradient[run=lr0_uneven]"]
+    assert "0.1667 (1/6) times each micro-batch's own token mean's" in messages["logp_gradient[run=lr0_even]"]
+    assert "a step applied other than one backward pass" in messages["gradient_decomposition"]
 
 
 def test_trl_scores_are_recomputed_from_its_reward_model(trl_verdict):

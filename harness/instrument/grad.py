@@ -44,11 +44,19 @@ class Step:
     """|.grad - c * sum| / |.grad|: what no rescaling of the contributions explains (0 when clipping is all)."""
     nonfinite_grads: int = 0
     """Parameter tensors whose .grad holds a NaN or an inf at the step."""
+    local: tuple[torch.Tensor, ...] = ()
+    """Per-parameter sums of this process's backward contributions since the last step (the same tensors as
+    `grads` where they equal .grad; they differ where data parallelism reduced .grad across processes)."""
 
     @property
     def grad(self) -> torch.Tensor:
         """The whole gradient of the step as one float64 vector on the CPU."""
         return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.grads])
+
+    @property
+    def local_grad(self) -> torch.Tensor:
+        """The sum of this process's contributions as one float64 vector on the CPU."""
+        return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.local])
 
 
 @dataclass(frozen=True)
@@ -114,22 +122,25 @@ class GradRecorder:
         # bit for bit (the usual case: it is summed as autograd sums .grad) that sum is the copy to keep and
         # its gap is 0; elsewhere .grad is cloned and the difference is taken, in float32 as always, in the
         # pending sum itself, which this step drops. max |x| is max(-min x, max x).
-        grads, expected, differing = [], [], []
+        grads, expected, differing, local = [], [], [], []
         for p, e in zip(self.params, self._pending):
             g = torch.zeros_like(p) if p.grad is None else p.grad.detach()
             same_kind = e is not None and (e.dtype, e.device, e.shape) == (g.dtype, g.device, g.shape)
             if same_kind and torch.equal(e, g):
                 grads.append(e)
                 expected.append(e)
+                local.append(e)
             else:
                 copy = g if p.grad is None else g.clone()
                 grads.append(copy)
                 expected.append(torch.zeros_like(copy) if e is None else e)
                 differing.append((copy, e))
+                local.append(torch.zeros_like(copy) if e is None else e.clone())  # the gap below overwrites e
         *fit, nonfinite = _rescaling(grads, expected)  # before the difference below overwrites the pending sums
         scale = max(_max_abs(grads), _max_abs([e for _, e in differing if e is not None]), 1e-30)
         gap = _max_abs([g if e is None else e.float().sub_(g.float()) for g, e in differing])
-        self.steps.append(Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit, nonfinite))
+        step = Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit, nonfinite, tuple(local))
+        self.steps.append(step)
         self._pending = [None] * len(self.params)
         self._pending_ids = []
 

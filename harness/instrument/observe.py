@@ -121,7 +121,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
             GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
         ):
             logs = run.train()
-        records = tuple(watcher.records)
+        records = tuple(watcher.finished())
     else:
         with GradRecorder(run.params, run.optimizer) as grads:
             logs = run.train()

@@ -140,6 +140,7 @@ class Spy:
         self._originals: dict[str, Callable] = {}
         self._paused = 0
         self._active = False
+        self._grads: dict[int, Any] = {}
 
     def _check_module(self) -> None:
         """Raise SpyError unless the module has every function, callable."""
@@ -204,7 +205,28 @@ class Spy:
             where = f"{site.file}:{site.function} ({site.name})"
             raise SpyError(f"cannot record the call of {fn} at {where}, not per the contract: {why}") from why
         with self._lock:  # numbered as appended, so that call order and list order agree across threads
-            self.records.append(dataclasses.replace(record, seq=next(_SEQ)))
+            record = dataclasses.replace(record, seq=next(_SEQ))
+            self.records.append(record)
+        if isinstance(record, LogProbCall) and getattr(result, "requires_grad", False):
+            result.register_hook(self._grad_hook(record.seq))
+
+    def _grad_hook(self, seq: int) -> Callable:
+        """A tensor hook that adds each backward's gradient at the returned log-probs to `seq`'s total."""
+        import torch
+
+        def hook(grad: Any) -> None:
+            g = grad.detach().to("cpu", torch.float64)
+            with self._lock:
+                self._grads[seq] = g if seq not in self._grads else self._grads[seq] + g
+
+        return hook
+
+    def finished(self) -> list[Record]:
+        """The records, each log-prob record with the gradient its backward passes brought to it."""
+        with self._lock:
+            return [
+                dataclasses.replace(r, grad=self._grads[r.seq]) if r.seq in self._grads else r for r in self.records
+            ]
 
     def mark(self, label: str) -> Mark:
         """Append a boundary marker, e.g. between updates."""
@@ -222,6 +244,7 @@ class Spy:
         """Forget every record so far."""
         with self._lock:
             self.records.clear()
+            self._grads.clear()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[Spy]:

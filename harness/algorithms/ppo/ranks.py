@@ -16,7 +16,8 @@ from harness.verdict import Check, CheckId, CheckResult
 
 from .contract import LR0_IDENTITIES, POOLED_STATS, ROLLOUT
 from .expect import expected_metrics
-from .scenarios import LR0, UNEVEN
+from .gradient_ranks import gradients_across_ranks
+from .runs import LR0, UNEVEN
 from .spec import ScenarioSpec
 from .view import UpdateView, build_view
 
@@ -36,6 +37,7 @@ def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
         pooled_across_ranks(uneven, UNEVEN, 0, CheckId("uneven_split", (("ranks", len(uneven)),))),
         pooled_across_ranks(uneven, UNEVEN, 1, CheckId("freshness", (("ranks", len(uneven)),))),
         lr0_identities(runs["lr0_ratio"], CheckId("lr0_ratio", (("ranks", len(runs["lr0_ratio"])),))),
+        gradients_across_ranks(runs["lr0_ratio"], LR0, CheckId("logp_gradient", (("ranks", len(runs["lr0_ratio"])),))),
     ]
 
 

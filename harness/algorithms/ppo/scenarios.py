@@ -11,36 +11,27 @@ from __future__ import annotations
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
-from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from . import signal
-from .checks import compare_pooled, oracle_update, require, require_logs, require_ran, require_view
+from .checks import compare_pooled, oracle_update, require, require_logs, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
-from .partitions import partition_invariance
-from .poolings import Geometry, diagnose_identities
-from .rollout_poolings import diagnose_rollout
-from .spec import SETTINGS, ScenarioSpec
-
-# The uneven split: micro-batches of 4 and 2 rows, a learning rate that moves the policy.
-UNEVEN = ScenarioSpec(name="uneven_split", learning_rate=1e-3, total_updates=2)
-EVEN = UNEVEN.with_(name="even_split", per_device_train_batch_size=6, gradient_accumulation_steps=2, total_updates=1)
-LR0 = UNEVEN.with_(name="lr0_ratio", learning_rate=0.0, total_updates=1)
-GRADIENT_CUTS = ((4, 3), (2, 6), (6, 2), (3, 4))
-"""Cuts of the same minibatches of 6 rows into micro-batches: 4+2, 2+2+2, 6, 3+3."""
-ALL_MASKED = UNEVEN.with_(
-    name="all_masked",
-    per_device_train_batch_size=1,
-    gradient_accumulation_steps=12,
-    pad_logit_bias=2.5,
-    total_updates=1,
+from .gradient_scenarios import (
+    LOGP_GRADIENT_RUNS,
+    every_microbatch_applied,
+    gradient_decomposition,
+    gradient_partition,
+    logp_gradient,
+    running_counter,
 )
-EMPTY_UPDATE = UNEVEN.with_(name="empty_update", pad_logit_bias=40.0, total_updates=1)
-PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
-ROLLOUTS = {"uneven_split": UNEVEN, "padding_rows": PADDING_ROWS}
-"""The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5."""
+from .partitions import partition_invariance
+from .poolings import diagnose_identities
+from .rollout_poolings import diagnose_rollout
+from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .spec import ScenarioSpec
 
+__all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
 
 PROFILES = {
     "temperature": {"temperature": 0.7},
@@ -49,11 +40,6 @@ PROFILES = {
     "clipped": {"max_grad_norm": 1.0},
 }
 """The settings sweep: each profile changes the run-wide settings of the checks in SWEPT."""
-
-
-def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:
-    """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting."""
-    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, **{k: getattr(run, k) for k in SETTINGS})
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -126,101 +112,6 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     return check.finish()
 
 
-def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str) -> None:
-    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it)."""
-    if gaps:
-        where, gap = max(gaps, key=lambda item: item[1])
-        check.absorb(compare({"gradient": gap}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
-
-
-def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
-    check = Check(case.id)
-    base = spec_for(LR0, run).with_(name="gradient_partition")
-    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g))
-                for b, g in GRADIENT_CUTS]  # fmt: skip
-    if not all([require_ran(o, check) for o in observed]):
-        return check.finish()
-    first = observed[0]
-    if not first.ran.grads.steps:
-        check.fail("no optimizer step was seen")
-        return check.finish()
-    gaps = []
-    for other in observed[1:]:
-        label, steps = other.spec.split_label, other.ran.grads.steps
-        if len(steps) != len(first.ran.grads.steps):
-            check.fail(f"{label}: {len(steps)} optimizer steps, {first.spec.split_label}: {len(first.ran.grads.steps)}")
-            continue
-        for k, (a, b) in enumerate(zip(first.ran.grads.steps, steps)):
-            gap = (a.grad - b.grad).abs().max().item()
-            gaps.append((f"{label} step {k + 1}", gap / max(a.grad.abs().max().item(), 1e-30)))
-    largest_gap(check, gaps, run.dtype)
-    return check.finish()
-
-
-def applied_gap(step, max_grad_norm: float | None) -> float:
-    """How far the step's .grad is from what it should apply: its micro-batches' gradients, clipped when asked.
-
-    Unclipped: the relative gap to their sum. Clipped (by global norm, as torch's clip_grad_norm_): the
-    part no rescaling explains, plus how far the rescaling is from max_grad_norm / |sum| (capped at 1).
-    """
-    if max_grad_norm is None:
-        return step.unexplained
-    want = min(1.0, max_grad_norm / (step.raw_norm + 1e-6))
-    return max(step.residual, abs(step.coefficient - want) / want)
-
-
-def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
-    """The class-15 diagnosis, or '': steps fall off the minibatch boundaries, each after a multiple of
-    `accumulation` micro-batches counted across the whole run (a counter never reset at a minibatch's end)."""
-    after = [max(step.backward_ids) + 1 if step.backward_ids else 0 for step in grads.steps]  # 1-based
-    if not after or per_minibatch < 1 or all(a % per_minibatch == 0 for a in after):
-        return ""
-    if accumulation < 1 or any(a == 0 or a % accumulation for a in after):
-        return ""
-    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
-    return (
-        f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
-        f"{per_minibatch}: an accumulation counter running across minibatches (class 15)"
-    )
-
-
-def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates;
-    each step applies exactly its micro-batches' gradients (clipped to max_grad_norm when that is set)."""
-    check = Check(case.id)
-    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 2)))
-    view = require_view(obs, check)  # also: the trainer did not raise, and ran the expected micro-batches
-    if view is None:
-        return check.finish()
-    grads, spec = obs.ran.grads, obs.spec
-    per_update = len(spec.expected_rows())
-    for u in range(spec.total_updates):
-        n_back = sum(1 for c in grads.backwards if view.update_at(c) == u)
-        n_steps = sum(1 for s in grads.steps if view.update_at(s.clock) == u)
-        if n_back != per_update or n_steps != spec.steps_per_update:
-            check.fail(f"update {u + 1}: {n_back} backward passes and {n_steps} optimizer steps, "
-                       f"expected {per_update} and {spec.steps_per_update}")  # fmt: skip
-    tol = tolerance("gradient", spec.dtype)
-    for k, step in enumerate(grads.steps):
-        owners = {view.update_at(grads.backwards[i]) for i in step.backward_ids}
-        if owners != {view.update_at(step.clock)}:
-            check.fail(f"step {k + 1} (update {view.update_at(step.clock) + 1}) applied backward passes of updates "
-                       f"{sorted(o + 1 for o in owners)}")  # fmt: skip
-        limit = None if spec.max_grad_norm is None else spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol
-        if limit is not None and step.applied_norm > limit:
-            check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds max_grad_norm "
-                       f"{spec.max_grad_norm}")  # fmt: skip
-    if grads.unapplied:
-        check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
-    counter = running_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
-    if counter:
-        check.note(counter)
-    gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
-    largest_gap(check, gaps, spec.dtype)
-    return check.finish()
-
-
 def all_masked(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
     check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run))
@@ -281,6 +172,18 @@ SCENARIOS = (
         every_microbatch_applied,
         (("epochs", (2,)),),
         "each backward reaches a step of its own update; .grad is exactly its micro-batches'",
+    ),  # fmt: skip
+    Scenario(
+        "logp_gradient",
+        logp_gradient,
+        (("run", tuple(LOGP_GRADIENT_RUNS)),),
+        "dL/dlogp_new per token == -A * rho / N_R(minibatch) on the live branch, 0 elsewhere",
+    ),  # fmt: skip
+    Scenario(
+        "gradient_decomposition",
+        gradient_decomposition,
+        (),
+        "LR 0: a step's gradient == its micro-batches' own, weighted by their R and V token counts",
     ),  # fmt: skip
     Scenario("all_masked", all_masked, (), "empty micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_update", empty_update, (), "every response empty: response means 0, value means pooled"),

@@ -1,0 +1,191 @@
+"""The PPO gate's gradient scenarios: what the optimizer applies, not what is logged.
+
+`gradient_partition` compares the step gradients of different cuts of one minibatch;
+`gradient_decomposition` the step gradient with its micro-batches' own gradients, weighted by their token
+counts (decomposition.py); `logp_gradient` the gradient at the new log-probs with the formula
+(gradients.py); `every_microbatch_applied` that each backward pass reaches a step of its own update.
+"""
+
+from __future__ import annotations
+
+from harness.compare import compare
+from harness.errors import NotRecomputable
+from harness.instrument.observe import ObservationCache
+from harness.scenario import Case
+from harness.tolerances import tolerance
+from harness.verdict import Check, CheckResult
+
+from . import decomposition, gradients
+from .checks import require_ran, require_view
+from .poolings import Geometry
+from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
+from .spec import ScenarioSpec
+
+
+def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str, metric: str = "gradient") -> None:
+    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it;
+    a NaN gap fails too)."""
+    if gaps:
+        where, gap = max(gaps, key=lambda item: item[1] if item[1] == item[1] else float("inf"))
+        check.absorb(compare({metric: gap}, {metric: 0.0}, dtype, kind="gradient", where=where))
+
+
+def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
+    check = Check(case.id)
+    base = spec_for(LR0, run).with_(name="gradient_partition")
+    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g))
+                for b, g in GRADIENT_CUTS]  # fmt: skip
+    if not all([require_ran(o, check) for o in observed]):
+        return check.finish()
+    first = observed[0]
+    if not first.ran.grads.steps:
+        check.fail("no optimizer step was seen")
+        return check.finish()
+    gaps = []
+    for other in observed[1:]:
+        label, steps = other.spec.split_label, other.ran.grads.steps
+        if len(steps) != len(first.ran.grads.steps):
+            check.fail(f"{label}: {len(steps)} optimizer steps, {first.spec.split_label}: {len(first.ran.grads.steps)}")
+            continue
+        for k, (a, b) in enumerate(zip(first.ran.grads.steps, steps)):
+            gap = (a.grad - b.grad).abs().max().item()
+            gaps.append((f"{label} step {k + 1}", gap / max(a.grad.abs().max().item(), 1e-30)))
+    largest_gap(check, gaps, run.dtype)
+    return check.finish()
+
+
+def applied_gap(step, max_grad_norm: float | None) -> float:
+    """How far the step's .grad is from what it should apply: its micro-batches' gradients, clipped when asked.
+
+    Unclipped: the relative gap to their sum. Clipped (by global norm, as torch's clip_grad_norm_): the
+    part no rescaling explains, plus how far the rescaling is from max_grad_norm / |sum| (capped at 1).
+    """
+    if max_grad_norm is None:
+        return step.unexplained
+    want = min(1.0, max_grad_norm / (step.raw_norm + 1e-6))
+    return max(step.residual, abs(step.coefficient - want) / want)
+
+
+def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
+    """The class-15 diagnosis, or '': steps fall off the minibatch boundaries, each after a multiple of
+    `accumulation` micro-batches counted across the whole run (a counter never reset at a minibatch's end)."""
+    after = [max(step.backward_ids) + 1 if step.backward_ids else 0 for step in grads.steps]  # 1-based
+    if not after or per_minibatch < 1 or all(a % per_minibatch == 0 for a in after):
+        return ""
+    if accumulation < 1 or any(a == 0 or a % accumulation for a in after):
+        return ""
+    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
+    return (
+        f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
+        f"{per_minibatch}: an accumulation counter running across minibatches (class 15)"
+    )
+
+
+def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """Every micro-batch's backward reaches an optimizer step in its own update; no step mixes updates;
+    each step applies exactly its micro-batches' gradients (clipped to max_grad_norm when that is set)."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 2)))
+    view = require_view(obs, check)  # also: the trainer did not raise, and ran the expected micro-batches
+    if view is None:
+        return check.finish()
+    grads, spec = obs.ran.grads, obs.spec
+    per_update = len(spec.expected_rows())
+    for u in range(spec.total_updates):
+        n_back = sum(1 for c in grads.backwards if view.update_at(c) == u)
+        n_steps = sum(1 for s in grads.steps if view.update_at(s.clock) == u)
+        if n_back != per_update or n_steps != spec.steps_per_update:
+            check.fail(f"update {u + 1}: {n_back} backward passes and {n_steps} optimizer steps, "
+                       f"expected {per_update} and {spec.steps_per_update}")  # fmt: skip
+    tol = tolerance("gradient", spec.dtype)
+    for k, step in enumerate(grads.steps):
+        owners = {view.update_at(grads.backwards[i]) for i in step.backward_ids}
+        if owners != {view.update_at(step.clock)}:
+            check.fail(f"step {k + 1} (update {view.update_at(step.clock) + 1}) applied backward passes of updates "
+                       f"{sorted(o + 1 for o in owners)}")  # fmt: skip
+        limit = None if spec.max_grad_norm is None else spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol
+        if limit is not None and step.applied_norm > limit:
+            check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds max_grad_norm "
+                       f"{spec.max_grad_norm}")  # fmt: skip
+    if grads.unapplied:
+        check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    counter = running_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
+    if counter:
+        check.note(counter)
+    gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
+    largest_gap(check, gaps, spec.dtype)
+    return check.finish()
+
+
+LOGP_GRADIENT_RUNS = {"lr0_uneven": (4, 3), "lr0_even": (2, 6), "uneven_split": None}
+"""The runs whose dL/dlogp is checked: the LR-0 cuts 4+2 and 2+2+2 (gradient_partition's runs), and the
+uneven split at LR 1e-3 over two epochs (ratios off 1, some clipped)."""
+
+
+def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """dL/dlogp_new of every token of every micro-batch equals the formula: -A * rho / N_R(minibatch) where the
+    unclipped branch is live, else 0 (docs/metrics.md, "The update"); independent of the cut."""
+    check, cut = Check(case.id), LOGP_GRADIENT_RUNS[case.param("run")]
+    if cut is None:
+        spec = spec_for(UNEVEN, run).with_(num_ppo_epochs=2)
+    else:
+        spec = spec_for(LR0, run).with_(name="gradient_partition", per_device_train_batch_size=cut[0],
+                                        gradient_accumulation_steps=cut[1])  # fmt: skip
+    obs = cache.get(spec)
+    view = require_view(obs, check)
+    if view is None:
+        return check.finish()
+    per_minibatch = Geometry.of(obs.spec).per_pass
+    for update in view.updates:
+        logged, expected, note = gradients.expectation(update, per_minibatch, obs.spec.cliprange, obs.spec.dtype)
+        where = f"{obs.spec.split_label} update {update.index + 1}"
+        check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+        if note and check.failed and note not in check.notes:
+            check.note(note)
+    return check.finish()
+
+
+def single_steps(obs, check: Check) -> list | None:
+    """The step gradients of a run whose every minibatch is one micro-batch, or None after failing the check."""
+    steps = obs.ran.grads.steps
+    if any(len(step.backward_ids) != 1 for step in steps):
+        check.fail(f"{obs.spec.split_label} vf_coef={obs.spec.vf_coef:g}: a step applied other than one backward pass")
+        return None
+    return [step.local_grad for step in steps]
+
+
+def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """At LR 0, each step's gradient is sum_i (n_R,i / N_R) g_i^pg + vf_coef * sum_i (n_V,i / N_V) g_i^vf, the g_i
+    measured as steps of their own (same rows as minibatches of one micro-batch); see decomposition.py."""
+    check = Check(case.id)
+    base = spec_for(LR0, run).with_(name="gradient_decomposition", per_device_train_batch_size=decomposition.ROWS,
+                                    gradient_accumulation_steps=LR0.local_batch_size // decomposition.ROWS)  # fmt: skip
+    a = cache.get(base.with_(vf_coef=1.0))
+    singles = [cache.get(base.with_(num_mini_batches=base.gradient_accumulation_steps, vf_coef=c)) for c in (0.0, 1.0)]
+    views = [require_view(obs, check) for obs in (a, *singles)]
+    if any(v is None for v in views):
+        return check.finish()
+    try:
+        counts = decomposition.same_rows(views[0].updates[0], views[1].updates[0])
+        decomposition.same_rows(views[0].updates[0], views[2].updates[0])
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    policy, both = single_steps(singles[0], check), single_steps(singles[1], check)
+    if policy is None or both is None:
+        return check.finish()
+    try:
+        value = [g - p for g, p in zip(both, policy)]
+        want = decomposition.expected_steps(counts, policy, value, Geometry.of(a.spec).per_pass)
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    steps = a.ran.grads.steps
+    if len(steps) != len(want):
+        check.fail(f"{a.spec.split_label}: {len(steps)} optimizer steps, expected {len(want)}")
+        return check.finish()
+    gaps = [(f"{a.spec.split_label} step {k + 1}", decomposition.relative_gap(step.local_grad, w))
+            for k, (step, w) in enumerate(zip(steps, want))]  # fmt: skip
+    largest_gap(check, gaps, run.dtype, "gradient/decomposition")
+    return check.finish()
