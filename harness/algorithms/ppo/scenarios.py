@@ -102,15 +102,19 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
 
 
 def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """The per-token policy loss and clip indicator handed to masked_mean follow from the rollout: advantages
-    whitened over R, the clipped surrogate of the micro-batch's own ratio (docs/metrics.md, "The update")."""
+    """The per-token losses and clip indicators handed to masked_mean follow from the rollout: the raw
+    advantages (and rewards) at the whitening calls equal the oracle's GAE from the recorded log-probs, values
+    and scores; the policy loss is the clipped surrogate of the whitened advantages and the micro-batch's own
+    ratio; the value loss is the clipped squared error to the returns (docs/metrics.md, "The update")."""
     check = Check(case.id)
     obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 1)))
     view = require_view(obs, check)
     if view is None:
         return check.finish()
-    for update in view.updates:
-        logged, expected = signal.expectations(update, obs.spec.cliprange, obs.spec.dtype)
+    scores = obs.ran.scores
+    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    for update, score in zip(view.updates, scores):
+        logged, expected = signal.expectations(update, obs.spec, score)
         where = f"update {update.index + 1}"
         check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
     return check.finish()
@@ -251,6 +255,7 @@ SWEPT = {
     "rollout_objectives": rollout_objectives,
     "gradient_partition": gradient_partition,
     "every_microbatch_applied": every_microbatch_applied,
+    "training_signal": training_signal,
 }
 """The checks run again under each settings profile, with their default parameters."""
 
