@@ -263,7 +263,7 @@ SWEPT = {
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """One check of SWEPT under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
     clipping): a correct trainer passes them all; one that drops the temperature from its entropy, gets k3
-    wrong, applies the EOS penalty twice or clips wrongly does not."""
+    wrong, applies the EOS penalty twice, whitens rewards wrongly or clips wrongly does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 
@@ -294,12 +294,12 @@ SCENARIOS = (
         "training_signal",
         training_signal,
         (("epochs", (1, 2)),),
-        "per-token policy loss and clip indicator follow from the whitened advantages and the ratio",
+        "raw advantages (and rewards) equal the oracle's GAE; per-token policy and value losses follow from them",
     ),  # fmt: skip
     Scenario(
         "settings_sweep",
         settings_sweep,
         (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
-        "the uneven split, its objectives and the gradient checks under other trainer settings",
+        "the uneven split, its objectives, the gradient checks and the training signal under other settings",
     ),  # fmt: skip
 )
