@@ -39,7 +39,8 @@ def test_the_score_lands_one_past_the_last_token_or_on_it_at_the_end():
 def test_gae_by_hand():
     rewards = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)
     assert returns.gae(rewards, torch.zeros_like(rewards), 1.0, 1.0).tolist() == [[1.0, 1.0, 1.0]]
-    # gamma 0.5, lam 0.5, values [1, 2, 0]: deltas -1+0.5*2, -2+0, 1 = [0, -2, 1]; A2 = 1, A1 = -2 + 0.25, A0 = 0 + 0.25 * A1
+    # gamma 0.5, lam 0.5, values [1, 2, 0]: deltas [-1 + 0.5 * 2, -2 + 0, 1] = [0, -2, 1];
+    # A2 = 1, A1 = -2 + 0.25 * 1, A0 = 0 + 0.25 * A1
     values = torch.tensor([[1.0, 2.0, 0.0]], dtype=torch.float64)
     got = returns.gae(rewards, values, 0.5, 0.5)
     assert torch.allclose(got, torch.tensor([[-0.4375, -1.75, 1.0]], dtype=torch.float64))

@@ -26,8 +26,9 @@ from .view import MicroBatchView, UpdateView
 
 PER_TOKEN = ("per_token/pg_loss", "per_token/pg_clipfrac")
 CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
-"""Ratios (and new values, to v_old +- cliprange_value) this close to 1 +- eps may round to either side of the clip in the trainer's dtype: their clip
-indicator is not compared (bfloat16 ratios near 1.2 are 1/128 apart; measured flips at 1e-2 from the edge)."""
+"""Ratios (and new values, to v_old +- cliprange_value) this close to 1 +- eps may round to either side of
+the clip in the trainer's dtype: their clip indicator is not compared (bfloat16 ratios near 1.2 are 1/128
+apart; measured flips at 1e-2 from the edge)."""
 """The largest gap between a recorded per-token value and the formula's, over every micro-batch of an update."""
 
 

@@ -2,9 +2,11 @@
 
 The stage between the spy and the expectations. Records (in call order) are grouped into
 updates: a `logprob` record (or a rollout value-head record) that follows a `new_logprobs`
-record starts a new update, and so does a mark; each `new_logprobs` record starts a micro-batch, and the micro-batch-site
-masked_mean records after it belong to it. Each micro-batch then gets its masks R and V
-(from its own response ids) and its rows' old log-probs (through the row pairing), once.
+record starts a new update, and so does a mark; each `new_logprobs` record starts a
+micro-batch, and the micro-batch-site masked_mean records after it belong to it. Each
+micro-batch then gets its masks R and V (from its own response ids) and its rows' old
+log-probs (through the row pairing), once. Value-head records are kept with the update's
+other records (`ignored`); `values.py` pairs them with rows.
 """
 
 from __future__ import annotations
