@@ -10,7 +10,7 @@ The oracle recomputes the rollout's rewards, GAE advantages and returns from the
 - per_token/vf_loss: the vf_loss site's values over V, max((v_new - G)^2, (v_clip - G)^2) with
   v_clip = clamp(v_new, v_old - c, v_old + c) (the 0.5 of loss/value_avg is outside masked_mean);
 - per_token/vf_clipfrac: the vf_clipfrac site's values, [(v_clip - G)^2 > (v_new - G)^2], over V,
-  except where v_new is within the clip margin of v_old +- c.
+  except where v_new is within the clip margin of v_old +- c, or the two squared errors nearly tie.
 
 Each gap is the largest |recorded - formula|; its scale the mean |formula| over the mask.
 """
@@ -74,14 +74,29 @@ def raw_gaps(update: UpdateView, signal: Signal, whiten_rewards: bool) -> Gaps:
     return out
 
 
+TIE_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 1e-1}
+"""Tokens whose two squared errors are this close (relative to 1 + the larger) may be ordered either way by a
+trainer whose returns carry its dtype's rounding: their clip indicator is not compared. Measured at bfloat16
+(reference, uneven split): one flip at a near tie, the oracle's returns 3e-2 from the trainer's."""
+
+
 def value_terms(v_new: torch.Tensor, v_old: torch.Tensor, returns: torch.Tensor, clip: float):
     """(per-token clipped value loss without the 0.5, clip indicator) in float64."""
+    loss, indicator, _ = _value_terms(v_new, v_old, returns, clip)
+    return loss, indicator
+
+
+def _value_terms(v_new: torch.Tensor, v_old: torch.Tensor, returns: torch.Tensor, clip: float):
+    """(loss, indicator, |clipped - unclipped| / (1 + the larger), inf where v_new is not clipped at all): the
+    last tells near ties apart; inside the clip range the two are equal and the indicator is exactly 0."""
     v_clip = torch.maximum(torch.minimum(v_new, v_old + clip), v_old - clip)
     unclipped, clipped = (v_new - returns) ** 2, (v_clip - returns) ** 2
-    return torch.maximum(unclipped, clipped), (clipped > unclipped).double()
+    larger = torch.maximum(unclipped, clipped)
+    apart = torch.where(v_clip == v_new, torch.full_like(larger, torch.inf), (clipped - unclipped).abs() / (1 + larger))
+    return larger, (clipped > unclipped).double(), apart
 
 
-def value_gaps(update: UpdateView, signal: Signal, clip: float, margin: float) -> Gaps:
+def value_gaps(update: UpdateView, signal: Signal, clip: float, margin: float, tie: float = 1e-9) -> Gaps:
     """per_token/vf_loss and per_token/vf_clipfrac over every micro-batch of the update."""
     gaps = {name: 0.0 for name in VALUE}
     sizes = {name: 0.0 for name in VALUE}
@@ -91,8 +106,8 @@ def value_gaps(update: UpdateView, signal: Signal, clip: float, margin: float) -
             raise NotRecomputable(f"{micro.where}: {micro.old_problem}")
         rows, v = micro.rollout_rows, micro.value_mask
         v_old = signal.values[rows]
-        loss, indicator = value_terms(v_new, v_old, signal.returns[rows], clip)
-        edge = ((v_new - (v_old + clip)).abs() < margin) | ((v_new - (v_old - clip)).abs() < margin)
+        loss, indicator, apart = _value_terms(v_new, v_old, signal.returns[rows], clip)
+        edge = ((v_new - (v_old + clip)).abs() < margin) | ((v_new - (v_old - clip)).abs() < margin) | (apart < tie)
         count = int(v.sum())
         tokens += count
         for name, role, want, where in (
@@ -114,7 +129,7 @@ def largest_gaps(update: UpdateView, spec: Any, scores: Any, margin: float) -> d
         return {name: str(why) for name in names(spec.whiten_rewards)}
     for group, gaps in (
         (RAW + ((REWARDS,) if spec.whiten_rewards else ()), lambda: raw_gaps(update, signal, spec.whiten_rewards)),
-        (VALUE, lambda: value_gaps(update, signal, spec.cliprange_value, margin)),
+        (VALUE, lambda: value_gaps(update, signal, spec.cliprange_value, margin, TIE_MARGIN.get(spec.dtype, 1e-5))),
     ):
         try:
             out.update(gaps())
