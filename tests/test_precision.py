@@ -62,7 +62,7 @@ def test_correct_variants_pass_every_check_on_three_seeds(tmp_path, target):
     assert code == 0, output[-3000:]
     for seed in SEEDS.split(","):
         report = json.loads((tmp_path / f"seed-{seed}" / "verify.json").read_text())
-        assert report["status"] == "pass" and len(report["checks"]) == 31
+        assert report["status"] == "pass" and len(report["checks"]) == 35
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
