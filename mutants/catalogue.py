@@ -35,7 +35,7 @@ CHECKS: dict[str, tuple[str, str]] = _checks()
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 34))
+PPO_CLASSES = (*range(1, 16), *range(20, 41))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 
 
@@ -564,6 +564,106 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="the later micro-batches' gradients stay local: the ranks step with different gradients",
+    ),
+    Mutant(
+        id="c34_returns_from_whitened_advantages",
+        bug_class=34,
+        title="the value target is taken from the whitened advantages instead of the raw ones",
+        source="no public report; the ordering pitfall 'returns = advantages + values' before normalisation "
+        "that PPO implementation write-ups warn of",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "        advantages = masked_whiten(advantages, r_mask) * r_mask\n",
+                "        advantages = masked_whiten(advantages, r_mask) * r_mask\n"
+                "        returns = advantages + values\n",
+            ),
+        ),
+        notes="the policy side is right; only the per-token value loss against the returns shows it",
+    ),
+    Mutant(
+        id="c35_gae_without_lambda",
+        bug_class=35,
+        title="GAE accumulates with gamma alone: the lambda factor is missing",
+        source="no public report",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "        last_gae = delta + gamma * lam * last_gae\n",
+                "        last_gae = delta + gamma * last_gae\n",
+            ),
+        ),
+        notes="the statistics pool right; the raw advantages at the whitening call are not GAE(gamma, lam)",
+    ),
+    Mutant(
+        id="c36_score_on_last_token",
+        bug_class=36,
+        title="the score lands on the last response token instead of one past it",
+        source="no public report",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "    last = (sequence_lengths + 1).clamp(min=0, max=kl.shape[1] - 1)\n",
+                "    last = sequence_lengths.clamp(min=0, max=kl.shape[1] - 1)\n",
+            ),
+        ),
+        notes="objective/scores still right (a per-sample mean); the rewards GAE sees are not",
+    ),
+    Mutant(
+        id="c37_value_clip_around_returns",
+        bug_class=37,
+        title="the new values are clipped around the returns instead of the rollout's old values",
+        source="no public report",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "    vpred_clipped = torch.clamp(vpred, old_values - cliprange_value, old_values + cliprange_value)\n",
+                "    vpred_clipped = torch.clamp(vpred, returns - cliprange_value, returns + cliprange_value)\n",
+            ),
+        ),
+        notes="loss/value_avg pools the per-token values right; they are not the clipped value loss",
+    ),
+    Mutant(
+        id="c38_value_clipfrac_counts_ties",
+        bug_class=38,
+        title="the value clip indicator counts ties (>=): every token inside the clip range counts as clipped",
+        source="no public report",
+        killed_by=("training_signal",),
+        patch=(
+            replace(
+                "    vf_clipfrac = masked_mean((clipped > unclipped).float(), mask)\n",
+                "    vf_clipfrac = masked_mean((clipped >= unclipped).float(), mask)\n",
+            ),
+        ),
+        notes="val/clipfrac_avg pools the indicator right; the indicator is wrong",
+    ),
+    Mutant(
+        id="c39_reward_whitening_drops_mean",
+        bug_class=39,
+        title="reward whitening removes the mean (shift_mean=True) instead of keeping it",
+        source="no public report",
+        killed_by=("settings_sweep[settings=whiten_eos,check=training_signal]",),
+        patch=(
+            replace(
+                "            rewards = masked_whiten(rewards, v_mask, shift_mean=False) * v_mask\n",
+                "            rewards = masked_whiten(rewards, v_mask, shift_mean=True) * v_mask\n",
+            ),
+        ),
+        notes="only with whiten_rewards: the raw advantages at the whitening call are not GAE of the rewards",
+    ),
+    Mutant(
+        id="c40_rewards_whitened_over_r",
+        bug_class=40,
+        title="rewards whitened over the response mask R instead of the value mask V",
+        source="no public report; class 27's mask mix-up, on the rewards",
+        killed_by=("settings_sweep[settings=whiten_eos,check=training_signal]",),
+        patch=(
+            replace(
+                "            rewards = masked_whiten(rewards, v_mask, shift_mean=False) * v_mask\n",
+                "            rewards = masked_whiten(rewards, r_mask, shift_mean=False) * v_mask\n",
+            ),
+        ),
+        notes="only with whiten_rewards: the reward-whitening call's mask is not V",
     ),
 )
 

@@ -98,3 +98,17 @@ def whitening_not_seen(spec):
     run = reference_factory(spec)
     run.site_map = SiteMap(whiten="no_such_function")
     return run
+
+
+def value_head_hidden(spec):
+    """A correct trainer whose adapter exposes no `value_head`: the values it trained on go unseen."""
+    run = reference_factory(spec)
+    return types.SimpleNamespace(
+        module=run.module,
+        optimizer=run.optimizer,
+        params=run.params,
+        pad_token_id=run.pad_token_id,
+        stop_token_id=run.stop_token_id,
+        train=run.train,
+        scores=run.reward.given,
+    )

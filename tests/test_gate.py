@@ -207,5 +207,17 @@ def test_training_signal_fails_when_it_never_saw_the_raw_advantages():
 
     result = check("training_signal[epochs=1]", ObservationCache(whitening_not_seen))
     assert not result.passed
-    assert {m.status for m in result.metrics} == {"not_recomputable"}
-    assert all("raw advantages are unknown" in m.reason for m in result.metrics)
+    unseen = [m for m in result.metrics if m.status == "not_recomputable"]
+    assert {m.name for m in unseen} == {"per_token/pg_loss", "per_token/pg_clipfrac", "per_token/advantages_raw"}
+    assert all("raw advantages are unknown" in m.reason or "whitening function" in m.reason for m in unseen)
+
+
+def test_training_signal_fails_when_it_never_saw_the_values():
+    """Not a pass on nothing: a target that exposes no value head leaves the value side unchecked, and it fails."""
+    from tests.gate_variants import value_head_hidden
+
+    result = check("training_signal[epochs=1]", ObservationCache(value_head_hidden))
+    assert not result.passed
+    unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
+    assert set(unseen) == {"per_token/advantages_raw", "per_token/vf_loss", "per_token/vf_clipfrac"}
+    assert all("value_head" in reason for reason in unseen.values())

@@ -42,14 +42,16 @@ TRL_FAILS = {
         for c in ("uneven_split", "gradient_partition", "every_microbatch_applied")
     ),  # fmt: skip
     "settings_sweep[settings=whiten_eos,check=rollout_objectives]",
+    "settings_sweep[settings=whiten_eos,check=training_signal]",
 }
 TRL_PASSES = {
     "rollout_objectives[rollout=uneven_split]",
     "rollout_objectives[rollout=padding_rows]",
     *(f"settings_sweep[settings={s},check=rollout_objectives]" for s in ("temperature", "k3", "clipped")),
-    # its per-token losses and clip indicators are right; only their pooling is not
+    # its raw advantages, per-token losses and clip indicators are right; only their pooling is not
     "training_signal[epochs=1]",
     "training_signal[epochs=2]",
+    *(f"settings_sweep[settings={s},check=training_signal]" for s in ("temperature", "k3", "clipped")),
 }
 
 

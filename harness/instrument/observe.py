@@ -8,6 +8,7 @@ a `HarnessConfigError` is a usage error instead (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -41,7 +42,9 @@ class TargetRun(Protocol):
         ...
 
     # A run may also have `scores` (the scores handed to the trainer, one tensor per rollout; without them the
-    # score objectives are reported not recomputable) and `site_map` (its own names for the call sites).
+    # score objectives are reported not recomputable), `site_map` (its own names for the call sites) and
+    # `value_head` (the value model's head module, whose output per position the harness records; without it
+    # the value side of the training signal is reported not recomputable).
 
 
 def missing_members(run: Any) -> list[str]:
@@ -112,12 +115,15 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
     """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder."""
     from .grad import GradRecorder
     from .spy import Spy
+    from .values import ValueRecorder
 
     run = build_run(factory, spec)
     records: tuple = ()
     if spy:
+        head = getattr(run, "value_head", None)
         with (
             Spy(run.module) as watcher,
+            ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
             GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
         ):
             logs = run.train()

@@ -88,3 +88,19 @@ class Mark(Record):
 
     fn: ClassVar[str] = "mark"
     label: str | None = None
+
+
+@dataclass(frozen=True)
+class ValueHeadCall(Record):
+    """One forward of the value model's head (the module a run exposes as `value_head`): its output per position.
+
+    `values` is the whole (B, L) output, prompt positions included (a trailing axis of 1 is
+    dropped); the oracle picks the response positions. `grad` says whether autograd was on:
+    off for the rollout's old values, on for a training micro-batch's new ones.
+    """
+
+    fn: ClassVar[str] = "value_head"
+    values: torch.Tensor = field(repr=False, default=None)
+    grad: bool = False
+    dtype: str | None = None
+    """The dtype of the head's output."""

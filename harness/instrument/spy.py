@@ -228,6 +228,13 @@ class Spy:
                 dataclasses.replace(r, grad=self._grads[r.seq]) if r.seq in self._grads else r for r in self.records
             ]
 
+    def add(self, record: Record) -> None:
+        """Append a record made outside the wrapped functions (e.g. by a module hook), numbered in call order;
+        nothing is kept while the spy is paused."""
+        with self._lock:
+            if self._paused == 0:
+                self.records.append(dataclasses.replace(record, seq=next(_SEQ)))
+
     def mark(self, label: str) -> Mark:
         """Append a boundary marker, e.g. between updates."""
         with self._lock:

@@ -88,15 +88,19 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
 
 
 def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """The per-token policy loss and clip indicator handed to masked_mean follow from the rollout: advantages
-    whitened over R, the clipped surrogate of the micro-batch's own ratio (docs/metrics.md, "The update")."""
+    """The per-token losses and clip indicators handed to masked_mean follow from the rollout: the raw
+    advantages (and rewards) at the whitening calls equal the oracle's GAE from the recorded log-probs, values
+    and scores; the policy loss is the clipped surrogate of the whitened advantages and the micro-batch's own
+    ratio; the value loss is the clipped squared error to the returns (docs/metrics.md, "The update")."""
     check = Check(case.id)
     obs = cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 1)))
     view = require_view(obs, check)
     if view is None:
         return check.finish()
-    for update in view.updates:
-        logged, expected = signal.expectations(update, obs.spec.cliprange, obs.spec.dtype)
+    scores = obs.ran.scores
+    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    for update, score in zip(view.updates, scores):
+        logged, expected = signal.expectations(update, obs.spec, score)
         where = f"update {update.index + 1}"
         check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
     return check.finish()
@@ -142,6 +146,7 @@ SWEPT = {
     "rollout_objectives": rollout_objectives,
     "gradient_partition": gradient_partition,
     "every_microbatch_applied": every_microbatch_applied,
+    "training_signal": training_signal,
 }
 """The checks run again under each settings profile, with their default parameters."""
 
@@ -149,7 +154,7 @@ SWEPT = {
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """One check of SWEPT under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
     clipping): a correct trainer passes them all; one that drops the temperature from its entropy, gets k3
-    wrong, applies the EOS penalty twice or clips wrongly does not."""
+    wrong, applies the EOS penalty twice, whitens rewards wrongly or clips wrongly does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 
@@ -192,12 +197,12 @@ SCENARIOS = (
         "training_signal",
         training_signal,
         (("epochs", (1, 2)),),
-        "per-token policy loss and clip indicator follow from the whitened advantages and the ratio",
+        "raw advantages (and rewards) equal the oracle's GAE; per-token policy and value losses follow from them",
     ),  # fmt: skip
     Scenario(
         "settings_sweep",
         settings_sweep,
         (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
-        "the uneven split, its objectives and the gradient checks under other trainer settings",
+        "the uneven split, its objectives, the gradient checks and the training signal under other settings",
     ),  # fmt: skip
 )

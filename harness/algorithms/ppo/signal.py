@@ -1,4 +1,5 @@
-"""The training signal, not only its pooling: the per-token policy loss the trainer hands to masked_mean.
+"""The training signal, not only its pooling: the per-token policy loss the trainer hands to masked_mean
+(and, through `value_signal.py`, the raw advantages and rewards, and the per-token value loss).
 
 docs/metrics.md, "The update": the advantages used by the loss are the raw advantages whitened
 over R (mean removed, unbiased variance, + 1e-8 under the root), 0 outside R; the per-token
@@ -12,18 +13,22 @@ not recomputable, with the reason.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.masks import mask_difference
 
+from . import value_signal
 from .view import MicroBatchView, UpdateView
 
 PER_TOKEN = ("per_token/pg_loss", "per_token/pg_clipfrac")
 CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
-"""Ratios this close to 1 +- eps may round to either side of the clip in the trainer's dtype: their clip
-indicator is not compared (bfloat16 ratios near 1.2 are 1/128 apart; measured flips at 1e-2 from the edge)."""
+"""Ratios (and new values, to v_old +- cliprange_value) this close to 1 +- eps may round to either side of
+the clip in the trainer's dtype: their clip indicator is not compared (bfloat16 ratios near 1.2 are 1/128
+apart; measured flips at 1e-2 from the edge)."""
 """The largest gap between a recorded per-token value and the formula's, over every micro-batch of an update."""
 
 
@@ -89,11 +94,21 @@ def _micro_terms(micro: MicroBatchView, a: torch.Tensor, cliprange: float) -> tu
     return policy_terms(a[micro.rollout_rows], micro.log_ratio(), cliprange)
 
 
-def expectations(update: UpdateView, cliprange: float, dtype: str) -> tuple[dict[str, float], dict[str, Expectation]]:
-    """(the largest gap per metric, as if logged; an Expectation of 0 gap each, with its scale) for compare."""
+def expectations(update: UpdateView, spec: Any, scores: Any = None) -> tuple[dict[str, float], dict[str, Expectation]]:
+    """(the largest gap per metric, as if logged; an Expectation of 0 gap each, with its scale) for compare.
+
+    The policy side (pg_loss, pg_clipfrac) and the value side (`value_signal.py`: raw advantages, rewards
+    when whitened, vf_loss, vf_clipfrac); each metric that cannot be recomputed is unknown, with the reason.
+    """
+    margin = CLIP_MARGIN.get(spec.dtype, 1e-5)
     try:
-        found = largest_gaps(update, cliprange, dtype)
+        found: dict[str, tuple[float, float] | str] = dict(largest_gaps(update, spec.cliprange, spec.dtype))
     except NotRecomputable as why:
-        return {name: 0.0 for name in PER_TOKEN}, {name: Expectation.unknown(name, str(why)) for name in PER_TOKEN}
-    logged = {name: gap for name, (gap, _) in found.items()}
-    return logged, {name: Expectation(name, 0.0, scale=size) for name, (_, size) in found.items()}
+        found = {name: str(why) for name in PER_TOKEN}
+    found.update(value_signal.largest_gaps(update, spec, scores, margin))
+    logged = {name: gap[0] if isinstance(gap, tuple) else 0.0 for name, gap in found.items()}
+    expected = {
+        name: Expectation(name, 0.0, scale=gap[1]) if isinstance(gap, tuple) else Expectation.unknown(name, gap)
+        for name, gap in found.items()
+    }
+    return logged, expected

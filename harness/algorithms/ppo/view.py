@@ -1,10 +1,12 @@
 """Records -> a view of each update: micro-batches, rows paired with rollout rows, masks derived once.
 
 The stage between the spy and the expectations. Records (in call order) are grouped into
-updates: a `logprob` record that follows a `new_logprobs` record starts a new update, and
-so does a mark; each `new_logprobs` record starts a micro-batch, and the micro-batch-site
-masked_mean records after it belong to it. Each micro-batch then gets its masks R and V
-(from its own response ids) and its rows' old log-probs (through the row pairing), once.
+updates: a `logprob` record (or a rollout value-head record) that follows a `new_logprobs`
+record starts a new update, and so does a mark; each `new_logprobs` record starts a
+micro-batch, and the micro-batch-site masked_mean records after it belong to it. Each
+micro-batch then gets its masks R and V (from its own response ids) and its rows' old
+log-probs (through the row pairing), once. Value-head records are kept with the update's
+other records (`ignored`); `values.py` pairs them with rows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Observation
-from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Record
+from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Record, ValueHeadCall
 from harness.oracle.masks import derive_masks, mask_difference
 from harness.oracle.pairing import Rows, map_rows
 
@@ -199,7 +201,8 @@ def group_updates(records: Sequence[Record], sites: SiteMap) -> list[_Group]:
     for record in sorted(records, key=lambda r: r.seq):
         role = sites.role(record)
         is_mark = isinstance(record, Mark)
-        if is_mark or (role == "logprob" and current.micro_batches):
+        rollout_side = role == "logprob" or (isinstance(record, ValueHeadCall) and not record.grad)
+        if is_mark or (rollout_side and current.micro_batches):
             if not current.is_empty():
                 groups.append(current)
             current = _Group(start_seq=record.seq)

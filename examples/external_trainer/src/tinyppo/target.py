@@ -88,6 +88,11 @@ class TinyRun:
         return self.ppo.params
 
     @property
+    def value_head(self) -> torch.nn.Module:
+        """The value model's `score` head, whose output the gate records (old and new values)."""
+        return self.ppo.value_model.score
+
+    @property
     def scores(self) -> list[torch.Tensor]:
         """The scores handed to the trainer, one tensor per update."""
         return list(self.reward.given)

@@ -45,6 +45,11 @@ class ReferenceRun:
         return [p for p in self.trainer.model.parameters() if p.requires_grad]
 
     @property
+    def value_head(self) -> torch.nn.Module:
+        """The value model's scalar head: the harness records its output per position (old and new values)."""
+        return self.trainer.accelerator.unwrap_model(self.trainer.model).value_model.score
+
+    @property
     def scores(self) -> list[torch.Tensor]:
         """Scores handed to the trainer, one tensor per rollout (this rank's samples)."""
         return list(self.reward.given)

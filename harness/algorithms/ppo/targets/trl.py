@@ -115,6 +115,12 @@ class TrlRun:
     _chunks_per_update: int = 1
 
     @property
+    def value_head(self) -> torch.nn.Module:
+        """The value model's `score` head (a sequence-classification model's): its output per position is
+        recorded, under no_grad in the rollout (old values) and with autograd in each micro-batch (new values)."""
+        return self.trainer.accelerator.unwrap_model(self.trainer.model).value_model.score
+
+    @property
     def scores(self) -> list[torch.Tensor]:
         """The reward model's score of each rollout row, one tensor per update (read by hooks, see _score_hooks)."""
         k = self._chunks_per_update
