@@ -65,11 +65,13 @@ class RunOutcome:
         return [c["id"] for c in self.checks if c.get("status") == "fail"]
 
 
-def harness_command(command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The gate's command line in a scratch copy: verify against the reference trainer, or verify-dist."""
+def harness_command(
+    command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = (), target: str = "reference"
+) -> list[str]:
+    """The gate's command line in a scratch copy: verify against a reference trainer, or verify-dist."""
     args = [sys.executable, "-m", "harness", command]
     if command == "verify":
-        args += ["--target", "reference", "--report-dir", str(report_dir)]
+        args += ["--target", target, "--report-dir", str(report_dir)]
         args += [f"--check={check}" for check in selection]
     else:
         args += ["--report-dir", str(report_dir)]
@@ -95,7 +97,11 @@ def read_checks(report_dir: Path) -> tuple[list[dict], str]:
 
 
 def run_harness(
-    scratch: Path, command: str = "verify", selection: list[str] | tuple[str, ...] = (), timeout: float = 900.0
+    scratch: Path,
+    command: str = "verify",
+    selection: list[str] | tuple[str, ...] = (),
+    timeout: float = 900.0,
+    target: str = "reference",
 ) -> RunOutcome:
     """Run the gate in `scratch` and collect its checks."""
     report_dir = scratch / "_report"
@@ -106,7 +112,7 @@ def run_harness(
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             proc = subprocess.run(
-                harness_command(command, report_dir, selection),
+                harness_command(command, report_dir, selection, target),
                 cwd=scratch,
                 env=scratch_env(scratch),
                 stdout=log,
@@ -198,7 +204,7 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
             why = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
             return CuratedResult(mutant, CuratedStatus.NOT_RUN, reason=why, diff=diff)
         selection = [] if full or mutant.command != "verify" else catalogue.test_selection(mutant)
-        outcome = run_harness(scratch, mutant.command, selection, timeout)
+        outcome = run_harness(scratch, mutant.command, selection, timeout, mutant.target)
         verdict = judge(mutant, outcome)
         log = "\n" + log_tail(outcome.log) if verdict.status is CuratedStatus.ERROR else ""
         return CuratedResult(
@@ -218,8 +224,17 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+GRPO_CONTROL = "verify-grpo"
+"""The control of the GRPO mutants: the full GRPO verify suite against `reference-grpo`."""
+
+
 def run_control(timeout: float, command: str = "verify") -> ControlResult:
-    """The unmodified copy under `command`: the full verify suite (or the two-process run) must pass."""
+    """The unmodified copy under `command`: the full verify suite (or the two-process run) must pass.
+
+    `verify-grpo` is the verify suite of the GRPO gate (`--target reference-grpo`).
+    """
+    algorithm = "grpo" if command == GRPO_CONTROL else "ppo"
+    command, target = ("verify", catalogue.TARGETS["grpo"]) if command == GRPO_CONTROL else (command, "reference")
     scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-"))
     try:
         copy_project(scratch)
@@ -244,14 +259,14 @@ def run_control(timeout: float, command: str = "verify") -> ControlResult:
             return ControlResult(
                 False, 0.0, 0, f"the scratch copy is not what gets imported: {probe.stdout}{probe.stderr}"
             )
-        outcome = run_harness(scratch, command, "", timeout)
+        outcome = run_harness(scratch, command, "", timeout, target)
         if outcome.problem or outcome.returncode != 0:
             why = outcome.problem or f"exit code {outcome.returncode}, failed: {', '.join(outcome.failed) or 'none'}"
             return ControlResult(
                 False, outcome.seconds, len(outcome.checks), f"{command}: {why}\n{log_tail(outcome.log)}"
             )
         ids = {c["id"] for c in outcome.checks}
-        missing = sorted(set(catalogue.CHECKS) - ids) if command == "verify" else []
+        missing = sorted(set(catalogue.ALGORITHM_CHECKS[algorithm]) - ids) if command == "verify" else []
         if missing:
             return ControlResult(False, outcome.seconds, len(ids), f"the gate no longer reports check(s) {missing}")
         return ControlResult(True, outcome.seconds, len(ids))
@@ -286,6 +301,8 @@ def run_all(
 
     results: list[CuratedResult] = []
     commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
+    if any(m.algorithm == "grpo" for m in mutants):
+        commands.append(GRPO_CONTROL)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
         futures = {pool.submit(run_mutant, m, full, timeout, keep): m for m in mutants}
