@@ -65,7 +65,9 @@ def worst(codes: list[int]) -> int:
 
 def names_target(posargs: list[str]) -> bool:
     """True when the arguments choose a target, checks or settings (each one algorithm's): then one gate runs."""
-    return any(a in ("--target", "--check", "--set") or a.startswith(("--target=", "--check=", "--set=")) for a in posargs)
+    return any(
+        a in ("--target", "--check", "--set") or a.startswith(("--target=", "--check=", "--set=")) for a in posargs
+    )
 
 
 def report_dir(posargs: list[str]) -> tuple[str, list[str]]:

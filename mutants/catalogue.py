@@ -496,7 +496,8 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         killed_by=("uneven_lengths", "partition"),
         patch=(
             grpo_replace(
-                '    metrics = {name: _ratio(totals[name], tokens) for name in TOKEN_POOLED if with_kl or name != "kl"}\n',
+                "    metrics = {name: _ratio(totals[name], tokens) "
+                'for name in TOKEN_POOLED if with_kl or name != "kl"}\n',
                 '    per_micro = rows[:, STAT_FIELDS.index("count/tokens")].clamp(min=1)\n'
                 "    metrics = {name: (rows[:, STAT_FIELDS.index(name)] / per_micro).mean().item()\n"
                 '               for name in TOKEN_POOLED if with_kl or name != "kl"}\n',
@@ -590,11 +591,13 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         killed_by=("gradient_partition[loss_type=bnpo]",),
         patch=(
             grpo_replace(
-                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) * world / denominator\n",
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
                 '        if cfg.loss_type == "bnpo":\n'
                 "            loss = token_loss * world / cfg.gradient_accumulation_steps\n"
                 "        else:\n"
-                "            loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) * world / denominator\n",
+                "            loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
             ),
         ),
         notes="the logged statistics are pooled right; only the gradient shows it",

@@ -111,8 +111,11 @@ def schema_report(
         "projectRoot": str(ROOT),
         "files": {
             TRAINER: {"language": "python", "source": source, "mutants": mutants},
-            **({GRPO_TRAINER: {"language": "python", "source": grpo_source, "mutants": grpo_mutants}}
-               if grpo_mutants else {}),
+            **(
+                {GRPO_TRAINER: {"language": "python", "source": grpo_source, "mutants": grpo_mutants}}
+                if grpo_mutants
+                else {}
+            ),
         },
         "testFiles": {TEST_FILE: {"tests": tests}},
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
