@@ -233,3 +233,19 @@ def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
     assert report["algorithm"] == "grpo" and [c["id"] for c in report["checks"]] == ["short_window"]
     code, _, output = verify(tmp_path, "--target", "reference-grpo", "--set", "kl_coef=0.1")
     assert code == 2 and "KEY one of" in output
+
+
+def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(reference_cache):
+    """TRL logs policy_loss only with an entropy bonus: a trainer that never logs it is not wrong; one that logs
+    it in some intervals only is."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    never = [{k: v for k, v in log.items() if k != "policy_loss"} for log in obs.ran.logs]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(never, obs.ran.loss_inputs)))
+    )
+    assert result.passed and "policy_loss is not logged" in result.message
+    once = [never[0], *obs.ran.logs[1:]]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, obs.ran.loss_inputs)))
+    )
+    assert not result.passed and "never logged policy_loss" in result.message

@@ -14,6 +14,7 @@ from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
 from harness.verdict import Check
 
+from .contract import POLICY_LOSS
 from .expect import expected_metrics, intervals, record_problems
 
 
@@ -76,16 +77,33 @@ def require_records(obs: Observation, check: Check) -> list[list[Mapping[str, An
         check.fail(problem)
     if problems:
         return None
-    want = obs.spec.run_windows()
-    seen = [sum(1 for r in records if r["window"] == w) for w in range(len(want))]
-    if seen != want or len(records) != sum(want):
-        check.fail(f"micro-batches per optimizer step {seen} ({len(records)} records), expected {want}")
+    sizes = window_sizes(records)
+    gas = obs.spec.gradient_accumulation_steps
+    if len(sizes) != obs.spec.max_steps or not all(1 <= n <= gas for n in sizes):
+        check.fail(f"micro-batches per optimizer step {sizes}, expected {obs.spec.max_steps} windows of 1 to {gas} "
+                   f"(the reference's: {obs.spec.run_windows()})")  # fmt: skip
         return None
     rows = {int(r["completion_mask"].shape[0]) for r in records}
     if rows != {obs.spec.per_device_train_batch_size}:
         check.fail(f"micro-batches of {sorted(rows)} rows, expected {obs.spec.per_device_train_batch_size}")
         return None
     return intervals(records, obs.spec)
+
+
+def window_sizes(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Micro-batches of each optimizer step, from the records' window indices (0, 1, ... expected)."""
+    windows = [int(r["window"]) for r in records]
+    top = max(windows, default=-1)
+    return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
+
+
+def logged_names(obs: Observation, names: Sequence[str], check: Check) -> tuple[str, ...]:
+    """`names` less `policy_loss` when no log has it (TRL logs it only with an entropy bonus), said in a note."""
+    logs = obs.ran.logs if obs.ran is not None else ()
+    if POLICY_LOSS in names and logs and not any(POLICY_LOSS in log for log in logs):
+        check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
+        return tuple(n for n in names if n != POLICY_LOSS)
+    return tuple(names)
 
 
 def require(check: Check, condition: object, missing: str) -> bool:

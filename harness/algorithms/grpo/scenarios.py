@@ -14,7 +14,7 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, require, require_logs, require_ran, require_records
+from .checks import compare_interval, logged_names, require, require_logs, require_ran, require_records, window_sizes
 from .contract import LR0_IDENTITIES, partition_names, pooled_names
 from .expect import Settings, token_terms
 from .spec import LOSS_TYPES, SETTINGS, GRPOSpec
@@ -54,7 +54,7 @@ def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
 def pooled_check(obs, check: Check, need=None) -> None:
     """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
     whether the run showed what the scenario is for (a string naming what is missing, or '')."""
-    names = pooled_names(obs.spec.beta)
+    names = logged_names(obs, pooled_names(obs.spec.beta), check)
     per_interval = require_records(obs, check)
     if per_interval is None or not require_logs(obs, names, check):
         return
@@ -87,8 +87,10 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     check, obs = Check(case.id), cache.get(spec_for(SHORT, run), spy=False)
 
     def need(per_interval):
-        sizes = {sum(1 for r in rs if r["window"] == w) for rs in per_interval for w in {r["window"] for r in rs}}
-        return "" if len(sizes) > 1 else f"every window had {sizes} micro-batches"
+        records = [r for rs in per_interval for r in rs]
+        sizes = window_sizes(records)
+        spans = any(len({r["generation"] for r in records if r["window"] == w}) > 1 for w in range(len(sizes)))
+        return "" if len(set(sizes)) > 1 or spans else f"windows of {sizes} micro-batches, none across generations"
 
     pooled_check(obs, check, need)
     return check.finish()
@@ -147,8 +149,8 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
                           steps_per_generation=spg, num_iterations=iters)  # fmt: skip
         windows = len(spec.window_sizes)
         specs.append(spec.with_(max_steps=windows, logging_steps=windows))
-    names = partition_names(base.beta)
     observed = [cache.get(spec, spy=False) for spec in specs]
+    names = logged_names(observed[0], partition_names(base.beta), check)
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]
@@ -202,8 +204,9 @@ def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case)
         return check.finish()
     grads, spec = ran.grads, obs.spec
     seen = [len(step.backward_ids) for step in grads.steps]
-    if seen != spec.run_windows():
-        check.fail(f"backward passes per optimizer step {seen}, expected the windows {spec.run_windows()}")
+    want = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
+    if seen != want or len(want) != spec.max_steps:
+        check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {want}")
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
     tol = tolerance("gradient", spec.dtype)
