@@ -21,6 +21,10 @@ from harness.oracle.pooling import Pooled
 
 from .contract import EXTREMES, KL, POLICY_LOSS, TOKEN_POOLED
 
+CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
+"""Relative distance of a ratio from a clip bound within which the trainer's own rounding may put it on either
+side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2).
+Such a flag is uncertain: the tolerance of a clip metric grows by the share of flags that are."""
 KEYS = ("generation", "window", "rank", "completion_mask", "logps", "old_logps", "ref_logps", "advantages",
         "entropies")  # fmt: skip
 """Every key of a loss record (docs/architecture.md, the GRPO run)."""
@@ -37,10 +41,16 @@ class Settings:
     epsilon_high: float
     delta: float | None
     max_completion_length: int
+    dtype: str = "float64"
 
     @classmethod
     def of(cls, spec: Any) -> Settings:
         return cls(*(getattr(spec, name) for name in cls.__dataclass_fields__))
+
+    @property
+    def margin(self) -> float:
+        """CLIP_MARGIN of the trainer's dtype (the float32 one for a dtype the table lacks)."""
+        return CLIP_MARGIN.get(str(self.dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
 
 
 def record_problems(record: Mapping[str, Any]) -> list[str]:
@@ -74,6 +84,8 @@ class TokenTerms:
     kl: torch.Tensor | None
     loss: torch.Tensor
     entropy: torch.Tensor | None
+    uncertain: torch.Tensor
+    """1.0 where a clip flag could round either way in the trainer's dtype (the ratio within the margin of a bound)."""
 
 
 def token_terms(record: Mapping[str, Any], s: Settings) -> TokenTerms:
@@ -89,6 +101,10 @@ def token_terms(record: Mapping[str, Any], s: Settings) -> TokenTerms:
     loss = -torch.minimum(ratio * adv, clipped * adv)
     low = ((ratio < 1 - s.epsilon_low) & (adv < 0)).double()
     high = ((ratio > 1 + s.epsilon_high) & (adv > 0)).double()
+    lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
+    near_low = ((ratio - lower).abs() <= s.margin * lower) & (adv < 0)
+    near_high = ((ratio - upper).abs() <= s.margin * upper) & (adv > 0)
+    uncertain = (near_low | near_high).double()
     kl = None
     if s.beta != 0 and record["ref_logps"] is not None:
         gap = record["ref_logps"].double() - logps
@@ -97,12 +113,19 @@ def token_terms(record: Mapping[str, Any], s: Settings) -> TokenTerms:
             kl = kl * ratio
         loss = loss + s.beta * kl
     entropy = record["entropies"].double() if record["entropies"] is not None else None
-    return TokenTerms(mask, low, high, kl, loss, entropy)
+    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain)
 
 
 def _pooled_mean(metric: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Expectation:
     pooled = Pooled.of(parts)
     return Expectation(metric, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale)
+
+
+def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag) -> Expectation:
+    """A clip flag's token mean; its scale is the share of the flags that could round either way."""
+    pooled = Pooled.of([(flag(t), t.mask) for t in terms])
+    uncertain = Pooled.of([(t.uncertain, t.mask) for t in terms]).token_mean()
+    return Expectation(metric, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=uncertain)
 
 
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
@@ -129,17 +152,19 @@ def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
 
 def extremes(terms: Sequence[TokenTerms]) -> dict[str, Expectation]:
     """True extremes over every (completion, micro-batch) pair with a token; 0 when there is none."""
-    low, high = [], []
+    low, high, uncertain = [], [], []
     for t in terms:
         has = t.mask.any(dim=1)
         count = t.mask.sum(dim=1).clamp(min=1)
         low.append(((t.low * t.mask).sum(dim=1) / count)[has])
         high.append(((t.high * t.mask).sum(dim=1) / count)[has])
-    lows, highs = torch.cat(low), torch.cat(high)
+        uncertain.append(((t.uncertain * t.mask).sum(dim=1) / count)[has])
+    lows, highs, unsure = torch.cat(low), torch.cat(high), torch.cat(uncertain)
     n = int(lows.numel())
+    scale = float(unsure.max()) if n else 0.0  # an extreme moves by at most one completion's uncertain share
     return {
-        EXTREMES[0]: Expectation(EXTREMES[0], float(lows.min()) if n else 0.0, count=n),
-        EXTREMES[1]: Expectation(EXTREMES[1], float(highs.max()) if n else 0.0, count=n),
+        EXTREMES[0]: Expectation(EXTREMES[0], float(lows.min()) if n else 0.0, count=n, scale=scale),
+        EXTREMES[1]: Expectation(EXTREMES[1], float(highs.max()) if n else 0.0, count=n, scale=scale),
     }
 
 
@@ -158,11 +183,9 @@ def expected_metrics(records: Sequence[Mapping[str, Any]], spec: Any) -> dict[st
         out["entropy"] = _pooled_mean("entropy", [(t.entropy, t.mask) for t in terms])
     else:
         out["entropy"] = Expectation.unknown("entropy", "the loss records hold no per-token entropies")
-    out["clip_ratio/low_mean"] = _pooled_mean("clip_ratio/low_mean", [(t.low, t.mask) for t in terms])
-    out["clip_ratio/high_mean"] = _pooled_mean("clip_ratio/high_mean", [(t.high, t.mask) for t in terms])
-    out["clip_ratio/region_mean"] = _pooled_mean(
-        "clip_ratio/region_mean", [(torch.maximum(t.low, t.high), t.mask) for t in terms]
-    )
+    out["clip_ratio/low_mean"] = _flag_mean("clip_ratio/low_mean", terms, lambda t: t.low)
+    out["clip_ratio/high_mean"] = _flag_mean("clip_ratio/high_mean", terms, lambda t: t.high)
+    out["clip_ratio/region_mean"] = _flag_mean("clip_ratio/region_mean", terms, lambda t: torch.maximum(t.low, t.high))
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
             out[KL] = _pooled_mean(KL, [(t.kl, t.mask) for t in terms])
