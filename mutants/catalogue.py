@@ -1,4 +1,4 @@
-"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md.
+"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md, PPO's and GRPO's.
 
 Each mutant re-creates, inside `reference_ppo`, a bug that shipped (or was found in
 review) in a public RL trainer, and names the checks of the gate that must kill it.
@@ -9,7 +9,8 @@ of leaving a mutant that no longer mutates anything (see `apply`).
 `killed_by` lists check ids of `verify.json` (e.g. "uneven_split[epochs=1]") or
 scenario names (e.g. "uneven_split", which covers both epoch variants). The runner
 counts a mutant as killed only when the verify run exits 1 and at least one of
-these checks failed.
+these checks failed. A GRPO mutant (`algorithm="grpo"`, ids `g<class>_...`) patches
+`reference_ppo/grpo.py` and names checks of the GRPO gate, against `reference-grpo`.
 """
 
 from __future__ import annotations
