@@ -604,6 +604,28 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         notes="the logged statistics are pooled right; only the gradient shows it",
         algorithm="grpo",
     ),
+    Mutant(
+        id="g09_mean_of_rank_means",
+        bug_class=9,
+        title="GRPO token means and policy_loss pooled on each rank, then the ranks' values averaged",
+        source="huggingface/trl PR 6380 (the GRPO form of class 9)",
+        killed_by=(VERIFY_DIST,),
+        patch=(
+            grpo_replace(
+                "        metrics = pooled_stats(\n"
+                "            acc.gather(torch.stack(interval.stats)), cfg.loss_type, cfg.max_completion_length, "
+                "cfg.beta != 0\n"
+                "        )\n",
+                "        local = pooled_stats(torch.stack(interval.stats), cfg.loss_type, cfg.max_completion_length, "
+                "cfg.beta != 0)\n"
+                "        values = torch.tensor(list(local.values()), dtype=torch.float64, device=acc.device)\n"
+                '        metrics = dict(zip(local, acc.reduce(values, reduction="mean").tolist()))\n',
+            ),
+        ),
+        command="verify-dist",
+        notes="on one process it is exact; over two ranks of different completion lengths it is not",
+        algorithm="grpo",
+    ),
 )
 """Mutants of the reference GRPO trainer, killed by the GRPO gate (`--target reference-grpo`)."""
 

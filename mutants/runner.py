@@ -69,12 +69,9 @@ def harness_command(
     command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = (), target: str = "reference"
 ) -> list[str]:
     """The gate's command line in a scratch copy: verify against a reference trainer, or verify-dist."""
-    args = [sys.executable, "-m", "harness", command]
+    args = [sys.executable, "-m", "harness", command, "--target", target, "--report-dir", str(report_dir)]
     if command == "verify":
-        args += ["--target", target, "--report-dir", str(report_dir)]
         args += [f"--check={check}" for check in selection]
-    else:
-        args += ["--report-dir", str(report_dir)]
     return args
 
 
@@ -226,16 +223,26 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
 
 GRPO_CONTROL = "verify-grpo"
 """The control of the GRPO mutants: the full GRPO verify suite against `reference-grpo`."""
+CONTROLS = {
+    "verify": ("verify", "ppo"),
+    "verify-dist": ("verify-dist", "ppo"),
+    GRPO_CONTROL: ("verify", "grpo"),
+    "verify-dist-grpo": ("verify-dist", "grpo"),
+}
+"""Control name (as curated.json keys it) -> (command, algorithm) run on the unmodified copy."""
+
+
+def control_name(command: str, algorithm: str) -> str:
+    """The control a mutant of `algorithm` run under `command` is judged beside."""
+    return next(name for name, key in CONTROLS.items() if key == (command, algorithm))
 
 
 def run_control(timeout: float, command: str = "verify") -> ControlResult:
-    """The unmodified copy under `command`: the full verify suite (or the two-process run) must pass.
-
-    `verify-grpo` is the verify suite of the GRPO gate (`--target reference-grpo`).
-    """
-    algorithm = "grpo" if command == GRPO_CONTROL else "ppo"
-    command, target = ("verify", catalogue.TARGETS["grpo"]) if command == GRPO_CONTROL else (command, "reference")
-    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-"))
+    """The unmodified copy under control `command` (a key of CONTROLS): the full verify suite (or the
+    two-process run) of its algorithm, against that algorithm's reference target, must pass."""
+    command, algorithm = CONTROLS[command]
+    target = catalogue.TARGETS[algorithm]
+    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-{algorithm}-"))
     try:
         copy_project(scratch)
         probe = subprocess.run(
@@ -300,9 +307,8 @@ def run_all(
     from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []
-    commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
-    if any(m.algorithm == "grpo" for m in mutants):
-        commands.append(GRPO_CONTROL)
+    wanted = {control_name(m.command, m.algorithm) for m in mutants if has_command(m.command)}
+    commands = ["verify"] + [name for name in CONTROLS if name in wanted and name != "verify"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
         futures = {pool.submit(run_mutant, m, full, timeout, keep): m for m in mutants}

@@ -130,6 +130,14 @@ def test_metadata_is_complete_for_every_ppo_and_grpo_class():
             assert m.killed_by == (catalogue.VERIFY_DIST,)
 
 
+def test_each_mutant_is_judged_beside_the_control_of_its_command_and_algorithm():
+    assert runner.control_name("verify", "ppo") == "verify"
+    assert runner.control_name("verify-dist", "grpo") == "verify-dist-grpo"
+    g09 = catalogue.by_id(["g09_mean_of_rank_means"])[0]
+    command = runner.harness_command(g09.command, ROOT, (), g09.target)
+    assert command[3:6] == ["verify-dist", "--target", "reference-grpo"]
+
+
 def test_every_check_id_names_a_test_of_the_verify_suite():
     suite = (ROOT / "harness" / "suite" / "test_verify.py").read_text(encoding="utf-8")
     for check, (_, node) in catalogue.CHECKS.items():
@@ -595,12 +603,13 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 29  # 23 PPO, 6 GRPO
+    assert len(ids) == 30  # 23 PPO, 7 GRPO
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}
     assert data["control"]["passed"], data["control"]["reason"]
-    assert data["controls"][runner.GRPO_CONTROL]["passed"], data["controls"][runner.GRPO_CONTROL]["reason"]
+    for name in (runner.GRPO_CONTROL, "verify-dist-grpo"):
+        assert data["controls"][name]["passed"], data["controls"][name]["reason"]
     assert {i: by_id[i]["status"] for i in ids} == {i: "killed" for i in ids}, capsys.readouterr().out
     assert all(by_id[i]["named_failed"] for i in ids)  # each killed by a check it names
     assert "lr0_ratio[epochs=1]" in by_id["c02_unwritten_slots_averaged"]["named_failed"]
