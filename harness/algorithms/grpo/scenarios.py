@@ -19,7 +19,7 @@ from .contract import LR0_IDENTITIES, partition_names, pooled_names
 from .expect import Settings, token_terms
 from .spec import LOSS_TYPES, SETTINGS, GRPOSpec
 
-# Two generations of 8 completions (two groups), each trained in two windows of two micro-batches of 4, logged
+# Two generations of 16 completions (four groups), each trained in two windows of two micro-batches of 4, logged
 # once per generation (the spec's default KL weight logs `kl`); completions end at the stop token (uneven lengths).
 UNEVEN = GRPOSpec(name="uneven_lengths", per_device_train_batch_size=4, gradient_accumulation_steps=2,
                   steps_per_generation=4, max_steps=4, logging_steps=2)  # fmt: skip
