@@ -37,19 +37,56 @@ def install(session: nox.Session, *extras: str) -> None:
     )
 
 
-def run_exit_code(session: nox.Session, *args: str, env: dict | None = None) -> None:
-    """Run a harness command and make the session exit with its own code (0 pass, 1 fail, 2 usage)."""
+def harness_code(session: nox.Session, *args: str, env: dict | None = None) -> int:
+    """Run a harness command in the session; its exit code (0 pass, 1 fail, 2 usage)."""
     python = os.path.join(session.bin, "python")
     session.log(" ".join(["python", *args]))
-    code = subprocess.call([python, *args], env={**os.environ, **CPU_THREADS, **(env or {})})
+    return subprocess.call([python, *args], env={**os.environ, **CPU_THREADS, **(env or {})})
+
+
+def exit_with(session: nox.Session, code: int) -> None:
+    """End the session with the harness's own exit code when it is not 0."""
     if code:
         session.log(f"exit code {code}")
         raise SystemExit(code)
 
 
+def run_exit_code(session: nox.Session, *args: str, env: dict | None = None) -> None:
+    """Run a harness command and make the session exit with its own code (0 pass, 1 fail, 2 usage)."""
+    exit_with(session, harness_code(session, *args, env=env))
+
+
+def worst(codes: list[int]) -> int:
+    """One exit code for several runs: 2 if any was a usage error (or another failure), else 1 if any failed."""
+    if any(c not in (0, 1) for c in codes):
+        return 2
+    return 1 if 1 in codes else 0
+
+
+def names_target(posargs: list[str]) -> bool:
+    """True when the arguments choose a target, checks or settings (each one algorithm's): then one gate runs."""
+    return any(
+        a in ("--target", "--check", "--set") or a.startswith(("--target=", "--check=", "--set=")) for a in posargs
+    )
+
+
+def report_dir(posargs: list[str]) -> tuple[str, list[str]]:
+    """The `--report-dir` of the arguments (default reports), and the arguments without it."""
+    found, rest, args = "reports", [], iter(posargs)
+    for arg in args:
+        if arg == "--report-dir":
+            found = next(args, found)
+        elif arg.startswith("--report-dir="):
+            found = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+    return found, rest
+
+
 def wants_trl(posargs: list[str]) -> bool:
     """True when the target is TRL's adapter: `trl`, or `trl:MODULE` (a module that imports TRL)."""
-    return any(a in ("trl", "--target=trl") or a.startswith(("trl:", "--target=trl:")) for a in posargs)
+    names = ("trl", "--target=trl", "trl-grpo", "--target=trl-grpo")
+    return any(a in names or a.startswith(("trl:", "--target=trl:")) for a in posargs)
 
 
 def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
@@ -92,7 +129,10 @@ def install_trl(session: nox.Session, what: str) -> None:
 
 @nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
-    """The gate: every scenario against a target (default: the reference trainer, CPU).
+    """The gate: every scenario against a target. Without `--target`, both reference trainers on the CPU: the
+    PPO gate (`reference`, reports in reports/) and the GRPO gate (`reference-grpo`, reports in reports/grpo/);
+    the session exits 2 if either was a usage error, else 1 if either failed a check. `--target` or `--check`
+    runs one gate (check ids belong to one algorithm; the default target is `reference`).
 
     `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a checkout, a wheel, a
     version) into the session first, so that TRL's adapter runs against it.
@@ -101,7 +141,15 @@ def verify(session: nox.Session) -> None:
     install(session, "test", *(["trl"] if trl is None and wants_trl(args) else []))
     if trl is not None:
         install_trl(session, trl)
-    run_exit_code(session, "-m", "harness", "verify", *args)
+    if names_target(args):
+        run_exit_code(session, "-m", "harness", "verify", *args)
+        return
+    reports, rest = report_dir(args)
+    ppo = harness_code(session, "-m", "harness", "verify", "--report-dir", reports, *rest)
+    grpo = harness_code(session, "-m", "harness", "verify", "--target", "reference-grpo",
+                        "--report-dir", os.path.join(reports, "grpo"), *rest)  # fmt: skip
+    session.log(f"PPO gate (reference): exit {ppo}; GRPO gate (reference-grpo): exit {grpo}")
+    exit_with(session, worst([ppo, grpo]))
 
 
 @nox.session(python=PYTHON)

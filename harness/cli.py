@@ -12,7 +12,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     verify = sub.add_parser("verify", help="run every scenario against a target")
-    verify.add_argument("--target", default="reference", help="reference (default), trl, or package.module:factory")
+    verify.add_argument("--target", default="reference",
+                        help="reference (default), trl, reference-grpo, trl-grpo, or pkg.module:factory")  # fmt: skip
     verify.add_argument("--seed", type=int, default=0)
     verify.add_argument("--seeds", default=None, metavar="LIST",
                         help="one run per seed, e.g. 0,1,2 or 0-4: a verdict each and one overall")  # fmt: skip

@@ -38,7 +38,7 @@ def algorithm_of(target: str):
 
 
 def worker(target: str, seed: int, out: Path) -> int:
-    """One rank: run every dist scenario under the spy, save logs and records for the parent."""
+    """One rank: run every dist scenario (under the spy where the algorithm reads it), save what it saw."""
     import torch
 
     from .instrument.observe import observe
@@ -47,8 +47,11 @@ def worker(target: str, seed: int, out: Path) -> int:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     try:
         factory = resolve(target).factory
-        for name, spec in algorithm_of(target).rank_specs(seed).items():
-            obs = observe(factory, spec.with_(rank=rank, world_size=world))
+        algorithm = algorithm_of(target)
+        for name, spec in algorithm.rank_specs(seed).items():
+            if hasattr(spec, "rank"):  # PPO's specs vary the padding by rank
+                spec = spec.with_(rank=rank, world_size=world)
+            obs = observe(factory, spec, spy=getattr(algorithm, "spy", True))
             torch.save(obs.ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others
     except HarnessConfigError as exc:

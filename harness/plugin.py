@@ -17,7 +17,9 @@ CASE_FIXTURE = "ppo_case"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ppo", "PPO statistics gate")
-    group.addoption("--ppo-target", default="reference", help="reference, trl, or package.module:factory")
+    group.addoption(
+        "--ppo-target", default="reference", help="reference, trl, reference-grpo, trl-grpo, or package.module:factory"
+    )
     group.addoption("--ppo-seed", type=int, default=0, help="seed of every scenario run (default 0)")
     group.addoption("--ppo-device", default="cpu", help="cpu or cuda")
     group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64 or bfloat16")

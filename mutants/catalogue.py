@@ -1,4 +1,4 @@
-"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md.
+"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md, PPO's and GRPO's.
 
 Each mutant re-creates, inside `reference_ppo`, a bug that shipped (or was found in
 review) in a public RL trainer, and names the checks of the gate that must kill it.
@@ -9,7 +9,8 @@ of leaving a mutant that no longer mutates anything (see `apply`).
 `killed_by` lists check ids of `verify.json` (e.g. "uneven_split[epochs=1]") or
 scenario names (e.g. "uneven_split", which covers both epoch variants). The runner
 counts a mutant as killed only when the verify run exits 1 and at least one of
-these checks failed.
+these checks failed. A GRPO mutant (`algorithm="grpo"`, ids `g<class>_...`) patches
+`reference_ppo/grpo.py` and names checks of the GRPO gate, against `reference-grpo`.
 """
 
 from __future__ import annotations
@@ -18,25 +19,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRAINER = "reference_ppo/trainer.py"
+GRPO_TRAINER = "reference_ppo/grpo.py"
+TARGETS = {"ppo": "reference", "grpo": "reference-grpo"}
+"""The target each algorithm's mutants are verified against (`python -m harness verify --target ...`)."""
 
 
-def _checks() -> dict[str, tuple[str, str]]:
+def _checks(algorithm: str = "ppo") -> dict[str, tuple[str, str]]:
     """Check id of verify.json -> (scenario name, pytest node name of the test that records it).
 
     Generated from the gate's own scenarios (`harness.algorithms`), never typed here.
     """
     from harness.algorithms import check_ids
 
-    return {cid: (scenario, f"test_check[{cid}]") for cid, scenario in check_ids("ppo").items()}
+    return {cid: (scenario, f"test_check[{cid}]") for cid, scenario in check_ids(algorithm).items()}
 
 
 CHECKS: dict[str, tuple[str, str]] = _checks()
+"""The PPO gate's checks (the default run's)."""
+ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo": _checks("grpo")}
+"""Each algorithm's checks: GRPO reuses some scenario names (freshness, all_masked), so they are kept apart."""
 # killed_by entry that stands for "any check of the two-process run" (`python -m harness verify-dist`)
 VERIFY_DIST = "verify_dist"
 
 
 PPO_CLASSES = (*range(1, 16), *range(20, 41))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
+GRPO_CLASSES = (16, 17, 18, 19)
+"""The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
 
 
 class PatchError(RuntimeError):
@@ -65,6 +74,13 @@ class Mutant:
     command: str = "verify"
     """`verify` (the verify suite) or `verify-dist` (the two-process run)."""
     notes: str = ""
+    algorithm: str = "ppo"
+    """Whose gate kills it: its checks are that algorithm's, run against `TARGETS[algorithm]`."""
+
+    @property
+    def target(self) -> str:
+        """The built-in target the mutant's verify run names."""
+        return TARGETS[self.algorithm]
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,10 @@ class NotApplicable:
 
 def replace(old: str, new: str, file: str = TRAINER) -> Replacement:
     return Replacement(file, old, new)
+
+
+def grpo_replace(old: str, new: str) -> Replacement:
+    return Replacement(GRPO_TRAINER, old, new)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -667,6 +687,149 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
+GRPO_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        id="g16_flat_mean_of_microbatch_means",
+        bug_class=16,
+        title="GRPO token means logged as a flat mean of per-micro-batch means over the interval",
+        source="trl 1.12.0 GRPOTrainer.log (measured); huggingface/trl issue 7047",
+        killed_by=("uneven_lengths", "partition"),
+        patch=(
+            grpo_replace(
+                "    metrics = {name: _ratio(totals[name], tokens) "
+                'for name in TOKEN_POOLED if with_kl or name != "kl"}\n',
+                '    per_micro = rows[:, STAT_FIELDS.index("count/tokens")].clamp(min=1)\n'
+                "    metrics = {name: (rows[:, STAT_FIELDS.index(name)] / per_micro).mean().item()\n"
+                '               for name in TOKEN_POOLED if with_kl or name != "kl"}\n',
+            ),
+        ),
+        notes="a micro-batch of few tokens weighs as much as one of many",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g17_window_means_averaged",
+        bug_class=17,
+        title="GRPO: one value per optimizer window (its token means), windows averaged",
+        source="huggingface/trl PR 7053 (closed)",
+        killed_by=("short_window",),
+        patch=(
+            grpo_replace(
+                "                stats, clips = self.micro_step(batch, rows, denominator)\n"
+                "            self.interval.stats.append(stats)\n",
+                "                stats, clips = self.micro_step(batch, rows, denominator)\n"
+                "            window_rows = [*(window_rows if i else []), stats]\n",
+            ),
+            grpo_replace(
+                "        if cfg.max_grad_norm is not None:\n"
+                "            acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)\n"
+                "        self.optimizer.step()\n",
+                "        window = torch.stack(window_rows).sum(dim=0)\n"
+                '        tokens = STAT_FIELDS.index("count/tokens")\n'
+                '        window[: STAT_FIELDS.index("policy_loss/completion_sum")] /= window[tokens].clamp(min=1)\n'
+                "        window[tokens] = 1.0\n"
+                "        self.interval.stats.append(window)\n"
+                "        if cfg.max_grad_norm is not None:\n"
+                "            acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)\n"
+                "        self.optimizer.step()\n",
+            ),
+        ),
+        notes="with windows of 3 and 1 micro-batches the short window counts as much as the long one",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g18_mean_of_microbatch_extremes",
+        bug_class=18,
+        title="clip_ratio/low_min and high_max logged as the mean of per-micro-batch extremes",
+        source="trl 1.12.0 GRPOTrainer (measured: 0.18 logged, true maximum 0.5)",
+        killed_by=("extremes",),
+        patch=(
+            grpo_replace(
+                "        metrics.update(clip_extremes(acc.gather(torch.cat(interval.clips))))\n",
+                "        per_micro = [clip_extremes(acc.gather(block)) for block in interval.clips]\n"
+                "        metrics.update({k: sum(e[k] for e in per_micro) / len(per_micro) for k in per_micro[0]})\n",
+            ),
+        ),
+        notes="a micro-batch without a clipped token pulls the maximum down",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g19_dapo_loss_share_of_window",
+        bug_class=19,
+        title="dapo policy_loss logged as each micro-batch's share of its window's loss, averaged as a mean",
+        source="trl 1.12.0 GRPO policy_loss with loss_type dapo (measured)",
+        killed_by=("partition", "uneven_lengths[loss_type=dapo]"),
+        patch=(
+            grpo_replace(
+                "                token_loss,\n                completion_loss,\n                mask,\n            )\n",
+                '                loss.detach() / world if cfg.loss_type == "dapo" else token_loss,\n'
+                "                completion_loss,\n                mask,\n            )\n",
+            ),
+        ),
+        notes="about the token mean divided by the accumulation steps: it moves with gradient_accumulation_steps",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g08_interval_not_reset",
+        bug_class=8,
+        title="GRPO: the interval's rows are not cleared after a log, so the next log pools them again",
+        source="the class-8 leak (trl PR 6861) in a GRPO trainer's logging interval",
+        killed_by=("freshness",),
+        patch=(
+            grpo_replace(
+                "        self.interval = Interval()\n        self.history.append(metrics)\n",
+                "        self.history.append(metrics)\n",
+            ),
+        ),
+        notes="the first log is right; every later one pools every earlier interval too",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g14_bnpo_mean_of_microbatch_means",
+        bug_class=14,
+        title="bnpo loss as each micro-batch's token mean over the accumulation steps: the gradient depends on the cut",
+        source="trl 1.12.0 GRPOTrainer bnpo normalisation (docs/grpo-metrics.md, section 7)",
+        killed_by=("gradient_partition[loss_type=bnpo]",),
+        patch=(
+            grpo_replace(
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
+                '        if cfg.loss_type == "bnpo":\n'
+                "            loss = token_loss * world / cfg.gradient_accumulation_steps\n"
+                "        else:\n"
+                "            loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
+            ),
+        ),
+        notes="the logged statistics are pooled right; only the gradient shows it",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g09_mean_of_rank_means",
+        bug_class=9,
+        title="GRPO token means and policy_loss pooled on each rank, then the ranks' values averaged",
+        source="huggingface/trl PR 6380 (the GRPO form of class 9)",
+        killed_by=(VERIFY_DIST,),
+        patch=(
+            grpo_replace(
+                "        metrics = pooled_stats(\n"
+                "            acc.gather(torch.stack(interval.stats)), cfg.loss_type, cfg.max_completion_length, "
+                "cfg.beta != 0\n"
+                "        )\n",
+                "        local = pooled_stats(torch.stack(interval.stats), cfg.loss_type, cfg.max_completion_length, "
+                "cfg.beta != 0)\n"
+                "        values = torch.tensor(list(local.values()), dtype=torch.float64, device=acc.device)\n"
+                '        metrics = dict(zip(local, acc.reduce(values, reduction="mean").tolist()))\n',
+            ),
+        ),
+        command="verify-dist",
+        notes="on one process it is exact; over two ranks of different completion lengths it is not",
+        algorithm="grpo",
+    ),
+)
+"""Mutants of the reference GRPO trainer, killed by the GRPO gate (`--target reference-grpo`)."""
+
+MUTANTS = MUTANTS + GRPO_MUTANTS
+
 NOT_APPLICABLE: tuple[NotApplicable, ...] = ()
 """Every class of the table can arise in the reference trainer, so none is listed here."""
 
@@ -683,9 +846,10 @@ def by_id(ids: list[str] | tuple[str, ...] | None = None) -> list[Mutant]:
 
 
 def named_checks(mutant: Mutant) -> list[str]:
-    """The check ids of verify.json that `mutant.killed_by` names (scenario names expanded)."""
+    """The check ids of verify.json that `mutant.killed_by` names (scenario names expanded), in its algorithm."""
     wanted = set(mutant.killed_by)
-    return [cid for cid, (scenario, _) in CHECKS.items() if cid in wanted or scenario in wanted]
+    checks = ALGORITHM_CHECKS[mutant.algorithm]
+    return [cid for cid, (scenario, _) in checks.items() if cid in wanted or scenario in wanted]
 
 
 def test_selection(mutant: Mutant) -> list[str]:
@@ -751,12 +915,19 @@ def check_metadata() -> list[str]:
     """Problems with the catalogue's metadata (empty when it is complete)."""
     problems = []
     seen_ids: set[str] = set()
-    covered = {m.bug_class for m in MUTANTS} | {n.bug_class for n in NOT_APPLICABLE}
+    covered = {m.bug_class for m in MUTANTS if m.algorithm == "ppo"} | {n.bug_class for n in NOT_APPLICABLE}
     missing = sorted(set(PPO_CLASSES) - covered)
     if missing:
         problems.append(f"bug classes without a mutant or a reason: {missing}")
-    scenarios = {scenario for scenario, _ in CHECKS.values()}
+    missing = sorted(set(GRPO_CLASSES) - {m.bug_class for m in MUTANTS if m.algorithm == "grpo"})
+    if missing:
+        problems.append(f"GRPO bug classes without a GRPO mutant: {missing}")
     for m in MUTANTS:
+        if m.algorithm not in ALGORITHM_CHECKS:
+            problems.append(f"{m.id}: unknown algorithm {m.algorithm!r}")
+            continue
+        checks = ALGORITHM_CHECKS[m.algorithm]
+        scenarios = {scenario for scenario, _ in checks.values()}
         if m.id in seen_ids:
             problems.append(f"duplicate id {m.id}")
         seen_ids.add(m.id)
@@ -768,7 +939,7 @@ def check_metadata() -> list[str]:
         if not m.killed_by:
             problems.append(f"{m.id}: killed_by is empty")
         for check in m.killed_by:
-            if check != VERIFY_DIST and check not in CHECKS and check not in scenarios:
+            if check != VERIFY_DIST and check not in checks and check not in scenarios:
                 problems.append(f"{m.id}: killed_by names unknown check {check!r}")
         if m.command not in ("verify", "verify-dist"):
             problems.append(f"{m.id}: unknown command {m.command!r}")

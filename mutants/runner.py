@@ -65,14 +65,13 @@ class RunOutcome:
         return [c["id"] for c in self.checks if c.get("status") == "fail"]
 
 
-def harness_command(command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The gate's command line in a scratch copy: verify against the reference trainer, or verify-dist."""
-    args = [sys.executable, "-m", "harness", command]
+def harness_command(
+    command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = (), target: str = "reference"
+) -> list[str]:
+    """The gate's command line in a scratch copy: verify against a reference trainer, or verify-dist."""
+    args = [sys.executable, "-m", "harness", command, "--target", target, "--report-dir", str(report_dir)]
     if command == "verify":
-        args += ["--target", "reference", "--report-dir", str(report_dir)]
         args += [f"--check={check}" for check in selection]
-    else:
-        args += ["--report-dir", str(report_dir)]
     return args
 
 
@@ -95,7 +94,11 @@ def read_checks(report_dir: Path) -> tuple[list[dict], str]:
 
 
 def run_harness(
-    scratch: Path, command: str = "verify", selection: list[str] | tuple[str, ...] = (), timeout: float = 900.0
+    scratch: Path,
+    command: str = "verify",
+    selection: list[str] | tuple[str, ...] = (),
+    timeout: float = 900.0,
+    target: str = "reference",
 ) -> RunOutcome:
     """Run the gate in `scratch` and collect its checks."""
     report_dir = scratch / "_report"
@@ -106,7 +109,7 @@ def run_harness(
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             proc = subprocess.run(
-                harness_command(command, report_dir, selection),
+                harness_command(command, report_dir, selection, target),
                 cwd=scratch,
                 env=scratch_env(scratch),
                 stdout=log,
@@ -198,7 +201,7 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
             why = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
             return CuratedResult(mutant, CuratedStatus.NOT_RUN, reason=why, diff=diff)
         selection = [] if full or mutant.command != "verify" else catalogue.test_selection(mutant)
-        outcome = run_harness(scratch, mutant.command, selection, timeout)
+        outcome = run_harness(scratch, mutant.command, selection, timeout, mutant.target)
         verdict = judge(mutant, outcome)
         log = "\n" + log_tail(outcome.log) if verdict.status is CuratedStatus.ERROR else ""
         return CuratedResult(
@@ -218,9 +221,28 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+GRPO_CONTROL = "verify-grpo"
+"""The control of the GRPO mutants: the full GRPO verify suite against `reference-grpo`."""
+CONTROLS = {
+    "verify": ("verify", "ppo"),
+    "verify-dist": ("verify-dist", "ppo"),
+    GRPO_CONTROL: ("verify", "grpo"),
+    "verify-dist-grpo": ("verify-dist", "grpo"),
+}
+"""Control name (as curated.json keys it) -> (command, algorithm) run on the unmodified copy."""
+
+
+def control_name(command: str, algorithm: str) -> str:
+    """The control a mutant of `algorithm` run under `command` is judged beside."""
+    return next(name for name, key in CONTROLS.items() if key == (command, algorithm))
+
+
 def run_control(timeout: float, command: str = "verify") -> ControlResult:
-    """The unmodified copy under `command`: the full verify suite (or the two-process run) must pass."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-"))
+    """The unmodified copy under control `command` (a key of CONTROLS): the full verify suite (or the
+    two-process run) of its algorithm, against that algorithm's reference target, must pass."""
+    command, algorithm = CONTROLS[command]
+    target = catalogue.TARGETS[algorithm]
+    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-{algorithm}-"))
     try:
         copy_project(scratch)
         probe = subprocess.run(
@@ -244,14 +266,14 @@ def run_control(timeout: float, command: str = "verify") -> ControlResult:
             return ControlResult(
                 False, 0.0, 0, f"the scratch copy is not what gets imported: {probe.stdout}{probe.stderr}"
             )
-        outcome = run_harness(scratch, command, "", timeout)
+        outcome = run_harness(scratch, command, "", timeout, target)
         if outcome.problem or outcome.returncode != 0:
             why = outcome.problem or f"exit code {outcome.returncode}, failed: {', '.join(outcome.failed) or 'none'}"
             return ControlResult(
                 False, outcome.seconds, len(outcome.checks), f"{command}: {why}\n{log_tail(outcome.log)}"
             )
         ids = {c["id"] for c in outcome.checks}
-        missing = sorted(set(catalogue.CHECKS) - ids) if command == "verify" else []
+        missing = sorted(set(catalogue.ALGORITHM_CHECKS[algorithm]) - ids) if command == "verify" else []
         if missing:
             return ControlResult(False, outcome.seconds, len(ids), f"the gate no longer reports check(s) {missing}")
         return ControlResult(True, outcome.seconds, len(ids))
@@ -285,7 +307,8 @@ def run_all(
     from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []
-    commands = ["verify"] + sorted({m.command for m in mutants if m.command != "verify" and has_command(m.command)})
+    wanted = {control_name(m.command, m.algorithm) for m in mutants if has_command(m.command)}
+    commands = ["verify"] + [name for name in CONTROLS if name in wanted and name != "verify"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
         futures = {pool.submit(run_mutant, m, full, timeout, keep): m for m in mutants}

@@ -1,8 +1,10 @@
 """reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
 
 Built as plain dicts and written with the json module. mutmut's mutants and the
-curated mutants share the one file entry of reference_ppo/trainer.py; a survivor
-triaged "equivalent" is reported as Ignored with its reason.
+curated PPO mutants share the file entry of reference_ppo/trainer.py; the curated
+GRPO mutants have reference_ppo/grpo.py's, and their checks are named `grpo:<check id>`
+(GRPO reuses some PPO scenario names). A survivor triaged "equivalent" is reported as
+Ignored with its reason.
 """
 
 from __future__ import annotations
@@ -14,15 +16,21 @@ from .model import CuratedResult, CuratedRun, Location, MutantRecord, MutmutResu
 from .project import ROOT
 
 TRAINER = catalogue.TRAINER
+GRPO_TRAINER = catalogue.GRPO_TRAINER
 
 TEST_FILE = "harness/suite/test_verify.py"
 THRESHOLDS = {"high": 90, "low": 75}
 
 
-def curated_location(mutant: catalogue.Mutant, source: str) -> tuple[Location, str] | None:
-    """Location in `source` of the mutant's first replacement in trainer.py, and its new text."""
+def test_id(algorithm: str, check: str) -> str:
+    """The id of a check in the report's tests: the check id for PPO, `grpo:<check id>` for GRPO."""
+    return check if algorithm == "ppo" else f"{algorithm}:{check}"
+
+
+def curated_location(mutant: catalogue.Mutant, source: str, file: str = TRAINER) -> tuple[Location, str] | None:
+    """Location in `source` (the text of `file`) of the mutant's first replacement there, and its new text."""
     for rep in mutant.patch:
-        if rep.file != TRAINER:
+        if rep.file != file:
             continue
         offset = source.find(rep.old)
         if offset < 0 or source.count(rep.old) != 1:
@@ -49,9 +57,9 @@ def mutmut_entry(r: MutantRecord) -> dict:
     return entry
 
 
-def curated_entry(r: CuratedResult, source: str) -> dict | None:
+def curated_entry(r: CuratedResult, source: str, file: str = TRAINER) -> dict | None:
     """The schema-v2 entry of one curated mutant, or None when its patch cannot be placed in `source`."""
-    where = curated_location(r.mutant, source)
+    where = curated_location(r.mutant, source, file)
     if where is None:
         return None
     location, replacement = where
@@ -65,7 +73,8 @@ def curated_entry(r: CuratedResult, source: str) -> dict | None:
         "description": f"{m.title} (source: {m.source}; must be killed by {', '.join(m.killed_by)})",
         "statusReason": r.status_line,
     }
-    killers = [c for c in r.failed_checks if c in catalogue.CHECKS]
+    checks = catalogue.ALGORITHM_CHECKS.get(m.algorithm, {})
+    killers = [test_id(m.algorithm, c) for c in r.failed_checks if c in checks]
     if killers:
         entry["killedBy"] = killers
     if r.seconds:
@@ -78,14 +87,21 @@ def schema_report(
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
     mutants = [mutmut_entry(r) for r in (results.mutants if results is not None else ())]
+    grpo_source = (ROOT / GRPO_TRAINER).read_text(encoding="utf-8")
+    grpo_mutants: list[dict] = []
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
-        entry = curated_entry(r, source)
+        grpo = r.mutant.algorithm == "grpo"
+        entry = curated_entry(r, grpo_source, GRPO_TRAINER) if grpo else curated_entry(r, source)
         if entry is None:
             unplaced.append(r.id)
         else:
-            mutants.append(entry)
-    tests = [{"id": cid, "name": f"{TEST_FILE}::{node}"} for cid, (_, node) in catalogue.CHECKS.items()]
+            (grpo_mutants if grpo else mutants).append(entry)
+    tests = [
+        {"id": test_id(algorithm, cid), "name": f"{TEST_FILE}::{node}"}
+        for algorithm, checks in catalogue.ALGORITHM_CHECKS.items()
+        for cid, (_, node) in checks.items()
+    ]
     thresholds = dict(THRESHOLDS)
     if baseline is not None:
         thresholds["break"] = int(baseline)
@@ -93,7 +109,14 @@ def schema_report(
         "schemaVersion": "2",
         "thresholds": thresholds,
         "projectRoot": str(ROOT),
-        "files": {TRAINER: {"language": "python", "source": source, "mutants": mutants}},
+        "files": {
+            TRAINER: {"language": "python", "source": source, "mutants": mutants},
+            **(
+                {GRPO_TRAINER: {"language": "python", "source": grpo_source, "mutants": grpo_mutants}}
+                if grpo_mutants
+                else {}
+            ),
+        },
         "testFiles": {TEST_FILE: {"tests": tests}},
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
     }

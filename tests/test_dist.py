@@ -40,6 +40,16 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
     assert "= 0.5 x the sum of their gradients" in gradient["message"]  # DDP averages the two ranks
 
 
+def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
+    code, report, output = verify_dist(tmp_path, "reference-grpo")
+    assert code == 0, output[-3000:]
+    assert {c["id"]: c["status"] for c in report["checks"]} == {
+        "uneven_lengths[ranks=2]": "pass",
+        "freshness[ranks=2]": "pass",
+    }
+    assert report["algorithm"] == "grpo"
+
+
 def test_mean_of_per_rank_means_fails(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.dist_variants:per_rank_mean")
     assert code == 1, output[-3000:]

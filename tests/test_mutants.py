@@ -106,25 +106,36 @@ def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
         catalogue.apply(broken, tmp_path)
 
 
-def test_metadata_is_complete_for_every_ppo_class():
+def test_metadata_is_complete_for_every_ppo_and_grpo_class():
     assert catalogue.check_metadata() == []
-    classes = sorted([m.bug_class for m in catalogue.MUTANTS] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
+    ppo = [m for m in catalogue.MUTANTS if m.algorithm == "ppo"]
+    classes = sorted([m.bug_class for m in ppo] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
     ppo_classes = [*range(1, 16), *range(20, 41)]  # 16-19 are GRPO's (docs/bug-catalogue.md)
     assert classes == ppo_classes, "one mutant (or a reason) per PPO bug class"
+    grpo = [m for m in catalogue.MUTANTS if m.algorithm == "grpo"]
+    assert {16, 17, 18, 19} <= {m.bug_class for m in grpo}, "a GRPO mutant per GRPO bug class"
     for n in catalogue.NOT_APPLICABLE:
         assert n.reason.strip()
     for m in catalogue.MUTANTS:
         assert m.id and m.title and m.source and m.killed_by and m.patch
-        assert re.fullmatch(r"c\d\d_[a-z0-9_]+", m.id)
-        assert int(m.id[1:3]) == m.bug_class
+        assert re.fullmatch(r"[cg]\d\d_[a-z0-9_]+", m.id)
+        assert int(m.id[1:3]) == m.bug_class and m.id[0] == {"ppo": "c", "grpo": "g"}[m.algorithm]
         if m.command == "verify":
             selection = catalogue.test_selection(m)
-            assert selection and set(selection) <= set(catalogue.CHECKS)
-            assert runner.harness_command("verify", ROOT, selection)[-len(selection) :] == [
-                f"--check={check}" for check in selection
-            ]
+            assert selection and set(selection) <= set(catalogue.ALGORITHM_CHECKS[m.algorithm])
+            command = runner.harness_command("verify", ROOT, selection, m.target)
+            assert command[-len(selection) :] == [f"--check={check}" for check in selection]
+            assert command[command.index("--target") + 1] == {"ppo": "reference", "grpo": "reference-grpo"}[m.algorithm]
         else:
             assert m.killed_by == (catalogue.VERIFY_DIST,)
+
+
+def test_each_mutant_is_judged_beside_the_control_of_its_command_and_algorithm():
+    assert runner.control_name("verify", "ppo") == "verify"
+    assert runner.control_name("verify-dist", "grpo") == "verify-dist-grpo"
+    g09 = catalogue.by_id(["g09_mean_of_rank_means"])[0]
+    command = runner.harness_command(g09.command, ROOT, (), g09.target)
+    assert command[3:6] == ["verify-dist", "--target", "reference-grpo"]
 
 
 def test_every_check_id_names_a_test_of_the_verify_suite():
@@ -550,7 +561,12 @@ def test_report_json_is_schema_v2():
     assert entry["language"] == "python" and entry["source"] == TRAINER_SOURCE
     statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
     ids = [m["id"] for m in entry["mutants"]]
-    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants)
+    grpo = [r.id for r in curated.mutants if r.mutant.algorithm == "grpo"]
+    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants) - len(grpo)
+    grpo_entry = doc["files"][catalogue.GRPO_TRAINER]  # the GRPO mutants patch the GRPO trainer
+    assert sorted(m["id"] for m in grpo_entry["mutants"]) == sorted(grpo) and grpo
+    tests = {t["id"] for t in doc["testFiles"]["harness/suite/test_verify.py"]["tests"]}
+    assert all(k.startswith("grpo:") and k in tests for m in grpo_entry["mutants"] for k in m.get("killedBy", []))
     lines = TRAINER_SOURCE.split("\n")
     for m in entry["mutants"]:
         assert {"id", "mutatorName", "replacement", "location", "status"} <= set(m)
@@ -587,11 +603,13 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 36
+    assert len(ids) == 43  # 36 PPO, 7 GRPO
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}
     assert data["control"]["passed"], data["control"]["reason"]
+    for name in (runner.GRPO_CONTROL, "verify-dist-grpo"):
+        assert data["controls"][name]["passed"], data["controls"][name]["reason"]
     assert {i: by_id[i]["status"] for i in ids} == {i: "killed" for i in ids}, capsys.readouterr().out
     assert all(by_id[i]["named_failed"] for i in ids)  # each killed by a check it names
     assert "lr0_ratio[epochs=1]" in by_id["c02_unwritten_slots_averaged"]["named_failed"]
@@ -677,8 +695,10 @@ def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None
     overview = render(chromium, page, "", tmp_path)
     assert overview["shadow"], "mutation-test-report-app was never defined: the component did not load"
     assert "trainer.py" in overview["text"]
-    detected = sum(m["status"] in ("Killed", "Timeout") for m in mutants)
-    survived = sum(m["status"] == "Survived" for m in mutants)
+    assert catalogue.GRPO_TRAINER not in doc["files"] or "grpo.py" in overview["text"]
+    every = [m for entry in doc["files"].values() for m in entry["mutants"]]  # the overview counts every file
+    detected = sum(m["status"] in ("Killed", "Timeout") for m in every)
+    survived = sum(m["status"] == "Survived" for m in every)
     assert f"killed + timeout ({detected})" in overview["titles"]
     assert f"survived ({survived})" in overview["titles"]
     code = render(chromium, page, "mutant/trainer.py", tmp_path)

@@ -15,9 +15,9 @@ from harness.errors import HarnessConfigError
 from harness.scenario import Case, Scenario
 
 DEFAULT_ALGORITHM = "ppo"
-_ALGORITHMS = {"ppo": "harness.algorithms.ppo.algorithm:PPO"}
+_ALGORITHMS = {"ppo": "harness.algorithms.ppo.algorithm:PPO", "grpo": "harness.algorithms.grpo.algorithm:GRPO"}
 """name -> where its `Algorithm` object lives."""
-_TARGET_TABLES = {"ppo": "harness.algorithms.ppo.targets"}
+_TARGET_TABLES = {"ppo": "harness.algorithms.ppo.targets", "grpo": "harness.algorithms.grpo.targets"}
 """name -> a light module (no torch) whose `TARGETS` maps built-in target names to `module:factory`, and whose
 optional `TARGETS_WITH_ARGUMENT` maps names of `NAME:ARGUMENT` targets to `module:function` (ARGUMENT -> factory)."""
 

@@ -45,6 +45,7 @@ class TargetRun(Protocol):
     # score objectives are reported not recomputable), `site_map` (its own names for the call sites) and
     # `value_head` (the value model's head module, whose output per position the harness records; without it
     # the value side of the training signal is reported not recomputable).
+    # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
 
 
 def missing_members(run: Any) -> list[str]:
@@ -73,6 +74,8 @@ class Ran:
     scores: tuple[torch.Tensor, ...] | None = None
     sites: Any = None
     """The run's site map (its names for the call sites), or None for the algorithm's default."""
+    loss_inputs: tuple[dict, ...] | None = None
+    """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         stop_token_id=run.stop_token_id,
         scores=None if scores is None else tuple(scores),
         sites=getattr(run, "site_map", None),
+        loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
     )
     return Observation(spec, outcome)
 

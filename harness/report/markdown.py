@@ -25,7 +25,7 @@ def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
 def render_markdown(report: Report) -> str:
     """The Markdown summary of `report`."""
     lines = [
-        f"## PPO statistics verify: {report.status.value.upper()}",
+        f"## {(report.algorithm or 'ppo').upper()} statistics verify: {report.status.value.upper()}",
         "",
         f"target `{report.target}` · algorithm `{report.algorithm}` · device `{report.device}` · "
         f"dtype `{report.dtype}` · torch `{report.torch}` · seed `{report.seed}`",

@@ -63,7 +63,8 @@ def check_lines(report: Report) -> list[str]:
 def headline(report: Report) -> str:
     """The verdict's first line: the run's status and settings."""
     return (
-        f"PPO statistics verify: {report.status.value.upper()}  target={report.target} algorithm={report.algorithm} "
+        f"{(report.algorithm or 'ppo').upper()} statistics verify: {report.status.value.upper()}  "
+        f"target={report.target} algorithm={report.algorithm} "
         f"device={report.device} dtype={report.dtype} torch={report.torch} seed={report.seed}"
     )
 

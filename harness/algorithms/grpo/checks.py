@@ -1,0 +1,123 @@
+"""The steps every GRPO scenario takes before it judges anything: the run finished, logged, and recorded.
+
+Each `require_*` records why on the `Check` it is given and returns None or False when the
+run did not show what the scenario needs, so that a check that saw nothing never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.compare import compare
+from harness.instrument.observe import Observation, Ran
+from harness.verdict import Check
+
+from .contract import POLICY_LOSS
+from .expect import expected_metrics, intervals, record_problems
+
+
+def require_ran(obs: Observation, check: Check) -> Ran | None:
+    """The finished run, or None after failing the check with what the trainer raised; non-finite
+    gradients or weights at any step fail it too, whatever it logged."""
+    if obs.error:
+        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
+    ran = obs.ran
+    if ran is not None:
+        for k, step in enumerate(ran.grads.steps):
+            if step.nonfinite_grads:
+                check.fail(f"step {k + 1} ({obs.spec.split_label}): non-finite gradient in {step.nonfinite_grads} "
+                           "parameter tensor(s)")  # fmt: skip
+        for k, bad in enumerate(ran.grads.nonfinite_weights):
+            if bad:
+                check.fail(f"after step {k + 1} ({obs.spec.split_label}): non-finite weights in {bad} tensor(s)")
+    return ran
+
+
+def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
+    """One log per interval, each with every name as a finite number; otherwise the check fails, saying which."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return False
+    if len(ran.logs) != obs.spec.total_logs:
+        check.fail(f"expected {obs.spec.total_logs} log(s) ({obs.spec.split_label}), saw {len(ran.logs)}")
+        return False
+    for i, logs in enumerate(ran.logs):
+        missing = [n for n in names if n not in logs]
+        bad = [f"{n}={logs[n]}" for n in names if n in logs and not _finite(logs[n])]
+        if missing:
+            check.fail(f"log {i + 1} ({obs.spec.split_label}): the trainer never logged {', '.join(missing)}")
+        if bad:
+            check.fail(f"log {i + 1} ({obs.spec.split_label}): non-finite logged values {', '.join(bad)}")
+        if missing or bad:
+            return False
+    return True
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def require_records(obs: Observation, check: Check) -> list[list[Mapping[str, Any]]] | None:
+    """The loss records of each interval, after checking there is one per micro-batch the run must have made,
+    each usable, in windows of the sizes the spec says (one optimizer step per window)."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return None
+    records = ran.loss_inputs
+    if not records:
+        check.fail("the target recorded no loss inputs (`loss_inputs` is empty or absent)")
+        return None
+    problems = [f"loss record {i + 1}: {p}" for i, r in enumerate(records) for p in record_problems(r)]
+    for problem in problems[:3]:
+        check.fail(problem)
+    if problems:
+        return None
+    sizes = window_sizes(records)
+    gas = obs.spec.gradient_accumulation_steps
+    if len(sizes) != obs.spec.max_steps or not all(1 <= n <= gas for n in sizes):
+        check.fail(f"micro-batches per optimizer step {sizes}, expected {obs.spec.max_steps} windows of 1 to {gas} "
+                   f"(the reference's: {obs.spec.run_windows()})")  # fmt: skip
+        return None
+    rows = {int(r["completion_mask"].shape[0]) for r in records}
+    if rows != {obs.spec.per_device_train_batch_size}:
+        check.fail(f"micro-batches of {sorted(rows)} rows, expected {obs.spec.per_device_train_batch_size}")
+        return None
+    return intervals(records, obs.spec)
+
+
+def window_sizes(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Micro-batches of each optimizer step, from the records' window indices (0, 1, ... expected)."""
+    windows = [int(r["window"]) for r in records]
+    top = max(windows, default=-1)
+    return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
+
+
+def logged_names(obs: Observation, names: Sequence[str], check: Check) -> tuple[str, ...]:
+    """`names` less `policy_loss` when no log has it (TRL logs it only with an entropy bonus), said in a note."""
+    logs = obs.ran.logs if obs.ran is not None else ()
+    if POLICY_LOSS in names and logs and not any(POLICY_LOSS in log for log in logs):
+        check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
+        return tuple(n for n in names if n != POLICY_LOSS)
+    return tuple(names)
+
+
+def require(check: Check, condition: object, missing: str) -> bool:
+    """True when `condition` holds; else the check fails: the run did not test what the scenario is for."""
+    if not condition:
+        check.fail(f"{missing}: the scenario did not test what it should")
+    return bool(condition)
+
+
+def compare_interval(obs: Observation, index: int, records: Sequence[Mapping[str, Any]], check: Check,
+                     names: Sequence[str]) -> None:  # fmt: skip
+    """Interval `index`'s logged `names` against the oracle fed that interval's records alone."""
+    expected = expected_metrics(records, obs.spec)
+    logged = obs.ran.logs[index]
+    where = f"log {index + 1}" if obs.spec.total_logs > 1 else None
+    check.absorb(compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
+                         where=where))  # fmt: skip

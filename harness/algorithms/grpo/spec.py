@@ -1,0 +1,189 @@
+"""GRPOSpec: everything a GRPO target needs to build and run a trainer for one scenario.
+
+The trainer settings carry the names of TRL's GRPOConfig (and `reference_ppo.grpo_config`'s),
+so that a target reads `spec.per_device_train_batch_size` and the like without a table of
+its own; `name`, `seed`, `device` and `dtype` say which run it is, and the toy-world fields
+size the built-in world. The geometry a run must have (windows, logs) is derived here,
+independently of any trainer's config class, and sizes that cannot work are a usage error
+(HarnessConfigError, exit 2) before any model is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from harness.errors import HarnessConfigError
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("group", "batch", "none")
+SETTINGS = (
+    "temperature",
+    "loss_type",
+    "beta",
+    "use_bias_correction_kl",
+    "epsilon_low",
+    "epsilon_high",
+    "scale_rewards",
+    "max_grad_norm",
+)
+"""The trainer settings `verify --set KEY=VALUE` may change for the whole GRPO gate."""
+
+
+@dataclass(frozen=True)
+class GRPOSpec:
+    """One GRPO trainer run, described without reference to any trainer's own config class."""
+
+    name: str = "uneven_lengths"
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    # trainer settings: TRL's GRPOConfig names
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 2
+    steps_per_generation: int | None = None
+    """Micro-batches per generation batch on each rank; None means gradient_accumulation_steps (as TRL)."""
+    num_generations: int = 4
+    num_iterations: int = 1
+    max_steps: int = 2
+    logging_steps: int = 1
+    learning_rate: float = 1e-3
+    max_completion_length: int = 12
+    temperature: float = 1.0
+    loss_type: str = "dapo"
+    beta: float = 0.04
+    """KL weight; not TRL's default 0, so that `kl` is logged and checked (`--set beta=0` turns it off)."""
+    use_bias_correction_kl: bool = True
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    delta: float | None = None
+    scale_rewards: str = "group"
+    max_grad_norm: float | None = None
+    # the built-in toy world
+    vocab_size: int = 32
+    prompt_length: int = 6
+    num_prompts: int = 48
+    pad_logit_bias: float = 0.0
+    """Added to the policy's pad-token logit, so that some completions are empty (all-masked rows)."""
+
+    def with_(self, **changes) -> GRPOSpec:
+        """A copy with `changes`."""
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """Plain data."""
+        return asdict(self)
+
+    @property
+    def generation_steps(self) -> int:
+        """steps_per_generation as the trainer resolves it (None: gradient_accumulation_steps)."""
+        return self.steps_per_generation or self.gradient_accumulation_steps
+
+    @property
+    def generation_batch(self) -> int:
+        """Completions per generation on one rank: per_device_train_batch_size * steps_per_generation."""
+        return self.per_device_train_batch_size * self.generation_steps
+
+    @property
+    def window_sizes(self) -> tuple[int, ...]:
+        """Micro-batches of each accumulation window of one generation; a generation's last may be shorter."""
+        micro_steps = self.generation_steps * self.num_iterations
+        full, rest = divmod(micro_steps, self.gradient_accumulation_steps)
+        return (self.gradient_accumulation_steps,) * full + ((rest,) if rest else ())
+
+    def run_windows(self) -> list[int]:
+        """Micro-batches of every optimizer step of the run, in order (max_steps of them)."""
+        out: list[int] = []
+        while len(out) < self.max_steps:
+            out += self.window_sizes
+        return out[: self.max_steps]
+
+    @property
+    def total_logs(self) -> int:
+        """Logged intervals: one per logging_steps optimizer steps, and one for a partial last interval."""
+        return -(-self.max_steps // self.logging_steps)
+
+    def interval_of(self, window: int) -> int:
+        """The logging interval (0-based) that optimizer step `window` (0-based) belongs to."""
+        return window // self.logging_steps
+
+    @property
+    def split_label(self) -> str:
+        """`bs=4,gas=2,spg=2,iters=1`: the cut of the generation batch, as failure lines name it."""
+        return (
+            f"bs={self.per_device_train_batch_size},gas={self.gradient_accumulation_steps},"
+            f"spg={self.generation_steps},iters={self.num_iterations}"
+        )
+
+    def validate(self) -> None:
+        """Reject settings no GRPO trainer can run, before any model work (HarnessConfigError, exit 2)."""
+        sizes = {
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "steps_per_generation": self.generation_steps,
+            "num_generations": self.num_generations,
+            "num_iterations": self.num_iterations,
+            "max_steps": self.max_steps,
+            "logging_steps": self.logging_steps,
+            "max_completion_length": self.max_completion_length,
+        }
+        bad = [f"{k}={v}" for k, v in sizes.items() if v <= 0]
+        if bad:
+            raise HarnessConfigError("sizes must be positive: " + ", ".join(bad))
+        if self.num_generations < 2:
+            raise HarnessConfigError(f"num_generations={self.num_generations}: a group needs at least 2")
+        if self.generation_batch % self.num_generations:
+            raise HarnessConfigError(
+                f"generation batch per_device_train_batch_size*steps_per_generation = "
+                f"{self.per_device_train_batch_size}*{self.generation_steps} = {self.generation_batch} "
+                f"is not divisible by num_generations={self.num_generations}"
+            )
+        if self.loss_type not in LOSS_TYPES:
+            raise HarnessConfigError(f"loss_type={self.loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise HarnessConfigError(
+                f"scale_rewards={self.scale_rewards!r}: expected one of {', '.join(SCALE_REWARDS)}"
+            )
+        if self.temperature <= 0:
+            raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
+        if self.beta < 0 or self.learning_rate < 0:
+            raise HarnessConfigError(f"beta={self.beta}, learning_rate={self.learning_rate}: must be >= 0")
+        if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
+            raise HarnessConfigError(
+                f"epsilon_low={self.epsilon_low}, epsilon_high={self.epsilon_high}: need 0 <= low < 1 and high >= 0"
+            )
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
+
+
+def _typed(key: str, text: str) -> Any:
+    """`text` as the type of GRPOSpec's field `key` (ValueError when it is not one)."""
+    annotation = {f.name: str(f.type) for f in fields(GRPOSpec)}[key]
+    if "None" in annotation and text.lower() in ("none", "null", ""):
+        return None
+    if annotation.startswith("bool"):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if annotation.startswith("float"):
+        return float(text)
+    if annotation.startswith("int"):
+        return int(text)
+    return text
+
+
+def parse_settings(assignments: list[str]) -> dict[str, Any]:
+    """`["loss_type=bnpo", "beta=0.04"]` -> {"loss_type": "bnpo", ...}; HarnessConfigError listing the keys."""
+    keys = ", ".join(SETTINGS)
+    out: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or key not in SETTINGS:
+            raise HarnessConfigError(f"--set {assignment!r}: expected KEY=VALUE with KEY one of {keys}")
+        try:
+            out[key] = _typed(key, text.strip())
+        except ValueError as exc:
+            raise HarnessConfigError(f"--set {assignment!r}: {exc}; keys: {keys}") from None
+    GRPOSpec(**out).validate()
+    return out

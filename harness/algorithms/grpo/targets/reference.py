@@ -1,0 +1,162 @@
+"""The reference GRPO trainer (reference_ppo/grpo.py) on the toy world, recording what its loss was fed.
+
+The trainer never imports the harness. This adapter wraps two of the trainer object's
+methods on the instance, without changing what they compute: `window_step` to count the
+optimizer steps, and `micro_step` to record each micro-batch's loss inputs. While a
+micro-step runs, the module-level `selective_log_softmax` and `entropy_from_logits` of
+`reference_ppo.grpo` are wrapped to keep a copy of what they return (the first log-prob
+call of a micro-step is `per_token_logps`; docs/grpo-metrics.md lists the call sites), and
+put back afterwards.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.errors import HarnessConfigError
+
+CONFIG_FIELDS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "num_generations",
+    "num_iterations",
+    "max_steps",
+    "logging_steps",
+    "learning_rate",
+    "max_completion_length",
+    "temperature",
+    "loss_type",
+    "beta",
+    "use_bias_correction_kl",
+    "epsilon_low",
+    "epsilon_high",
+    "delta",
+    "scale_rewards",
+    "max_grad_norm",
+    "seed",
+)
+"""GRPOSpec fields handed to the reference GRPOConfig under the same names."""
+
+
+def _copy(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """A detached float64 CPU copy (bool stays bool)."""
+    if tensor is None:
+        return None
+    tensor = tensor.detach().to("cpu")
+    return tensor.clone() if tensor.dtype == torch.bool else tensor.to(torch.float64)
+
+
+@dataclass
+class ReferenceGRPORun:
+    """A reference GRPOTrainer built for one scenario; satisfies TargetRun and records `loss_inputs`."""
+
+    trainer: object
+    module: types.ModuleType
+    pad_token_id: int
+    stop_token_id: int
+    rank: int = 0
+    loss_inputs: list[dict] = field(default_factory=list)
+    windows: int = 0
+
+    def __post_init__(self) -> None:
+        micro_step, window_step = self.trainer.micro_step, self.trainer.window_step
+
+        def recorded_window_step(batch, micro_batches):
+            try:
+                return window_step(batch, micro_batches)
+            finally:
+                self.windows += 1
+
+        def recorded_micro_step(batch, rows, denominator):
+            seen = self._watch()
+            try:
+                result = micro_step(batch, rows, denominator)
+            finally:
+                self._unwatch(seen)
+            self.loss_inputs.append(self._record(batch, rows, seen))
+            return result
+
+        self.trainer.window_step = recorded_window_step
+        self.trainer.micro_step = recorded_micro_step
+
+    def _watch(self) -> dict:
+        """Wrap the module's log-prob and entropy functions for one micro-step; returns what they will see."""
+        seen: dict = {"originals": (self.module.selective_log_softmax, self.module.entropy_from_logits)}
+        log_softmax, entropy = seen["originals"]
+
+        def selective_log_softmax(logits, index):
+            out = log_softmax(logits, index)
+            seen.setdefault("logps", out)
+            return out
+
+        def entropy_from_logits(logits):
+            out = entropy(logits)
+            seen.setdefault("entropies", out)
+            return out
+
+        self.module.selective_log_softmax = selective_log_softmax
+        self.module.entropy_from_logits = entropy_from_logits
+        return seen
+
+    def _unwatch(self, seen: dict) -> None:
+        self.module.selective_log_softmax, self.module.entropy_from_logits = seen["originals"]
+
+    def _record(self, batch, rows, seen: dict) -> dict:
+        """One loss record (docs/architecture.md): float64 CPU copies of what the micro-step's loss used."""
+        old = batch.old_per_token_logps
+        ref = batch.ref_per_token_logps
+        return {
+            "generation": int(batch.index),
+            "window": self.windows,
+            "rank": self.rank,
+            "completion_mask": _copy(batch.completion_mask[rows]).bool(),
+            "logps": _copy(seen.get("logps")),
+            "old_logps": None if old is None else _copy(old[rows]),
+            "ref_logps": None if ref is None else _copy(ref[rows]),
+            "advantages": _copy(batch.advantages[rows]),
+            "entropies": _copy(seen.get("entropies")),
+        }
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return getattr(self.trainer.optimizer, "optimizer", self.trainer.optimizer)
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.trainer.model.parameters() if p.requires_grad]
+
+    def train(self) -> list[dict[str, float]]:
+        return [dict(m) for m in self.trainer.train()]
+
+
+def factory(spec, accelerator=None) -> ReferenceGRPORun:
+    """Build the reference GRPO trainer on the toy world of `spec` (a GRPOSpec), rewarded for token 7."""
+    from accelerate import Accelerator
+
+    from harness.targets.toy import toy_world
+    from reference_ppo import ConfigError, grpo, toy
+
+    world = toy_world(spec)
+    try:
+        config = grpo.GRPOConfig(stop_token_id=world.stop_token_id,
+                                 **{name: getattr(spec, name) for name in CONFIG_FIELDS})  # fmt: skip
+    except ConfigError as exc:
+        raise HarnessConfigError(f"reference-grpo target: {exc}") from None
+    accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
+    trainer = grpo.GRPOTrainer(
+        config,
+        world.policy,
+        world.ref_policy if spec.beta != 0 else None,
+        {"count_w7": toy.count_token_reward(7)},
+        world.prompts,
+        world.pad_token_id,
+        accelerator=accelerator,
+    )
+    return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index)
+
+
+factory.algorithm = "grpo"

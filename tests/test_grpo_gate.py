@@ -1,0 +1,251 @@
+"""The GRPO gate: its oracle on hand-made records, its spec, failing loudly, and the reference passing."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.algorithms import case, cases
+from harness.algorithms.grpo import scenarios
+from harness.algorithms.grpo.expect import expected_metrics, intervals, record_problems
+from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
+from harness.errors import HarnessConfigError
+from harness.instrument.grad import GradTrace
+from harness.instrument.observe import Crashed, Observation, ObservationCache, Ran
+from tests.gate_run import verify
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0):
+    """A loss record from nested lists (float64, as the interface says)."""
+    mask = torch.tensor(mask, dtype=torch.bool)
+    as64 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return {
+        "generation": 0,
+        "window": window,
+        "rank": 0,
+        "completion_mask": mask,
+        "logps": as64(logps),
+        "old_logps": as64(old),
+        "ref_logps": as64(ref),
+        "advantages": as64(advantages),
+        "entropies": as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
+    }
+
+
+def values(expected):
+    return {name: e.value for name, e in expected.items()}
+
+
+# ---------------------------------------------------------------- the oracle on hand-made records
+
+
+def test_token_means_pool_over_every_token_not_over_micro_batches():
+    # micro-batch 1: 3 tokens of entropy 1; micro-batch 2: 1 token of entropy 5 -> (3 + 5) / 4 = 2, not (1 + 5) / 2
+    one = record([[1, 1, 1]], [[0.0, 0.0, 0.0]], [1.0], entropies=[[1.0, 1.0, 1.0]])
+    two = record([[1, 0, 0]], [[0.0, 0.0, 0.0]], [1.0], entropies=[[5.0, 9.0, 9.0]])
+    spec = GRPOSpec(beta=0.0)
+    got = values(expected_metrics([one, two], spec))
+    assert got["entropy"] == pytest.approx(2.0)
+    assert "kl" not in got
+    # dapo and bnpo: token mean of -A = -1; grpo: the mean of completion means; dr_grpo: sum / (2 * 12)
+    assert got["policy_loss"] == pytest.approx(-1.0)
+    assert values(expected_metrics([one, two], spec.with_(loss_type="dr_grpo")))["policy_loss"] == pytest.approx(
+        -4 / 24
+    )
+    assert values(expected_metrics([one, two], spec.with_(loss_type="grpo")))["policy_loss"] == pytest.approx(-1.0)
+
+
+def test_clip_flags_and_true_extremes():
+    up, down = math.log(1.5), math.log(0.5)  # ratios 1.5 and 0.5: outside [0.8, 1.2]
+    # completion a (A > 0): 1 of 2 tokens above 1.2; completion b (A < 0): 1 of 1 token below 0.8
+    first = record([[1, 1], [1, 0]], [[up, 0.0], [down, 0.0]], [1.0, -1.0], old=[[0.0, 0.0], [0.0, 0.0]])
+    # completion c (A > 0): none of 4 tokens clipped
+    second = record([[1, 1, 1, 1]], [[0.0] * 4], [1.0], old=[[0.0] * 4])
+    got = values(expected_metrics([first, second], GRPOSpec(beta=0.0)))
+    assert got["clip_ratio/high_mean"] == pytest.approx(1 / 7)
+    assert got["clip_ratio/low_mean"] == pytest.approx(1 / 7)
+    assert got["clip_ratio/region_mean"] == pytest.approx(2 / 7)
+    assert got["clip_ratio/high_max"] == pytest.approx(0.5)  # not the mean of micro-batch maxima, 0.25
+    assert got["clip_ratio/low_min"] == 0.0
+    # -min(r A, clip(r) A): a: -min(1.5, 1.2) = -1.2 and -1; b: -min(-0.5, -0.8) = 0.8; c: -1 each
+    assert got["policy_loss"] == pytest.approx((-1.2 - 1.0 + 0.8 - 4.0) / 7)
+
+
+def test_k3_with_and_without_the_bias_correction():
+    gap = 0.3  # ref - logp
+    r = record([[1]], [[0.0]], [0.0], old=[[-0.1]], ref=[[gap]])
+    k3 = math.exp(gap) - gap - 1
+    spec = GRPOSpec(beta=0.5)
+    assert values(expected_metrics([r], spec))["kl"] == pytest.approx(k3 * math.exp(0.1))
+    plain = values(expected_metrics([r], spec.with_(use_bias_correction_kl=False)))
+    assert plain["kl"] == pytest.approx(k3)
+    assert plain["policy_loss"] == pytest.approx(0.5 * k3)  # A = 0: the KL term alone
+
+
+def test_empty_micro_batches_add_nothing_and_an_empty_interval_logs_zero():
+    full = record([[1, 1]], [[0.0, 0.0]], [1.0], entropies=[[2.0, 2.0]])
+    empty = record([[0, 0]], [[0.0, 0.0]], [1.0], entropies=[[7.0, 7.0]])
+    got = values(expected_metrics([full, empty], GRPOSpec(beta=0.0)))
+    assert got["entropy"] == pytest.approx(2.0) and got["policy_loss"] == pytest.approx(-1.0)
+    nothing = values(expected_metrics([empty], GRPOSpec(beta=0.0)))
+    assert nothing["entropy"] == 0.0 and nothing["clip_ratio/high_max"] == 0.0
+
+
+def test_what_the_records_do_not_hold_is_not_recomputable():
+    assert all(e.value is None for e in expected_metrics([], GRPOSpec()).values())
+    r = record([[1]], [[0.0]], [1.0])
+    r["entropies"] = None
+    got = expected_metrics([r], GRPOSpec(beta=0.04))  # no entropies, no reference log-probs
+    assert got["entropy"].value is None and "entropies" in got["entropy"].reason
+    assert got["kl"].value is None and "reference log-probs" in got["kl"].reason
+    assert record_problems({"completion_mask": torch.ones(1, 2, dtype=torch.bool)})[0].startswith("loss record lacks")
+    bad = record([[1, 1]], [[0.0, 0.0]], [1.0, 2.0])
+    assert any("advantages" in p for p in record_problems(bad))
+
+
+def test_records_are_split_into_intervals_by_their_window():
+    spec = GRPOSpec(max_steps=3, logging_steps=2)
+    rs = [record([[1]], [[0.0]], [1.0], window=w) for w in (0, 0, 1, 2)]
+    assert [len(i) for i in intervals(rs, spec)] == [3, 1]
+
+
+# ---------------------------------------------------------------- the spec
+
+
+def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
+    short = GRPOSpec(per_device_train_batch_size=2, gradient_accumulation_steps=3, steps_per_generation=4, max_steps=3)
+    assert short.window_sizes == (3, 1) and short.run_windows() == [3, 1, 3]
+    assert GRPOSpec(max_steps=5, logging_steps=2).total_logs == 3
+    with pytest.raises(HarnessConfigError, match="not divisible by num_generations=4"):
+        GRPOSpec(per_device_train_batch_size=3, gradient_accumulation_steps=1).validate()
+    with pytest.raises(HarnessConfigError, match="loss_type='cispo'"):
+        GRPOSpec(loss_type="cispo").validate()
+    assert parse_settings(["loss_type=bnpo", "beta=0"]) == {"loss_type": "bnpo", "beta": 0.0}
+    with pytest.raises(HarnessConfigError, match="KEY one of"):
+        parse_settings(["kl_coef=0.1"])
+    assert hash(GRPOSpec()) == hash(GRPOSpec())  # the observation cache's key
+
+
+# ---------------------------------------------------------------- failing loudly on what it did not see
+
+
+class FixedCache:
+    """Every spec gets the same observation (with the spec asked for)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def get(self, spec, spy=True):
+        return self.make(spec)
+
+
+def ran(logs, loss_inputs=None, steps=()):
+    return Ran(tuple(logs), (), GradTrace(steps=tuple(steps)), 0, 2, loss_inputs=loss_inputs)
+
+
+GOOD = {"entropy": 1.0, "kl": 0.1, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+        "clip_ratio/region_mean": 0.0, "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0,
+        "policy_loss": 0.0}  # fmt: skip
+
+
+def grpo_check(check_id, cache):
+    return case(check_id, "grpo").run(cache, GRPOSpec())
+
+
+def test_no_loss_records_fail_every_pooled_check():
+    cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
+    for check_id in ("uneven_lengths[loss_type=dapo]", "short_window", "extremes", "freshness", "all_masked"):
+        result = grpo_check(check_id, cache)
+        assert not result.passed and "recorded no loss inputs" in result.message, check_id
+
+
+def test_a_crashed_run_fails_every_grpo_check():
+    cache = FixedCache(lambda spec: Observation(spec, Crashed("RuntimeError: boom")))
+    for c in cases("grpo"):
+        result = c.run(cache, GRPOSpec())
+        assert not result.passed and "RuntimeError: boom" in result.message, c.id
+
+
+def test_no_optimizer_step_fails_the_gradient_checks():
+    cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
+    assert "optimizer steps per cut [0, 0, 0, 0]" in grpo_check("gradient_partition[loss_type=dapo]", cache).message
+    assert not grpo_check("every_microbatch_applied", cache).passed
+
+
+@pytest.fixture(scope="module")
+def reference_cache():
+    from harness.algorithms.grpo.targets.reference import factory
+
+    return ObservationCache(factory)
+
+
+def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache, monkeypatch):
+    assert grpo_check("uneven_lengths[loss_type=dapo]", reference_cache).passed
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    records = obs.ran.loss_inputs
+    assert {r["window"] for r in records} == {0, 1, 2, 3} and all(r["old_logps"] is not None for r in records)
+    assert all(r["logps"].dtype == torch.float64 and r["completion_mask"].dtype == torch.bool for r in records)
+    for change, why in ((lambda log: log.pop("kl"), "never logged kl"),
+                        (lambda log: log.update(entropy=math.nan), "entropy=nan")):  # fmt: skip
+        logs = [dict(log) for log in obs.ran.logs]
+        change(logs[0])
+        broken = Observation(obs.spec, ran(logs, records))
+        result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec, b=broken: b))
+        assert not result.passed and why in result.message
+
+
+def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
+    """The logged entropy replaced by the flat mean of the micro-batches' own means (class 16)."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    logs = [dict(log) for log in obs.ran.logs]
+    for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):
+        means = [float((r["entropies"] * r["completion_mask"]).sum() / r["completion_mask"].sum()) for r in records]
+        logs[index]["entropy"] = sum(means) / len(means)
+    broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
+    result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken))
+    assert not result.passed and "entropy @ log 1" in result.message
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_checks_of_the_grpo_gate_and_their_docs():
+    printed = subprocess.run(
+        [sys.executable, "-m", "harness", "checks", "--target", "reference-grpo", "--markdown"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
+        "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
+    )
+    assert len(cases("grpo")) == 14  # 4 loss types twice, 6 single checks
+
+
+def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
+    code, report, output = verify(tmp_path, "--target", "reference-grpo", "--check", "short_window")
+    assert code == 0, output[-2000:]
+    assert report["algorithm"] == "grpo" and [c["id"] for c in report["checks"]] == ["short_window"]
+    code, _, output = verify(tmp_path, "--target", "reference-grpo", "--set", "kl_coef=0.1")
+    assert code == 2 and "KEY one of" in output
+
+
+def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(reference_cache):
+    """TRL logs policy_loss only with an entropy bonus: a trainer that never logs it is not wrong; one that logs
+    it in some intervals only is."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    never = [{k: v for k, v in log.items() if k != "policy_loss"} for log in obs.ran.logs]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(never, obs.ran.loss_inputs)))
+    )
+    assert result.passed and "policy_loss is not logged" in result.message
+    once = [never[0], *obs.ran.logs[1:]]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, obs.ran.loss_inputs)))
+    )
+    assert not result.passed and "never logged policy_loss" in result.message
