@@ -1,7 +1,8 @@
 """reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
 
-Built as plain dicts and written with the json module. mutmut's mutants and the
-curated mutants share the one file entry of reference_ppo/trainer.py; a survivor
+Built as plain dicts and written with the json module. mutmut's mutants of the
+trainer and the curated mutants share the file entry of reference_ppo/trainer.py,
+mutmut's mutants of reference_ppo/config.py have their own; a survivor
 triaged "equivalent" is reported as Ignored with its reason.
 """
 
@@ -77,7 +78,8 @@ def schema_report(
     curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
-    mutants = [mutmut_entry(r) for r in (results.mutants if results is not None else ())]
+    records = results.mutants if results is not None else ()
+    mutants = [mutmut_entry(r) for r in records if r.file == TRAINER]
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
         entry = curated_entry(r, source)
@@ -93,11 +95,23 @@ def schema_report(
         "schemaVersion": "2",
         "thresholds": thresholds,
         "projectRoot": str(ROOT),
-        "files": {TRAINER: {"language": "python", "source": source, "mutants": mutants}},
+        "files": {TRAINER: {"language": "python", "source": source, "mutants": mutants}, **other_files(results)},
         "testFiles": {TEST_FILE: {"tests": tests}},
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
     }
     return report, unplaced
+
+
+def other_files(results: MutmutResults | None) -> dict:
+    """The schema-v2 file entries of the files mutmut mutated besides the trainer (reference_ppo/config.py)."""
+    if results is None:
+        return {}
+    entries = {}
+    for path, text in results.sources.items():
+        if path != TRAINER:
+            mutants = [mutmut_entry(r) for r in results.mutants if r.file == path]
+            entries[path] = {"language": "python", "source": text, "mutants": mutants}
+    return entries
 
 
 def mutmut_version() -> str | None:
