@@ -421,7 +421,8 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
     assert MutantStatus.from_exit_code(None) is MutantStatus.NOT_CHECKED
     assert MutantStatus.from_exit_code(1) is MutantStatus.KILLED and MutantStatus.from_exit_code(0).undetected
     assert MutantStatus.from_exit_code(12345) is MutantStatus.SUSPICIOUS  # mutmut's default for an unknown code
-    assert {s for s in MutantStatus if s.detected} == {MutantStatus.KILLED, MutantStatus.TIMEOUT}
+    detected = {MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.INTERRUPTED}  # 2: the gate refused to run
+    assert {s for s in MutantStatus if s.detected} == detected
     assert {s for s in MutantStatus if s.undetected} == {MutantStatus.SURVIVED, MutantStatus.NO_TESTS}
     assert {s.text: s.schema.value for s in MutantStatus} == {
         "killed": "Killed",
@@ -432,7 +433,7 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
         "caught by type check": "CompileError",
         "suspicious": "RuntimeError",
         "segfault": "RuntimeError",
-        "check was interrupted by user": "RuntimeError",
+        "check was interrupted by user": "Killed",
         "not checked": "Pending",
     }
     assert schema.SCHEMA_STATUSES == {s.value for s in SchemaStatus} >= {s.schema.value for s in MutantStatus}
@@ -469,6 +470,7 @@ def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
         "tests",
         "kill_cost",
         "finished",
+        "sources",
     ]
     assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
     assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]
@@ -568,7 +570,7 @@ def synthetic_inputs():
     column = TRAINER_SOURCE.splitlines()[line - 1].index("0.0") + 1
     loc = {"start": {"line": line, "column": column}, "end": {"line": line, "column": column + 3}}
     mutmut = {
-        "functions": list(mutmut_run.MUTATED_FUNCTIONS),
+        "functions": ["pooled_stats"],
         "file": catalogue.TRAINER,
         "source": TRAINER_SOURCE,
         "seconds": 10.0,
