@@ -622,6 +622,25 @@ def test_report_json_is_schema_v2():
     assert len(schema.validate(bad)) == 2
 
 
+def test_each_mutated_file_gets_its_own_entry_in_mutation_json():
+    curated, mutmut = synthetic_inputs()
+    config_path = "reference_ppo/config.py"
+    config_source = (ROOT / config_path).read_text(encoding="utf-8")
+    loc = {"start": {"line": 14, "column": 8}, "end": {"line": 14, "column": 10}}
+    in_config = record("x_exact_div__mutmut_1", "killed", "or", "and", location=loc, file=config_path)
+    assert in_config.file == config_path and MutantRecord.from_dict(in_config.to_dict()) == in_config
+    mutmut = dataclasses.replace(
+        mutmut,
+        mutants=(*mutmut.mutants, in_config),
+        sources={catalogue.TRAINER: TRAINER_SOURCE, config_path: config_source},
+    )
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    assert schema.validate(doc) == []
+    assert set(doc["files"]) == {catalogue.TRAINER, config_path}
+    assert [m["id"] for m in doc["files"][config_path]["mutants"]] == ["x_exact_div__mutmut_1"]
+    assert "x_exact_div__mutmut_1" not in {m["id"] for m in doc["files"][catalogue.TRAINER]["mutants"]}
+
+
 def test_html_without_the_component_says_so(tmp_path):
     curated, mutmut = synthetic_inputs()
     doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)

@@ -250,6 +250,9 @@ def test_lr0_gradient_does_not_depend_on_the_cut():
         (dict(per_device_train_batch_size=0), "per_device_train_batch_size=0"),
         (dict(gradient_accumulation_steps=-1), "gradient_accumulation_steps=-1"),
         (dict(kl_estimator="k2"), "kl_estimator"),
+        (dict(num_ppo_epochs=0), "num_ppo_epochs=0"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(learning_rate=-1e-3), "learning_rate"),
     ],
 )
 def test_bad_sizes_give_a_clear_error(kwargs, words):
