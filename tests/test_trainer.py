@@ -129,7 +129,7 @@ def test_truncation_and_masks():
 
 
 def test_model_inputs_skip_pads_wherever_they_are():
-    """Left-padded prompts, right-padded responses: pads are masked, ids there are 0, positions count the real tokens before."""
+    """Left-padded prompts, right-padded responses: pads are masked, ids there are 0, positions count real tokens."""
     pad = 9
     query_responses = torch.tensor([[9, 9, 3, 4, 5, 9], [2, 3, 4, 5, 6, 7]])
     inputs = T.model_inputs(query_responses, pad)
