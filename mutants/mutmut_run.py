@@ -173,6 +173,11 @@ def _lines(source_lines: list[str], node) -> list[str]:
     return source_lines[node.lineno - 1 : node.end_lineno]
 
 
+def _named(lines: list[str], generated: str, name: str) -> list[str]:
+    """A generated function's lines with its `def` line naming the function it stands for."""
+    return [lines[0].replace(f"def {generated}(", f"def {name}(", 1), *lines[1:]]
+
+
 def function_of(generated_name: str) -> tuple[str, str]:
     """(the function or `Class.method` a mutant is of, the generated name of its original copy).
 
@@ -215,17 +220,17 @@ def collect_file(scratch, path: str) -> list[MutantRecord]:
         mutant_node = generated.get(_generated_key(generated_name))
         if orig_node is None or mutant_node is None or function not in project:
             raise RuntimeError(f"{key}: cannot find its generated functions or {function} in {path}")
-        orig = _lines(generated_lines, orig_node)[1:]
-        mutated = _lines(generated_lines, mutant_node)[1:]
+        # from the `def` line on, with the generated name put back: a default argument is mutated there
+        short = function.rpartition(".")[2]
+        orig = _named(_lines(generated_lines, orig_node), orig_node.name, short)
+        mutated = _named(_lines(generated_lines, mutant_node), mutant_node.name, short)
         source_node = project[function]
-        here = _lines(project_lines, source_node)[1:]
+        here = _lines(project_lines, source_node)
         if here != orig:
             raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {path} it was made from")
-        change = locate(orig, mutated, source_node.lineno + 1)
+        change = locate(orig, mutated, source_node.lineno)
         start = source_node.lineno - 1
-        changed = (
-            project_lines[:start] + project_lines[start : start + 1] + mutated + project_lines[source_node.end_lineno :]
-        )
+        changed = project_lines[:start] + mutated + project_lines[source_node.end_lineno :]
         diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{path}", f"b/{path}", n=1))
         first = change.location.start
         records.append(

@@ -249,6 +249,32 @@ def test_generated_functions_get_their_original_code_names_back():
     assert module.masked_mean.__code__.co_name == "masked_mean"
 
 
+def test_mutants_of_methods_and_default_arguments_are_placed_in_the_original_file(tmp_path):
+    """mutmut writes a method's mutants inside its class and mutates default arguments on the `def` line."""
+    sep = mutmut_run.CLASS_SEPARATOR
+    path = "pkg/mod.py"
+    pristine = "def f(a, b=True):\n    return a\n\n\nclass C:\n    def m(self, x):\n        return x + 1\n"
+    generated = (
+        "def x_f__mutmut_orig(a, b=True):\n    return a\n"
+        "def x_f__mutmut_1(a, b=False):\n    return a\n"
+        "class C:\n"
+        f"    def x{sep}C{sep}m__mutmut_orig(self, x):\n        return x + 1\n"
+        f"    def x{sep}C{sep}m__mutmut_1(self, x):\n        return x - 1\n"
+    )
+    (tmp_path / mutmut_run.PRISTINE / "pkg").mkdir(parents=True)
+    (tmp_path / mutmut_run.PRISTINE / path).write_text(pristine, encoding="utf-8")
+    (tmp_path / "mutants" / "pkg").mkdir(parents=True)
+    (tmp_path / "mutants" / path).write_text(generated, encoding="utf-8")
+    meta = {"exit_code_by_key": {"pkg.mod.x_f__mutmut_1": 0, f"pkg.mod.x{sep}C{sep}m__mutmut_1": 1}}
+    (tmp_path / "mutants" / (path + ".meta")).write_text(json.dumps(meta), encoding="utf-8")
+    by_function = {r.function: r for r in mutmut_run.collect_file(tmp_path, path)}
+    default, method = by_function["f"], by_function["C.m"]
+    assert (default.original, default.replacement, default.location.start.line) == ("True", "False", 1)
+    assert default.line == "def f(a, b=True):" and "+def f(a, b=False):" in default.diff
+    assert (method.original, method.replacement, method.location.start.line) == ("+", "-", 7)
+    assert method.file == path and method.status is MutantStatus.KILLED
+
+
 def test_tests_run_cheapest_first_while_a_mutant_runs(tmp_path, monkeypatch):
     import json
     import types
