@@ -188,7 +188,7 @@ def verify_gpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """Curated known-bug mutants, then mutmut over the statistics code; writes reports/mutation.*."""
+    """Curated known-bug mutants, then mutmut over the whole trainer; writes reports/mutation.*."""
     install(session, "test", "mutation")
     run_exit_code(session, "-m", "mutants", *session.posargs)
 

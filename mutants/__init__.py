@@ -1,4 +1,4 @@
-"""Mutation testing of the gate: curated known-bug mutants of reference_ppo, and mutmut over its statistics code.
+"""Mutation testing of the gate: curated known-bug mutants of reference_ppo, and mutmut over its trainer.
 
 `python -m mutants` (see __main__.py). The catalogue is in catalogue.py, its runner
 in runner.py (what it prints and writes in curated_output.py); the mutmut driver is

@@ -1,7 +1,7 @@
 """`python -m mutants [curated|mutmut|report|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
-mutmut [--max-children N] [--keep-scratch]    mutmut over the statistics code (scratch copy)
+mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
 all (the default)                              curated, then mutmut, then report
 """
@@ -50,7 +50,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         )
 
     curated_args(sub.add_parser("curated", parents=[common], help="the curated catalogue against the verify suite"))
-    mutmut = sub.add_parser("mutmut", parents=[common], help="mutmut over the statistics code, then the reports")
+    mutmut = sub.add_parser("mutmut", parents=[common], help="mutmut over the whole trainer, then the reports")
     mutmut_args(mutmut)
     report_args(mutmut)
     report_args(sub.add_parser("report", parents=[common], help="write the reports from what ran"))

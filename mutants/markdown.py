@@ -123,9 +123,9 @@ def mutmut_section(results: MutmutResults, summary: Score, timing: Timing, basel
 
 
 def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | None) -> list[str]:
-    """The section's heading, the functions and tests mutmut ran over, and the score against the baseline."""
+    """The section's heading, the files and tests mutmut ran over, and the score against the baseline."""
     c = summary.counts
-    functions = ", ".join(f"`{f}`" for f in results.functions)
+    files = ", ".join(f"`{f}`" for f in (results.sources or {results.file: ""}))
     score_text = f"{summary.score:.2f} %" if summary.score is not None else "n/a"
     base_text = f"{baseline:.2f} %" if baseline is not None else "none"
     counted = [
@@ -137,9 +137,10 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
     ]
     counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]
     return [
-        "## mutmut over the statistics code",
+        "## mutmut over the whole trainer",
         "",
-        f"Functions: {functions} of `{results.file}`; tests: the verify suite (`{TEST_FILE}`).",
+        f"Files: {files}, every function and method ({len(results.functions)}); lines left unmutated each carry "
+        f"`# pragma: no mutate` with its reason. Tests: the verify suite (`{TEST_FILE}`).",
         "",
         f"**Mutation score: {score_text}** (baseline {base_text}) — {summary.total} mutants: {', '.join(counted)}.",
         "",
@@ -266,5 +267,5 @@ def render(
     if results is not None and summary is not None and timing is not None:
         md += mutmut_section(results, summary, timing, baseline)
     else:
-        md += ["## mutmut over the statistics code", "", "Not run in this session.", ""]
+        md += ["## mutmut over the whole trainer", "", "Not run in this session.", ""]
     return "\n".join(md).rstrip() + "\n"

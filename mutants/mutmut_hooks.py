@@ -12,20 +12,97 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   harness's session-wide observation cache is emptied before each test, so each
   test really calls the trainer functions it checks. Without that, a test that
   only reads another test's cached run (freshness, rollout_objectives) would be
-  linked to no function and mutmut would never run it against a mutant.
+  linked to no function and mutmut would never run it against a mutant;
+- mutmut moves the body of every function it mutates into generated functions
+  (`x_masked_whiten__mutmut_orig`, `xǁPPOTrainerǁmicro_step__mutmut_3`) behind a
+  trampoline of the original name. The harness names a spied call by the
+  function that makes it (its code object's name), so the generated functions'
+  code objects get back the name of the function they stand for; without that,
+  no call inside `masked_whiten` would be recognised as the whitening;
+- while mutmut runs a mutant, the selected tests run cheapest first, by the
+  durations of mutmut's stats run (`mutmut-stats.json`, beside the working
+  directory mutmut runs pytest in). mutmut runs pytest with `-x`, so a killed
+  mutant costs the tests up to its first failing one: a cheap check that fails
+  first spares the expensive ones. The order changes no verdict: a survivor
+  still runs every selected test.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+import re
+from pathlib import Path
+from types import CodeType, FunctionType
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+STATS_FILE = "mutmut-stats.json"
+# the values mutmut gives MUTANT_UNDER_TEST when no mutant is active: its generation, stats, clean and forced-fail runs
+NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
+
+
+MUTATED_MODULES = ("reference_ppo.trainer", "reference_ppo.config")
+# x_<function>__mutmut_<n|orig>, or xǁ<Class>ǁ<method>__mutmut_<n|orig> (mutmut's names for what it generates)
+GENERATED = re.compile(r"^(?:x_|x\u01c1[^\u01c1]+\u01c1)(?P<name>.+?)__mutmut_(?:orig|\d+)$")
+
+
+def original_name(generated: str) -> str | None:
+    """The name of the function a generated function of mutmut stands for; None for any other name."""
+    match = GENERATED.match(generated)
+    return match.group("name") if match else None
+
+
+def _renamed(code: CodeType) -> CodeType:
+    """`code` and the code objects nested in it with every generated name in their qualified names undone."""
+    parts = code.co_qualname.split(".")
+    qualname = ".".join(original_name(part) or part for part in parts)
+    consts = tuple(_renamed(c) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_name=original_name(code.co_name) or code.co_name, co_qualname=qualname, co_consts=consts)
+
+
+def restore_code_names(module) -> int:
+    """Give the generated functions of `module` (and of its classes) their original code names; how many."""
+    count = 0
+    namespaces = [vars(module)] + [vars(v) for v in vars(module).values() if isinstance(v, type)]
+    for namespace in namespaces:
+        for value in list(namespace.values()):
+            function = getattr(value, "__func__", value)  # staticmethod / classmethod
+            if isinstance(function, FunctionType) and original_name(function.__name__):
+                function.__code__ = _renamed(function.__code__)
+                count += 1
+    return count
 
 
 def _under_mutmut() -> bool:
     """Whether mutmut runs this pytest session: outside it the plugin must change nothing."""
     return "MUTANT_UNDER_TEST" in os.environ
+
+
+def _stats_durations(folder: Path) -> dict[str, float]:
+    """Each test's duration in mutmut's stats run, by node id; empty where the file is missing or unreadable."""
+    try:
+        data = json.loads((folder / STATS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    durations = data.get("duration_by_test") if isinstance(data, dict) else None
+    return {str(k): float(v) for k, v in durations.items()} if isinstance(durations, dict) else {}
+
+
+def cheapest_first(items: list, durations: dict[str, float]) -> list:
+    """`items` ordered by their stats-run duration (unknown ones last), ties kept in collection order."""
+    return sorted(items, key=lambda item: durations.get(item.nodeid, float("inf")))
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """While mutmut runs a mutant, run the selected tests cheapest first (see the module docstring)."""
+    if os.environ.get("MUTANT_UNDER_TEST", "") in NOT_A_MUTANT:
+        return
+    durations = _stats_durations(Path.cwd())
+    if durations:
+        items[:] = cheapest_first(items, durations)
 
 
 def pytest_configure(config) -> None:
@@ -40,6 +117,8 @@ def pytest_configure(config) -> None:
         suppress_health_check=[HealthCheck.differing_executors],
     )
     settings.load_profile("ppo-mutmut")
+    for name in MUTATED_MODULES:
+        restore_code_names(importlib.import_module(name))
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""mutmut 3 over the statistics and masked-reduction code of reference_ppo/trainer.py.
+"""mutmut 3 over the whole of reference_ppo/trainer.py and reference_ppo/config.py.
 
 `python -m mutants mutmut` never runs mutmut in the project: mutmut writes its
 working tree to `./mutants/`, which is this package's own folder. Instead it
@@ -7,15 +7,17 @@ working tree to `./mutants/`, which is this package's own folder. Instead it
    section is the configuration) to a scratch folder outside the project, plus
    `mutmut_hooks.py` as `ppo_mutmut_hooks.py`, a pytest plugin that the
    configuration loads (see that module for what it does);
-2. marks every top-level function and class of the scratch `trainer.py` except
-   MUTATED_FUNCTIONS with `# pragma: no mutate block` (a trailing comment on the
-   header line, so no line moves and the report's line numbers are the project's);
+2. keeps a pristine copy of each mutated file under `_pristine/` and refuses a
+   `# pragma: no mutate` that is a region or gives no reason (`pragma_problems`):
+   a line is left unmutated only where the real source says why, on that line.
+   The files are not rewritten, so the report's line numbers are the project's;
 3. runs `mutmut run` there (fork isolation, CPU torch, one thread per worker) with
    the verify suite as its tests;
-4. reads mutmut's meta file (`mutants/reference_ppo/trainer.py.meta`) and the
-   generated functions (`x_<name>__mutmut_orig` / `x_<name>__mutmut_<n>`) and turns
-   each mutant into a record with its location in the original file (locate.py),
-   the replaced text, the replacement and a unified diff (mutmut_results.json).
+4. reads mutmut's meta files (`mutants/reference_ppo/<file>.meta`) and the
+   generated functions (`x_<name>__mutmut_<n>`, and `xǁ<Class>ǁ<method>__mutmut_<n>`
+   inside their class) and turns each mutant into a record with its file, its
+   location in the original file (locate.py), the replaced text, the replacement
+   and a unified diff (mutmut_results.json).
 """
 
 from __future__ import annotations
@@ -43,71 +45,65 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-MUTATED_FUNCTIONS = (
-    "masked_sum",
-    "masked_mean",
-    "microbatch_stats",
-    "pooled_stats",
-    "ratio_variance",
-    "rollout_objectives",
-)
-TRAINER = "reference_ppo/trainer.py"
+MUTATED_FILES = ("reference_ppo/trainer.py", "reference_ppo/config.py")
+TRAINER = MUTATED_FILES[0]
 HOOKS_MODULE = "ppo_mutmut_hooks"
-PRAGMA = "# pragma: no mutate block"
+PRISTINE = "_pristine"
+PRAGMA = "# pragma: no mutate"
+# a pragma's first word that mutmut reads as a region (`block`, `start`, `end`): not allowed, a reason must follow
+REGION_WORDS = ("block", "start", "end")
 
 
-def mark_unmutated(source: str, keep=MUTATED_FUNCTIONS) -> str:
-    """`source` with `# pragma: no mutate block` on the header of every top-level def/class not in `keep`.
+def pragma_problems(source: str, path: str) -> list[str]:
+    """Each `# pragma: no mutate` of `source` that is not on a line of code with its reason after it.
 
-    mutmut then mutates only the statistics code, and no line moves, so the report's lines are the project's.
+    mutmut then skips exactly that line; a region (`block`, `start`/`end`) or a bare pragma is refused, so that
+    every line left unmutated says why on the line itself.
     """
-    import libcst as cst  # comes with mutmut (the `mutation` extra): the rest of the driver must import without it
-
-    module = cst.parse_module(source)
-    found: set[str] = set()
-    body = []
-    for stmt in module.body:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            name = stmt.name.value
-            if name in keep:
-                found.add(name)
-            elif isinstance(stmt.body, cst.IndentedBlock):
-                if stmt.body.header.comment is not None:
-                    raise RuntimeError(f"{name}: its header line already has a comment; cannot add {PRAGMA!r}")
-                header = cst.TrailingWhitespace(
-                    whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(PRAGMA), newline=stmt.body.header.newline
-                )
-                stmt = stmt.with_changes(body=stmt.body.with_changes(header=header))
-        body.append(stmt)
-    missing = [name for name in keep if name not in found]
-    if missing:
-        raise RuntimeError(f"{TRAINER} no longer defines {missing} at module level: update MUTATED_FUNCTIONS")
-    out = module.with_changes(body=body).code
-    if out.count("\n") != source.count("\n"):
-        raise RuntimeError("marking the functions moved lines; the report's locations would be wrong")
-    return out
+    problems = []
+    for number, line in enumerate(source.splitlines(), start=1):
+        if "pragma: no mutate" not in line:
+            continue
+        code, _, comment = line.partition("#")
+        reason = comment.partition("no mutate")[2].strip().lstrip(":-").strip()
+        words = reason.split()
+        if not code.strip():
+            problems.append(f"{path}:{number}: the pragma must trail the line it spares, not stand alone")
+        elif not words:
+            problems.append(f"{path}:{number}: the pragma gives no reason")
+        elif words[0] in REGION_WORDS:
+            problems.append(f"{path}:{number}: a `no mutate {words[0]}` region; mark single lines with a reason")
+    return problems
 
 
 def prepare_scratch(scratch, root=None):
-    """Lay out the scratch project in `scratch` (a folder outside the project: mutmut writes ./mutants/ there)."""
+    """Lay out the scratch project in `scratch` (a folder outside the project: mutmut writes ./mutants/ there).
+
+    The mutated files are copied as they are (no line moves, so the report's lines are the project's), and a
+    pristine copy of each is kept under `_pristine/`, from which `collect` places every mutant.
+    """
     root = Path(root or ROOT).resolve()
     scratch = Path(scratch).resolve()
     if scratch == root or scratch.is_relative_to(root):
         raise RuntimeError(f"refusing to run mutmut inside the project ({scratch}): it writes ./mutants/")
     copy_project(scratch, root)
     shutil.copy2(Path(mutmut_hooks.__file__), scratch / f"{HOOKS_MODULE}.py")
-    trainer = scratch / TRAINER
-    pristine = trainer.read_text(encoding="utf-8")
-    (scratch / "_pristine_trainer.py").write_text(pristine, encoding="utf-8")
-    trainer.write_text(mark_unmutated(pristine), encoding="utf-8")
-    config = mutmut_config(scratch / "pyproject.toml")
     problems = []
+    for path in MUTATED_FILES:
+        source = (scratch / path).read_text(encoding="utf-8")
+        problems += pragma_problems(source, path)
+        pristine = scratch / PRISTINE / path
+        pristine.parent.mkdir(parents=True, exist_ok=True)
+        pristine.write_text(source, encoding="utf-8")
+    config = mutmut_config(scratch / "pyproject.toml")
+    if sorted(config.get("only_mutate", [])) != sorted(MUTATED_FILES):
+        problems.append(f"[tool.mutmut] only_mutate must list exactly {', '.join(MUTATED_FILES)}")
     if f"{HOOKS_MODULE}.py" not in config.get("also_copy", []):
-        problems.append(f"also_copy must list {HOOKS_MODULE}.py")
+        problems.append(f"[tool.mutmut] also_copy must list {HOOKS_MODULE}.py")
     if HOOKS_MODULE not in config.get("pytest_add_cli_args", []):
-        problems.append(f"pytest_add_cli_args must load -p {HOOKS_MODULE}")
+        problems.append(f"[tool.mutmut] pytest_add_cli_args must load -p {HOOKS_MODULE}")
     if problems:
-        raise RuntimeError("[tool.mutmut] in pyproject.toml: " + "; ".join(problems))
+        raise RuntimeError("; ".join(problems))
     return scratch
 
 
@@ -152,9 +148,24 @@ def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[in
     return code, time.perf_counter() - start
 
 
+CLASS_SEPARATOR = "\u01c1"  # mutmut's `ǁ` in the names of the methods it generates: xǁClassǁmethod__mutmut_3
+
+
 def _functions(tree) -> dict:
-    """The module-level functions of `tree` by name: mutmut generates its mutants as such functions."""
-    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    """The functions of `tree` by name: module-level ones by theirs, methods as `Class.method`.
+
+    mutmut generates its mutants of a function next to it: module-level functions for a function,
+    methods of the same class for a method.
+    """
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    found[f"{node.name}.{item.name}"] = item
+    return found
 
 
 def _lines(source_lines: list[str], node) -> list[str]:
@@ -162,15 +173,40 @@ def _lines(source_lines: list[str], node) -> list[str]:
     return source_lines[node.lineno - 1 : node.end_lineno]
 
 
-def collect(scratch, project_trainer=None) -> list[MutantRecord]:
-    """One record per mutant of trainer.py, read from mutmut's meta file and generated code."""
+def _named(lines: list[str], generated: str, name: str) -> list[str]:
+    """A generated function's lines with its `def` line naming the function it stands for."""
+    return [lines[0].replace(f"def {generated}(", f"def {name}(", 1), *lines[1:]]
+
+
+def function_of(generated_name: str) -> tuple[str, str]:
+    """(the function or `Class.method` a mutant is of, the generated name of its original copy).
+
+    `x_masked_mean__mutmut_3` -> (`masked_mean`, `x_masked_mean__mutmut_orig`);
+    `xǁPPOTrainerǁrollout__mutmut_7` -> (`PPOTrainer.rollout`, `xǁPPOTrainerǁrollout__mutmut_orig`).
+    """
+    base = generated_name.rpartition("__mutmut_")[0]
+    if base.startswith("x" + CLASS_SEPARATOR):
+        cls, _, method = base[2:].partition(CLASS_SEPARATOR)
+        return f"{cls}.{method}", base + "__mutmut_orig"
+    return base.removeprefix("x_"), base + "__mutmut_orig"
+
+
+def _generated_key(generated_name: str) -> str:
+    """The key of a generated function in `_functions` of mutmut's module (methods sit in their class)."""
+    base = generated_name.rpartition("__mutmut_")[0]
+    if base.startswith("x" + CLASS_SEPARATOR):
+        return f"{base[2:].partition(CLASS_SEPARATOR)[0]}.{generated_name}"
+    return generated_name
+
+
+def collect_file(scratch, path: str) -> list[MutantRecord]:
+    """One record per mutant of `path` (a file of MUTATED_FILES), read from mutmut's meta file and generated code."""
     scratch = Path(scratch)
-    meta_path = scratch / "mutants" / (TRAINER + ".meta")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    generated_source = (scratch / "mutants" / TRAINER).read_text(encoding="utf-8")
+    meta = json.loads((scratch / "mutants" / (path + ".meta")).read_text(encoding="utf-8"))
+    generated_source = (scratch / "mutants" / path).read_text(encoding="utf-8")
     generated_lines = generated_source.splitlines(keepends=True)
     generated = _functions(ast.parse(generated_source))
-    project_source = Path(project_trainer or scratch / "_pristine_trainer.py").read_text(encoding="utf-8")
+    project_source = (scratch / PRISTINE / path).read_text(encoding="utf-8")
     project_lines = project_source.splitlines(keepends=True)
     project = _functions(ast.parse(project_source))
     durations = meta.get("durations_by_key", {})
@@ -179,23 +215,23 @@ def collect(scratch, project_trainer=None) -> list[MutantRecord]:
     records = []
     for key, exit_code in meta["exit_code_by_key"].items():
         generated_name = key.rpartition(".")[2]  # x_masked_mean__mutmut_3
-        base = generated_name.rpartition("__mutmut_")[0]  # x_masked_mean
-        function = base[2:] if base.startswith("x_") else base
-        orig_node, mutant_node = generated.get(base + "__mutmut_orig"), generated.get(generated_name)
+        function, orig_name = function_of(generated_name)
+        orig_node = generated.get(_generated_key(orig_name))
+        mutant_node = generated.get(_generated_key(generated_name))
         if orig_node is None or mutant_node is None or function not in project:
-            raise RuntimeError(f"{key}: cannot find its generated functions or {function} in {TRAINER}")
-        orig = _lines(generated_lines, orig_node)[1:]
-        mutated = _lines(generated_lines, mutant_node)[1:]
+            raise RuntimeError(f"{key}: cannot find its generated functions or {function} in {path}")
+        # from the `def` line on, with the generated name put back: a default argument is mutated there
+        short = function.rpartition(".")[2]
+        orig = _named(_lines(generated_lines, orig_node), orig_node.name, short)
+        mutated = _named(_lines(generated_lines, mutant_node), mutant_node.name, short)
         source_node = project[function]
-        here = _lines(project_lines, source_node)[1:]
+        here = _lines(project_lines, source_node)
         if here != orig:
-            raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {TRAINER} it was made from")
-        change = locate(orig, mutated, source_node.lineno + 1)
+            raise RuntimeError(f"{key}: mutmut's copy of {function} differs from the {path} it was made from")
+        change = locate(orig, mutated, source_node.lineno)
         start = source_node.lineno - 1
-        changed = (
-            project_lines[:start] + project_lines[start : start + 1] + mutated + project_lines[source_node.end_lineno :]
-        )
-        diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{TRAINER}", f"b/{TRAINER}", n=1))
+        changed = project_lines[:start] + mutated + project_lines[source_node.end_lineno :]
+        diff = "".join(difflib.unified_diff(project_lines, changed, f"a/{path}", f"b/{path}", n=1))
         first = change.location.start
         records.append(
             MutantRecord(
@@ -211,9 +247,15 @@ def collect(scratch, project_trainer=None) -> list[MutantRecord]:
                 replacement=change.replacement,
                 mutator=mutator_name(change.original, change.replacement),
                 diff=diff,
+                file=path,
             )
         )
     return records
+
+
+def collect(scratch) -> list[MutantRecord]:
+    """One record per mutant of every file of MUTATED_FILES."""
+    return [record for path in MUTATED_FILES for record in collect_file(scratch, path)]
 
 
 def tail(path, lines: int = 40) -> str:
@@ -254,9 +296,10 @@ def write_results(
         mutmut_exit_code=code,
         seconds=seconds,
         max_children=max_children,
-        functions=MUTATED_FUNCTIONS,
+        functions=tuple(sorted({r.function for r in records})),
         file=TRAINER,
-        source=(scratch / "_pristine_trainer.py").read_text(encoding="utf-8"),
+        source=(scratch / PRISTINE / TRAINER).read_text(encoding="utf-8"),
+        sources={path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in MUTATED_FILES},
         mutants=tuple(replace(r, cost=costs.get(r.name)) for r in records),
         tests=stats,
         kill_cost=kill_cost,
@@ -275,8 +318,7 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> in
         return 2
     print(f"mutmut: scratch project {scratch}, {max_children} worker(s); log in {log_path}", flush=True)
     code, seconds = run_mutmut(scratch, max_children, timeout, log_path)
-    meta = scratch / "mutants" / (TRAINER + ".meta")
-    if not meta.is_file():
+    if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in MUTATED_FILES):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2
     records = collect(scratch)

@@ -60,7 +60,7 @@ def record_baseline(path: Path, data: dict, results: MutmutResults, summary: sco
     data["mutmut"] = {
         "score": summary.score,
         "total": summary.total,
-        "functions": list(results.functions),
+        "files": list(results.sources or [results.file]),
         "recorded": time.strftime("%Y-%m-%d"),
     }
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

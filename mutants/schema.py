@@ -1,7 +1,8 @@
 """reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
 
-Built as plain dicts and written with the json module. mutmut's mutants and the
-curated PPO mutants share the file entry of reference_ppo/trainer.py; the curated
+Built as plain dicts and written with the json module. mutmut's mutants of the
+trainer and the curated PPO mutants share the file entry of reference_ppo/trainer.py,
+mutmut's mutants of reference_ppo/config.py have their own; the curated
 GRPO mutants have reference_ppo/grpo.py's, and their checks are named `grpo:<check id>`
 (GRPO reuses some PPO scenario names). A survivor triaged "equivalent" is reported as
 Ignored with its reason.
@@ -86,7 +87,8 @@ def schema_report(
     curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
-    mutants = [mutmut_entry(r) for r in (results.mutants if results is not None else ())]
+    records = results.mutants if results is not None else ()
+    mutants = [mutmut_entry(r) for r in records if r.file == TRAINER]
     grpo_source = (ROOT / GRPO_TRAINER).read_text(encoding="utf-8")
     grpo_mutants: list[dict] = []
     unplaced: list[str] = []
@@ -111,6 +113,7 @@ def schema_report(
         "projectRoot": str(ROOT),
         "files": {
             TRAINER: {"language": "python", "source": source, "mutants": mutants},
+            **other_files(results),
             **(
                 {GRPO_TRAINER: {"language": "python", "source": grpo_source, "mutants": grpo_mutants}}
                 if grpo_mutants
@@ -121,6 +124,18 @@ def schema_report(
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
     }
     return report, unplaced
+
+
+def other_files(results: MutmutResults | None) -> dict:
+    """The schema-v2 file entries of the files mutmut mutated besides the trainer (reference_ppo/config.py)."""
+    if results is None:
+        return {}
+    entries = {}
+    for path, text in results.sources.items():
+        if path != TRAINER:
+            mutants = [mutmut_entry(r) for r in results.mutants if r.file == path]
+            entries[path] = {"language": "python", "source": text, "mutants": mutants}
+    return entries
 
 
 def mutmut_version() -> str | None:

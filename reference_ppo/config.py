@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 def exact_div(a: int, b: int, what: str) -> int:
     """Return a // b, or raise ConfigError naming `what` when b does not divide a."""
     if b <= 0 or a % b != 0:
-        raise ConfigError(f"{what}: {a} is not divisible by {b}")
+        raise ConfigError(f"{what}: {a} is not divisible by {b}")  # pragma: no mutate - message text only
     return a // b
 
 
@@ -79,22 +79,23 @@ class PPOConfig:
             "response_length",
             "local_rollout_forward_batch_size",
         )
-        bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
+        bad = [name for name in positive if getattr(self, name) <= 0]
         if bad:
-            raise ConfigError("these sizes must be positive integers: " + ", ".join(bad))
+            sizes = ", ".join(f"{name}={getattr(self, name)}" for name in bad)  # pragma: no mutate - message text
+            raise ConfigError(f"these sizes must be positive integers: {sizes}")  # pragma: no mutate - message
         if self.temperature <= 0:
-            raise ConfigError(f"temperature must be positive, got {self.temperature}")
+            raise ConfigError(f"temperature must be positive, got {self.temperature}")  # pragma: no mutate - message
         if self.learning_rate < 0:
-            raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")
+            raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")  # pragma: no mutate - message
         if self.kl_estimator not in ("k1", "k3"):
-            raise ConfigError(f"kl_estimator must be 'k1' or 'k3', got {self.kl_estimator!r}")
+            raise ConfigError(f"kl_estimator must be k1 or k3: {self.kl_estimator!r}")  # pragma: no mutate - message
         self.local_batch_size = self.per_device_train_batch_size * self.gradient_accumulation_steps
         self.local_mini_batch_size = exact_div(
             self.local_batch_size,
             self.num_mini_batches,
-            "local batch (per_device_train_batch_size * gradient_accumulation_steps "
+            "local batch (per_device_train_batch_size * gradient_accumulation_steps "  # pragma: no mutate - message
             f"= {self.per_device_train_batch_size} * {self.gradient_accumulation_steps}) "
-            "must be a multiple of num_mini_batches",
+            "must be a multiple of num_mini_batches",  # pragma: no mutate - message text only
         )
 
     def micro_batch_sizes(self) -> list[int]:

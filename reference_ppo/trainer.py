@@ -297,7 +297,7 @@ def microbatch_stats(
 def pooled_stats(rows: torch.Tensor) -> dict[str, float]:
     """Pool per-micro-batch rows (already gathered from every rank): sum numerators and counts, divide once."""
     if rows.numel() == 0:
-        raise RuntimeError("no micro-batch ran in this update: nothing to log")
+        raise RuntimeError("no micro-batch ran in this update: nothing to log")  # pragma: no mutate - message
     totals = rows.sum(dim=0)
     n_r, n_v = totals[STAT_FIELDS.index("count/response")], totals[STAT_FIELDS.index("count/value")]
     metrics = {}
@@ -521,7 +521,8 @@ class PPOTrainer:
         from tqdm.auto import tqdm
 
         quiet = not sys.stderr.isatty() or not self.accelerator.is_main_process
-        for _ in tqdm(range(self.config.total_updates), desc="ppo updates", disable=quiet):
+        bar = {"desc": "ppo updates", "disable": quiet}  # pragma: no mutate - progress-bar display only
+        for _ in tqdm(range(self.config.total_updates), **bar):
             self.train_one_update()
         return self.history
 

@@ -198,34 +198,108 @@ def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
 # ---------------------------------------------------------------- mutmut plumbing
 
 
-def test_only_the_statistics_functions_stay_mutable():
-    import ast
-
-    pytest.importorskip("libcst", reason="libcst comes with mutmut: install the `mutation` extra")
-
-    marked = mutmut_run.mark_unmutated(TRAINER_SOURCE)
-    assert marked.count("\n") == TRAINER_SOURCE.count("\n")
-    lines = marked.splitlines()
-    for node in ast.parse(marked).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            header = lines[node.body[0].lineno - 2] if node.body[0].lineno > node.lineno else lines[node.lineno - 1]
-            assert (mutmut_run.PRAGMA in header) == (node.name not in mutmut_run.MUTATED_FUNCTIONS), node.name
-    with pytest.raises(RuntimeError, match="no longer defines"):
-        mutmut_run.mark_unmutated("def masked_sum(a):\n    return a\n")
+def test_every_pragma_of_the_mutated_files_spares_one_line_and_says_why():
+    for path in mutmut_run.MUTATED_FILES:
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert mutmut_run.pragma_problems(source, path) == []
+        assert "no mutate block" not in source
+    problems = mutmut_run.pragma_problems(
+        "x = 1  # pragma: no mutate\n# pragma: no mutate - alone\ny = 2  # pragma: no mutate block\n"
+        "z = 3  # pragma: no mutate - a progress-bar label\n",
+        "f.py",
+    )
+    assert [p.split(":")[1] for p in problems] == ["1", "2", "3"]
+    assert "no reason" in problems[0] and "alone" in problems[1] and "region" in problems[2]
 
 
 def test_mutmut_config_and_scratch_layout(tmp_path):
-    pytest.importorskip("libcst", reason="libcst comes with mutmut: install the `mutation` extra")
     config = mutmut_run.mutmut_config(ROOT / "pyproject.toml")
-    assert config["only_mutate"] == [catalogue.TRAINER]
+    assert sorted(config["only_mutate"]) == sorted(mutmut_run.MUTATED_FILES)
     assert config["process_isolation"] == "fork"
     scratch = mutmut_run.prepare_scratch(tmp_path / "scratch")
     hooks = Path(mutmut_hooks.__file__).read_text(encoding="utf-8")
     assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").read_text(encoding="utf-8") == hooks
-    assert (scratch / "_pristine_trainer.py").read_text(encoding="utf-8") == TRAINER_SOURCE
-    assert mutmut_run.PRAGMA in (scratch / catalogue.TRAINER).read_text(encoding="utf-8")
+    for path in mutmut_run.MUTATED_FILES:
+        original = (ROOT / path).read_text(encoding="utf-8")
+        assert (scratch / mutmut_run.PRISTINE / path).read_text(encoding="utf-8") == original
+        assert (scratch / path).read_text(encoding="utf-8") == original  # mutmut gets the file as it is
     with pytest.raises(RuntimeError, match="inside the project"):
         mutmut_run.prepare_scratch(ROOT / "mutants-scratch")
+
+
+def test_generated_names_map_back_to_the_function_they_stand_for():
+    sep = mutmut_run.CLASS_SEPARATOR
+    assert mutmut_run.function_of("x_masked_mean__mutmut_3") == ("masked_mean", "x_masked_mean__mutmut_orig")
+    assert mutmut_run.function_of(f"x{sep}PPOTrainer{sep}rollout__mutmut_12") == (
+        "PPOTrainer.rollout",
+        f"x{sep}PPOTrainer{sep}rollout__mutmut_orig",
+    )
+    assert mutmut_hooks.original_name("x_masked_whiten__mutmut_orig") == "masked_whiten"
+    assert mutmut_hooks.original_name(f"x{sep}PPOTrainer{sep}micro_step__mutmut_7") == "micro_step"
+    assert mutmut_hooks.original_name("masked_whiten") is None
+
+
+def test_generated_functions_get_their_original_code_names_back():
+    """The harness names a spied call by its caller's code name: mutmut's copies must answer to the original's."""
+    import types
+
+    sep = mutmut_run.CLASS_SEPARATOR
+    module = types.ModuleType("fake_trainer")
+    exec(
+        "def x_masked_whiten__mutmut_orig(v):\n    def inner():\n        return v\n    return inner\n"
+        f"class PPOTrainer:\n    def x{sep}PPOTrainer{sep}micro_step__mutmut_2(self):\n        return 1\n"
+        "def masked_mean(v):\n    return v\n",
+        vars(module),
+    )
+    assert mutmut_hooks.restore_code_names(module) == 2
+    code = module.x_masked_whiten__mutmut_orig.__code__
+    assert (code.co_name, code.co_qualname) == ("masked_whiten", "masked_whiten")
+    assert module.x_masked_whiten__mutmut_orig(1).__code__.co_qualname == "masked_whiten.<locals>.inner"
+    method = vars(module.PPOTrainer)[f"x{sep}PPOTrainer{sep}micro_step__mutmut_2"].__code__
+    assert method.co_qualname == "PPOTrainer.micro_step"
+    assert module.masked_mean.__code__.co_name == "masked_mean"
+
+
+def test_mutants_of_methods_and_default_arguments_are_placed_in_the_original_file(tmp_path):
+    """mutmut writes a method's mutants inside its class and mutates default arguments on the `def` line."""
+    sep = mutmut_run.CLASS_SEPARATOR
+    path = "pkg/mod.py"
+    pristine = "def f(a, b=True):\n    return a\n\n\nclass C:\n    def m(self, x):\n        return x + 1\n"
+    generated = (
+        "def x_f__mutmut_orig(a, b=True):\n    return a\n"
+        "def x_f__mutmut_1(a, b=False):\n    return a\n"
+        "class C:\n"
+        f"    def x{sep}C{sep}m__mutmut_orig(self, x):\n        return x + 1\n"
+        f"    def x{sep}C{sep}m__mutmut_1(self, x):\n        return x - 1\n"
+    )
+    (tmp_path / mutmut_run.PRISTINE / "pkg").mkdir(parents=True)
+    (tmp_path / mutmut_run.PRISTINE / path).write_text(pristine, encoding="utf-8")
+    (tmp_path / "mutants" / "pkg").mkdir(parents=True)
+    (tmp_path / "mutants" / path).write_text(generated, encoding="utf-8")
+    meta = {"exit_code_by_key": {"pkg.mod.x_f__mutmut_1": 0, f"pkg.mod.x{sep}C{sep}m__mutmut_1": 1}}
+    (tmp_path / "mutants" / (path + ".meta")).write_text(json.dumps(meta), encoding="utf-8")
+    by_function = {r.function: r for r in mutmut_run.collect_file(tmp_path, path)}
+    default, method = by_function["f"], by_function["C.m"]
+    assert (default.original, default.replacement, default.location.start.line) == ("True", "False", 1)
+    assert default.line == "def f(a, b=True):" and "+def f(a, b=False):" in default.diff
+    assert (method.original, method.replacement, method.location.start.line) == ("+", "-", 7)
+    assert method.file == path and method.status is MutantStatus.KILLED
+
+
+def test_tests_run_cheapest_first_while_a_mutant_runs(tmp_path, monkeypatch):
+    import json
+    import types
+
+    items = [types.SimpleNamespace(nodeid=n) for n in ("slow", "unknown", "fast", "middle")]
+    (tmp_path / mutmut_hooks.STATS_FILE).write_text(
+        json.dumps({"duration_by_test": {"slow": 5.0, "fast": 0.1, "middle": 1.0}}), encoding="utf-8"
+    )
+    monkeypatch.chdir(tmp_path)
+    for under_test, expected in (("stats", ["slow", "unknown", "fast", "middle"]), ("m__mutmut_1", None)):
+        monkeypatch.setenv("MUTANT_UNDER_TEST", under_test)
+        got = list(items)
+        mutmut_hooks.pytest_collection_modifyitems(None, None, got)
+        assert [i.nodeid for i in got] == (expected or ["fast", "middle", "slow", "unknown"])
 
 
 def test_the_hooks_plugin_imports_nothing_of_the_mutants_package():
@@ -236,7 +310,8 @@ def test_the_hooks_plugin_imports_nothing_of_the_mutants_package():
     modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
-    assert {m.split(".")[0] for m in modules} <= {"__future__", "os", "pytest", "hypothesis"}
+    stdlib = {"__future__", "importlib", "json", "os", "pathlib", "re", "types"}
+    assert {m.split(".")[0] for m in modules} <= stdlib | {"pytest", "hypothesis"}
 
 
 def test_locations_are_those_of_the_original_file():
@@ -383,7 +458,8 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
     assert MutantStatus.from_exit_code(None) is MutantStatus.NOT_CHECKED
     assert MutantStatus.from_exit_code(1) is MutantStatus.KILLED and MutantStatus.from_exit_code(0).undetected
     assert MutantStatus.from_exit_code(12345) is MutantStatus.SUSPICIOUS  # mutmut's default for an unknown code
-    assert {s for s in MutantStatus if s.detected} == {MutantStatus.KILLED, MutantStatus.TIMEOUT}
+    detected = {MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.INTERRUPTED}  # 2: the gate refused to run
+    assert {s for s in MutantStatus if s.detected} == detected
     assert {s for s in MutantStatus if s.undetected} == {MutantStatus.SURVIVED, MutantStatus.NO_TESTS}
     assert {s.text: s.schema.value for s in MutantStatus} == {
         "killed": "Killed",
@@ -394,7 +470,7 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
         "caught by type check": "CompileError",
         "suspicious": "RuntimeError",
         "segfault": "RuntimeError",
-        "check was interrupted by user": "RuntimeError",
+        "check was interrupted by user": "Killed",
         "not checked": "Pending",
     }
     assert schema.SCHEMA_STATUSES == {s.value for s in SchemaStatus} >= {s.schema.value for s in MutantStatus}
@@ -431,6 +507,7 @@ def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
         "tests",
         "kill_cost",
         "finished",
+        "sources",
     ]
     assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
     assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]
@@ -530,7 +607,7 @@ def synthetic_inputs():
     column = TRAINER_SOURCE.splitlines()[line - 1].index("0.0") + 1
     loc = {"start": {"line": line, "column": column}, "end": {"line": line, "column": column + 3}}
     mutmut = {
-        "functions": list(mutmut_run.MUTATED_FUNCTIONS),
+        "functions": ["pooled_stats"],
         "file": catalogue.TRAINER,
         "source": TRAINER_SOURCE,
         "seconds": 10.0,
@@ -585,6 +662,25 @@ def test_report_json_is_schema_v2():
     del bad["files"][catalogue.TRAINER]["mutants"][0]["status"]
     bad["schemaVersion"] = "1"
     assert len(schema.validate(bad)) == 2
+
+
+def test_each_mutated_file_gets_its_own_entry_in_mutation_json():
+    curated, mutmut = synthetic_inputs()
+    config_path = "reference_ppo/config.py"
+    config_source = (ROOT / config_path).read_text(encoding="utf-8")
+    loc = {"start": {"line": 14, "column": 8}, "end": {"line": 14, "column": 10}}
+    in_config = record("x_exact_div__mutmut_1", "killed", "or", "and", location=loc, file=config_path)
+    assert in_config.file == config_path and MutantRecord.from_dict(in_config.to_dict()) == in_config
+    mutmut = dataclasses.replace(
+        mutmut,
+        mutants=(*mutmut.mutants, in_config),
+        sources={catalogue.TRAINER: TRAINER_SOURCE, config_path: config_source},
+    )
+    doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
+    assert schema.validate(doc) == []
+    assert set(doc["files"]) == {catalogue.TRAINER, config_path, "reference_ppo/grpo.py"}  # grpo.py: curated only
+    assert [m["id"] for m in doc["files"][config_path]["mutants"]] == ["x_exact_div__mutmut_1"]
+    assert "x_exact_div__mutmut_1" not in {m["id"] for m in doc["files"][catalogue.TRAINER]["mutants"]}
 
 
 def test_html_without_the_component_says_so(tmp_path):

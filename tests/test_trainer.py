@@ -128,6 +128,17 @@ def test_truncation_and_masks():
     assert v.sum(1).tolist() == [3, 4, 2, 1]
 
 
+def test_model_inputs_skip_pads_wherever_they_are():
+    """Left-padded prompts, right-padded responses: pads are masked, ids there are 0, positions count real tokens."""
+    pad = 9
+    query_responses = torch.tensor([[9, 9, 3, 4, 5, 9], [2, 3, 4, 5, 6, 7]])
+    inputs = T.model_inputs(query_responses, pad)
+    assert sorted(inputs) == ["attention_mask", "input_ids", "position_ids"]
+    assert inputs["attention_mask"].tolist() == [[False, False, True, True, True, False], [True] * 6]
+    assert inputs["input_ids"].tolist() == [[0, 0, 3, 4, 5, 0], [2, 3, 4, 5, 6, 7]]
+    assert inputs["position_ids"].tolist() == [[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]]
+
+
 def test_pooled_stats_divide_once_and_skip_empty_microbatches():
     # two micro-batches: 3 response tokens with ratio sum 3.3, and an all-masked one
     row = torch.zeros(len(T.STAT_FIELDS), dtype=torch.float64)
@@ -250,6 +261,9 @@ def test_lr0_gradient_does_not_depend_on_the_cut():
         (dict(per_device_train_batch_size=0), "per_device_train_batch_size=0"),
         (dict(gradient_accumulation_steps=-1), "gradient_accumulation_steps=-1"),
         (dict(kl_estimator="k2"), "kl_estimator"),
+        (dict(num_ppo_epochs=0), "num_ppo_epochs=0"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(learning_rate=-1e-3), "learning_rate"),
     ],
 )
 def test_bad_sizes_give_a_clear_error(kwargs, words):

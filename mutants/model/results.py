@@ -91,6 +91,8 @@ class MutantRecord:
     verdict: TriageVerdict | None = None
     """Set by the triage, on a survivor only; never written to mutmut_results.json, which precedes the triage."""
     why: str = ""
+    file: str = "reference_ppo/trainer.py"
+    """The mutated file, relative to the project root (its `location` counts in that file)."""
 
     @property
     def short(self) -> str:
@@ -111,6 +113,7 @@ class MutantRecord:
         """The record as mutmut_results.json stores it (the cost's fields flat, where there is one)."""
         data = {
             "name": self.name,
+            "file": self.file,
             "function": self.function,
             "exit_code": self.exit_code,
             "status": self.status.text,
@@ -151,6 +154,7 @@ class MutantRecord:
             cost,
             TriageVerdict(data["verdict"]) if data.get("verdict") else None,
             data.get("why", ""),
+            data.get("file", "reference_ppo/trainer.py"),
         )
 
 
@@ -215,6 +219,8 @@ class MutmutResults:
     tests: SuiteStats | None = None
     kill_cost: KillCost | None = None
     finished: str | None = None
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Every mutated file's source by path, as mutmut ran over it; `file` and `source` are the trainer's."""
 
     def to_dict(self) -> dict:
         """The run as mutmut_results.json stores it (`tests` is {} where the stats run left none)."""
@@ -229,6 +235,7 @@ class MutmutResults:
             "tests": {} if self.tests is None else self.tests.to_dict(),
             "kill_cost": None if self.kill_cost is None else self.kill_cost.to_dict(),
             "finished": self.finished,
+            "sources": dict(self.sources),
         }
 
     @classmethod
@@ -246,6 +253,7 @@ class MutmutResults:
             SuiteStats.from_dict(data.get("tests") or {}),
             None if kill_cost is None else KillCost.from_dict(kill_cost),
             data.get("finished"),
+            dict(data.get("sources") or {}),
         )
 
 

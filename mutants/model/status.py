@@ -38,7 +38,9 @@ class MutantStatus(Enum):
     TIMEOUT = ("timeout", SchemaStatus.TIMEOUT, (36, 24, -24, 152, 255))  # 24, -24, 152: SIGXCPU
     CAUGHT_BY_TYPE_CHECK = ("caught by type check", SchemaStatus.COMPILE_ERROR, (37,))
     SEGFAULT = ("segfault", SchemaStatus.RUNTIME_ERROR, (-11, -9))
-    INTERRUPTED = ("check was interrupted by user", SchemaStatus.RUNTIME_ERROR, (2,))
+    # 2: pytest's exit for a usage error; under mutmut nobody interrupts (no terminal), so it is the gate refusing
+    # to run, e.g. the harness's exit 2 when the mutated trainer rejects a valid configuration: detected
+    INTERRUPTED = ("check was interrupted by user", SchemaStatus.KILLED, (2,))
     NOT_CHECKED = ("not checked", SchemaStatus.PENDING, (None,))
 
     def __new__(cls, text: str, schema: SchemaStatus, exit_codes: tuple[int | None, ...]) -> MutantStatus:
@@ -61,8 +63,8 @@ class MutantStatus(Enum):
 
     @property
     def detected(self) -> bool:
-        """Whether the suite caught the mutant (killed, or timed out): the score's numerator."""
-        return self in (MutantStatus.KILLED, MutantStatus.TIMEOUT)
+        """Whether the suite caught the mutant (killed, timed out, or refused with exit 2): the score's numerator."""
+        return self in (MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.INTERRUPTED)
 
     @property
     def undetected(self) -> bool:
