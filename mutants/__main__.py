@@ -2,6 +2,7 @@
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
 mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
+       [--functions F,C.M]                     ... over these functions' mutants only
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
 all (the default)                              curated, then mutmut, then report
 """
@@ -39,6 +40,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--max-children", type=int, default=None, help="mutmut workers (default: CPUs)")
         p.add_argument("--mutmut-timeout", type=float, default=3600.0, help="seconds for the whole mutmut run")
         p.add_argument("--keep-scratch", action="store_true", help="keep mutmut's scratch project")
+        p.add_argument(
+            "--functions",
+            default=None,
+            metavar="F,C.M",
+            help="test only the mutants of these functions (comma-separated, `name` or `Class.method`); "
+            "the results and the report then cover only them",
+        )
 
     def report_args(p):
         """The report's options, shared by every sub-command that writes the reports."""
@@ -66,13 +74,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the sub-command; the session exits with the worst of its parts' codes (2, then 1, then 0)."""
     args = parse(sys.argv[1:] if argv is None else argv)
-    from . import mutmut_run, report, runner  # after parsing: `--help` and a usage error import none of them
+    from . import mutmut_run, report, runner, selection  # after parsing: `--help` and a usage error import none of them
 
     codes = []
     if args.command in ("curated", "all"):
         codes.append(runner.run_curated(args.only, args.full, args.jobs, args.timeout, args.report_dir, args.keep))
     if args.command in ("mutmut", "all"):
-        codes.append(mutmut_run.run(args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch))
+        functions = selection.parse_functions(args.functions)
+        codes.append(
+            mutmut_run.run(args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch, functions)
+        )
     if args.command in ("mutmut", "report", "all") and 2 not in codes:
         codes.append(
             report.write_reports(

@@ -136,11 +136,21 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
         f"{c.get('no tests', 0)} without tests",
     ]
     counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]
+    if results.selected:
+        names = ", ".join(f"`{f}`" for f in results.selected)
+        heading = "## mutmut over selected functions only"
+        covered = (
+            f"This run covers ONLY the mutants of {len(results.selected)} functions: {names}. It says nothing "
+            f"of the other functions of {files}; the score below is theirs alone."
+        )
+    else:
+        heading = "## mutmut over the whole trainer"
+        covered = f"Files: {files}, every function and method ({len(results.functions)})"
     return [
-        "## mutmut over the whole trainer",
+        heading,
         "",
-        f"Files: {files}, every function and method ({len(results.functions)}); lines left unmutated each carry "
-        f"`# pragma: no mutate` with its reason. Tests: the verify suite (`{TEST_FILE}`).",
+        f"{covered}; lines left unmutated each carry `# pragma: no mutate` with its reason. "
+        f"Tests: the verify suite (`{TEST_FILE}`).",
         "",
         f"**Mutation score: {score_text}** (baseline {base_text}) — {summary.total} mutants: {', '.join(counted)}.",
         "",

@@ -34,7 +34,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import mutmut_hooks
+from . import mutmut_hooks, selection
 from .locate import locate, mutator_name
 from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
 from .project import ROOT, copy_project, scratch_env
@@ -127,15 +127,18 @@ def mutmut_executable() -> list[str]:
     raise RuntimeError("mutmut is not installed: pip install 'mutmut>=3.3,<4' (the `mutation` extra)")
 
 
-def run_mutmut(scratch, max_children: int, timeout: float, log_path) -> tuple[int, float]:
-    """`mutmut run` in `scratch`; returns (exit code, seconds). Output goes to `log_path`."""
+def run_mutmut(scratch, max_children: int, timeout: float, log_path, globs=()) -> tuple[int, float]:
+    """`mutmut run` in `scratch` (over the mutants matching `globs`, all where none); (exit code, seconds).
+
+    Output goes to `log_path`.
+    """
     env = scratch_env(scratch)
     env.pop("PYTHONPATH")  # mutmut puts its own ./mutants/ first on the path
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             code = subprocess.run(
-                [*mutmut_executable(), "run", "--max-children", str(max_children)],
+                [*mutmut_executable(), "run", "--max-children", str(max_children), *globs],
                 cwd=scratch,
                 env=env,
                 stdout=log,
@@ -253,9 +256,10 @@ def collect_file(scratch, path: str) -> list[MutantRecord]:
     return records
 
 
-def collect(scratch) -> list[MutantRecord]:
-    """One record per mutant of every file of MUTATED_FILES."""
-    return [record for path in MUTATED_FILES for record in collect_file(scratch, path)]
+def collect(scratch, functions: tuple[str, ...] = ()) -> list[MutantRecord]:
+    """One record per mutant of every file of MUTATED_FILES; only those of `functions` where given."""
+    records = [record for path in MUTATED_FILES for record in collect_file(scratch, path)]
+    return [r for r in records if r.function in functions] if functions else records
 
 
 def tail(path, lines: int = 40) -> str:
@@ -284,7 +288,13 @@ def read_stats(scratch) -> SuiteStats | None:
 
 
 def write_results(
-    report_dir, scratch, records: list[MutantRecord], code: int, seconds: float, max_children: int
+    report_dir,
+    scratch,
+    records: list[MutantRecord],
+    code: int,
+    seconds: float,
+    max_children: int,
+    selected: tuple[str, ...] = (),
 ) -> None:
     """Write mutmut_results.json: the run, the source the locations refer to, every mutant, the stats, kill costs.
 
@@ -304,25 +314,35 @@ def write_results(
         tests=stats,
         kill_cost=kill_cost,
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        selected=tuple(selected),
     )
     (report_dir / "mutmut_results.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
-def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> int:
-    """Prepare `scratch`, run mutmut there and write mutmut_results.json; the exit code of `run`."""
+def run_in_scratch(scratch, report_dir, max_children: int, timeout: float, functions: tuple[str, ...] = ()) -> int:
+    """Prepare `scratch`, run mutmut there and write mutmut_results.json; the exit code of `run`.
+
+    With `functions`, mutmut tests the mutants of those functions only and the results cover only them.
+    """
     log_path = report_dir / "mutmut.log"
     try:
         prepare_scratch(scratch)
     except RuntimeError as exc:
         print(f"error: {exc}")
         return 2
-    print(f"mutmut: scratch project {scratch}, {max_children} worker(s); log in {log_path}", flush=True)
-    code, seconds = run_mutmut(scratch, max_children, timeout, log_path)
+    sources = {path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in MUTATED_FILES}
+    globs, problems = selection.select(functions, sources)
+    if problems:
+        print("error: " + "; ".join(problems))
+        return 2
+    covers = f"only the functions {', '.join(functions)}" if functions else "the whole of " + ", ".join(MUTATED_FILES)
+    print(f"mutmut: scratch project {scratch}, {max_children} worker(s), {covers}; log in {log_path}", flush=True)
+    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs)
     if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in MUTATED_FILES):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2
-    records = collect(scratch)
-    write_results(report_dir, scratch, records, code, seconds, max_children)
+    records = collect(scratch, functions)
+    write_results(report_dir, scratch, records, code, seconds, max_children, functions)
     checked = [r for r in records if r.status is not MutantStatus.NOT_CHECKED]
     print(
         f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
@@ -335,8 +355,17 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float) -> in
     return 0
 
 
-def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=None, keep_scratch: bool = False) -> int:
-    """Prepare the scratch project, run mutmut, write reports/mutmut_results.json. Exit 0, 1 or 2."""
+def run(
+    max_children: int | None = None,
+    timeout: float = 3600.0,
+    report_dir=None,
+    keep_scratch: bool = False,
+    functions: tuple[str, ...] = (),
+) -> int:
+    """Prepare the scratch project, run mutmut (over `functions` only, where given), write mutmut_results.json.
+
+    Exit 0, 1 or 2.
+    """
     report_dir = Path(report_dir or ROOT / "reports")
     report_dir.mkdir(parents=True, exist_ok=True)
     max_children = max_children or max(1, os.cpu_count() or 1)
@@ -347,7 +376,7 @@ def run(max_children: int | None = None, timeout: float = 3600.0, report_dir=Non
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="ppo-mutmut-"))
     try:
-        return run_in_scratch(scratch, report_dir, max_children, timeout)
+        return run_in_scratch(scratch, report_dir, max_children, timeout, functions)
     finally:
         if keep_scratch:
             print(f"scratch kept in {scratch}")

@@ -51,18 +51,44 @@ def curated_findings(curated: CuratedRun) -> tuple[list[str], list[str]]:
 def triage_findings(results: MutmutResults) -> tuple[MutmutResults, list[str], list[str]]:
     """The results with each survivor's triage from mutants/equivalent.toml, and the (problems, notes) of it."""
     entries, problems = scoring.load_triage()
-    records, more, notes = scoring.triage(results.mutants, entries)
+    records, more, notes = scoring.triage(results.mutants, entries, results.selected)
     return dataclasses.replace(results, mutants=records), problems + more, notes
 
 
+SELECTIONS = "mutmut_functions"  # baseline.json's list of the scores of `--functions` runs, one per selection
+
+
+def selection_baseline(data: dict, selected: tuple[str, ...]) -> dict | None:
+    """The baseline entry of a `--functions` run over exactly the functions `selected`, if one was recorded."""
+    for entry in data.get(SELECTIONS) or []:
+        if sorted(entry.get("functions") or []) == sorted(selected):
+            return entry
+    return None
+
+
+def run_baseline(data: dict, results: MutmutResults) -> float | None:
+    """The score this run must not drop below: the whole-file one, or the one of the same selection of functions."""
+    entry = selection_baseline(data, results.selected) if results.selected else data.get("mutmut")
+    return (entry or {}).get("score")
+
+
 def record_baseline(path: Path, data: dict, results: MutmutResults, summary: scoring.Score) -> float:
-    """Write this run's mutmut score to the baseline file; returns the new baseline."""
-    data["mutmut"] = {
+    """Write this run's mutmut score to the baseline file, saying what it covers; returns the new baseline.
+
+    A `--functions` run is recorded apart from the whole-file score, under its own list of functions.
+    """
+    entry = {
         "score": summary.score,
         "total": summary.total,
         "files": list(results.sources or [results.file]),
         "recorded": time.strftime("%Y-%m-%d"),
     }
+    if results.selected:
+        entry = {"functions": list(results.selected), **entry, "note": "covers only these functions' mutants"}
+        others = [e for e in data.get(SELECTIONS) or [] if e is not selection_baseline(data, results.selected)]
+        data[SELECTIONS] = [*others, entry]
+    else:
+        data["mutmut"] = entry
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return summary.score
 
@@ -78,7 +104,9 @@ def mutmut_problems(
     if results.mutmut_exit_code not in (0, None):
         problems.append(f"mutmut exited {results.mutmut_exit_code}")
     if baseline is None:
-        problems.append(f"{baseline_name} has no mutmut score to hold the line")
+        # a selection of functions with no recorded score of its own is only noted (write_reports)
+        if not results.selected:
+            problems.append(f"{baseline_name} has no mutmut score to hold the line")
     elif summary.score is None or summary.score < baseline - 1e-9:
         problems.append(f"mutmut score {summary.score} % is below the baseline {baseline:.2f} %")
     return problems
@@ -111,7 +139,7 @@ def write_reports(
     results = None if results_data is None else MutmutResults.from_dict(results_data)
     baseline_path = HERE / "baseline.json"
     baseline_data = load_json(baseline_path) or {}
-    baseline = (baseline_data.get("mutmut") or {}).get("score")
+    baseline = run_baseline(baseline_data, results) if results is not None else None
     # the source mutmut's locations refer to: the trainer as it was copied for the mutmut run
     source = (results.source if results is not None else "") or (ROOT / TRAINER).read_text(encoding="utf-8")
     problems, notes = curated_findings(curated) if curated is not None else ([], [])
@@ -127,6 +155,11 @@ def write_reports(
             baseline = record_baseline(baseline_path, baseline_data, results, summary)
             notes.append(f"baseline updated to {baseline:.2f} %")
         problems += mutmut_problems(results, summary, baseline, baseline_path.name)
+        if results.selected:
+            covered = ", ".join(results.selected)
+            notes.insert(0, f"this mutmut run covers ONLY the functions {covered}, not the whole files")
+            if baseline is None:
+                notes.append(f"{baseline_path.name} has no score for this selection of functions: not compared")
 
     report, unplaced = schema.schema_report(curated, results, source, baseline)
     if unplaced:

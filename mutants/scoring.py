@@ -28,6 +28,7 @@ from .model import (
     TriageEntry,
     TriageVerdict,
 )
+from .selection import function_name
 
 try:
     import tomllib
@@ -69,9 +70,13 @@ def load_triage(path: Path = HERE / "equivalent.toml") -> tuple[dict[str, Triage
 
 
 def triage(
-    records: tuple[MutantRecord, ...], entries: dict[str, TriageEntry]
+    records: tuple[MutantRecord, ...], entries: dict[str, TriageEntry], selected: tuple[str, ...] = ()
 ) -> tuple[tuple[MutantRecord, ...], list[str], list[str]]:
-    """The records with each survivor's verdict and why from the triage file, and its (problems, notes)."""
+    """The records with each survivor's verdict and why from the triage file, and its (problems, notes).
+
+    `selected`: the functions a `--functions` run covered; an entry of another function is then not
+    reported as naming no current mutant (that run did not look at it).
+    """
     triaged, problems, notes = [], [], []
     for r in records:
         entry = entries.get(r.name)
@@ -94,6 +99,8 @@ def triage(
         triaged.append(r)
     known = {r.name for r in records}
     for name in entries:
+        if selected and function_name(name) not in selected:
+            continue
         if name not in known:
             notes.append(f"triage entry {name.rpartition('.')[2]} names no current mutant: drop it")
     return tuple(triaged), problems, notes

@@ -508,6 +508,7 @@ def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
         "kill_cost",
         "finished",
         "sources",
+        "selected",
     ]
     assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
     assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]

@@ -221,6 +221,13 @@ class MutmutResults:
     finished: str | None = None
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     """Every mutated file's source by path, as mutmut ran over it; `file` and `source` are the trainer's."""
+    selected: tuple[str, ...] = ()
+    """The functions a `--functions` run covered (its mutants are theirs only); empty for a run over whole files."""
+
+    @property
+    def partial(self) -> bool:
+        """Whether the run covered only some functions of the mutated files."""
+        return bool(self.selected)
 
     def to_dict(self) -> dict:
         """The run as mutmut_results.json stores it (`tests` is {} where the stats run left none)."""
@@ -236,6 +243,7 @@ class MutmutResults:
             "kill_cost": None if self.kill_cost is None else self.kill_cost.to_dict(),
             "finished": self.finished,
             "sources": dict(self.sources),
+            "selected": list(self.selected),
         }
 
     @classmethod
@@ -254,6 +262,7 @@ class MutmutResults:
             None if kill_cost is None else KillCost.from_dict(kill_cost),
             data.get("finished"),
             dict(data.get("sources") or {}),
+            tuple(data.get("selected") or ()),
         )
 
 
