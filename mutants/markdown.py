@@ -140,8 +140,8 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
         names = ", ".join(f"`{f}`" for f in results.selected)
         heading = "## mutmut over selected functions only"
         covered = (
-            f"This run covers ONLY the mutants of {len(results.selected)} functions: {names}. It says nothing "
-            f"of the other functions of {files}; the score below is theirs alone."
+            f"This run covers ONLY the mutants of {len(results.selected)} functions: {names} (it says nothing "
+            f"of the other functions of {files}: the score below is theirs alone)"
         )
     else:
         heading = "## mutmut over the whole trainer"
