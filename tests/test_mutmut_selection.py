@@ -104,7 +104,8 @@ def test_a_selected_run_says_it_covers_only_those_functions_and_reads_back():
     assert MutmutResults.from_dict(json.loads(json.dumps(run.to_dict()))) == run
     summary = scoring.score(run.mutants)
     lines = "\n".join(markdown.mutmut_summary(run, summary, None))
-    assert "selected functions only" in lines and "ONLY the mutants of 1 functions: `compute_gae` (it says nothing" in lines
+    assert "selected functions only" in lines
+    assert "ONLY the mutants of 1 functions: `compute_gae` (it says nothing" in lines
     assert "whole trainer" not in lines
     assert "## mutmut over the whole trainer" in markdown.mutmut_summary(results_of(()), summary, None)
 
