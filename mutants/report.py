@@ -84,7 +84,9 @@ def record_baseline(path: Path, data: dict, results: MutmutResults, summary: sco
         "recorded": time.strftime("%Y-%m-%d"),
     }
     if results.selected:
-        entry = {"functions": list(results.selected), **entry, "note": "covers only these functions' mutants"}
+        files = sorted({r.file for r in results.mutants})
+        note = f"covers only these functions' mutants ({summary.total}), not the whole of the files"
+        entry = {"functions": list(results.selected), **entry, "files": files, "note": note}
         others = [e for e in data.get(SELECTIONS) or [] if e is not selection_baseline(data, results.selected)]
         data[SELECTIONS] = [*others, entry]
     else:

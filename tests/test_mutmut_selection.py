@@ -135,7 +135,7 @@ def test_a_selected_run_has_its_own_baseline_apart_from_the_whole_file_one(tmp_p
     assert written["mutmut"] == whole["mutmut"]
     (entry,) = written[report.SELECTIONS]
     assert entry["functions"] == ["compute_gae", "policy_loss"] and entry["score"] == 100.0
-    assert "only these functions" in entry["note"]
+    assert "only these functions" in entry["note"] and entry["files"] == ["reference_ppo/trainer.py"]
     swapped = dataclasses.replace(run, selected=("policy_loss", "compute_gae"))
     assert report.run_baseline(written, swapped) == 100.0
     report.record_baseline(path, written, swapped, summary)  # the same selection replaces its entry
