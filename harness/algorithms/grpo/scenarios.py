@@ -131,8 +131,8 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run), spy=False)
 
     def need(per_interval):
-        empty = [c for rs in per_interval for c in token_counts(rs) if c == 0]
-        return "" if empty else "no all-masked micro-batch was seen"
+        counts = [c for rs in per_interval for c in token_counts(rs)]
+        return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
 
     pooled_check(obs, check, need)
     return check.finish()

@@ -135,6 +135,9 @@ def _trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         dataloader_num_workers=0,
         log_completions=False,
         push_to_hub=False,
+        # The spec's pad bias asks for empty completions. TRL's mask keeps every token up to its EOS, a sampled
+        # pad included, so the one way TRL empties a completion is masking it when truncated.
+        mask_truncated_completions=bool(_spec_value(spec, "pad_logit_bias", 0.0)),
     )
     args.update(extra)
     return args
@@ -269,6 +272,22 @@ def _metrics_callback(sink: list[dict[str, float]]):
     return _Capture()
 
 
+def _logit_biases(spec, world) -> dict[int, float]:
+    """Frozen LM-head biases of the toy policy and reference: EOS_LOGIT_BIAS on EOS, the spec's pad bias on pad."""
+    biases = {world.stop_token_id: EOS_LOGIT_BIAS}
+    if _spec_value(spec, "pad_logit_bias", 0.0):
+        biases[world.pad_token_id] = float(spec.pad_logit_bias)
+    return biases
+
+
+def _add_logit_biases(model: torch.nn.Module, biases: dict[int, float]) -> None:
+    head = model.get_output_embeddings()
+    values = torch.zeros(head.out_features, device=head.weight.device, dtype=head.weight.dtype)
+    for token, bias in biases.items():
+        values[token] = bias
+    head.bias = torch.nn.Parameter(values, requires_grad=False)
+
+
 def build_for(module: str) -> Callable[[Any], TrlGRPORun]:
     """The target of `trl-grpo:MODULE`: this adapter on `module` instead of TRL's installed GRPO trainer."""
 
@@ -297,7 +316,6 @@ def build(
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from harness.targets.toy import toy_world
-    from reference_ppo.toy import add_pad_bias
 
     stop = _spec_value(spec, "stop_token_id")
     world_spec = types.SimpleNamespace(
@@ -307,7 +325,7 @@ def build(
         vocab_size=VOCAB_SIZE,
         prompt_length=PROMPT_LENGTH,
         num_prompts=_prompt_count(spec, generations_per_epoch),
-        pad_logit_bias=0.0,
+        pad_logit_bias=0.0,  # set with the EOS bias below: the head has one bias vector
     )
     transformers.set_seed(spec.seed)
     world = toy_world(world_spec)  # validates device and dtype
@@ -315,8 +333,9 @@ def build(
         raise HarnessConfigError(
             f"trl-grpo target: TRL stops completions at the tokenizer's EOS ({world.stop_token_id}), not {stop}"
         )
+    biases = _logit_biases(spec, world)
     for model in (world.policy, world.ref_policy):
-        add_pad_bias(model, world.stop_token_id, EOS_LOGIT_BIAS)
+        _add_logit_biases(model, biases)
     prompts = [" ".join(f"w{t}" for t in row) for row in world.prompts.tolist()]
     dataset = Dataset.from_dict({"prompt": prompts})
 
@@ -337,7 +356,7 @@ def build(
             processing_class=world.tokenizer,
         )
     if trainer.ref_model is not None:
-        add_pad_bias(trainer.accelerator.unwrap_model(trainer.ref_model), world.stop_token_id, EOS_LOGIT_BIAS)
+        _add_logit_biases(trainer.accelerator.unwrap_model(trainer.ref_model), biases)
     for noisy in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(noisy)
     metrics: list[dict[str, float]] = []
