@@ -77,7 +77,7 @@ def test_each_trl_grpo_failure_is_one_line_with_logged_and_expected_values(trl_g
     _, _, output = trl_grpo_verdict
     lines = {line.split()[1]: line for line in output.splitlines() if line.startswith("FAIL  ")}
     assert set(lines) == TRL_GRPO_FAILS
-    for check_id, line in lines.items():
+    for line in lines.values():
         assert re.search(r"logged=\S+ expected=\S+", line), line
     for check_id in ("uneven_lengths[loss_type=dapo]", "partition", "all_masked"):
         assert "entropy" in lines[check_id], lines[check_id]  # the first failure is a pooled token mean
@@ -137,7 +137,6 @@ def test_trl_grpo_extremes_are_means_of_micro_batch_extremes(trl_runs, name):
 
     spec, logs, per_interval = trl_runs[name]
     for log, records in zip(logs, per_interval, strict=True):
-        expected = expected_metrics(records, spec)
         for metric in ("clip_ratio/low_min", "clip_ratio/high_max"):
             wrong = mean_of_microbatch_extremes(records, spec, metric)
             assert log[metric] == pytest.approx(wrong, rel=REL, abs=1e-9), (metric, log[metric], wrong)
