@@ -143,3 +143,23 @@ def test_trl_grpo_extremes_are_means_of_micro_batch_extremes(trl_runs, name):
     # the first interval of uneven_lengths: a true maximum of 2/11 logged as 0.0732 (measured)
     first = expected_metrics(per_interval[0], spec)["clip_ratio/high_max"].value
     assert name != "uneven_lengths" or logs[0]["clip_ratio/high_max"] < first / 2
+
+
+def test_trl_grpo_bnpo_optimises_a_mean_of_micro_batch_token_means():
+    """gradient_partition[loss_type=bnpo]: the loss TRL backpropagates (and logs, summed over the window) is
+    each micro-batch's token mean of the per-token loss, averaged, not the window's token mean."""
+    if not _trl_grpo_available():
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    from harness.algorithms.grpo import scenarios
+    from harness.algorithms.grpo.expect import Settings, token_terms
+    from harness.algorithms.grpo.targets import trl
+
+    spec = scenarios.LR0.with_(loss_type="bnpo", max_steps=1, logging_steps=1, per_device_train_batch_size=1,
+                               gradient_accumulation_steps=8, steps_per_generation=8)  # fmt: skip
+    run = trl.build(spec)
+    (log,) = run.train()
+    terms = [token_terms(r, Settings.of(spec)) for r in run.loss_inputs]
+    means = [float((t.loss * t.mask).sum() / t.mask.sum().clamp(min=1)) for t in terms]
+    pooled = float(sum((t.loss * t.mask).sum() for t in terms) / sum(t.mask.sum() for t in terms))
+    assert log["loss"] == pytest.approx(sum(means) / len(means), rel=1e-5)
+    assert abs(log["loss"] - pooled) > 0.1 * abs(pooled)  # measured: 0.03677 logged, -0.38730 token-pooled
