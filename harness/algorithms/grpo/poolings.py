@@ -1,5 +1,8 @@
 """Known wrong ways to pool a GRPO interval's metrics, computed from its loss records (bug classes 16-18).
 
+`diagnose_interval` names a failing metric's bug (harness/diagnose.py) when exactly one of them
+reproduces the logged value within the metric's tolerance.
+
 Each takes the records of one logging interval and the run spec, and returns what a trainer with
 that bug logs for a metric. An empty micro-batch's mean is 0 (a denominator clamped to 1, as TRL
 1.12.0's token means), and its extreme is none (a NaN, dropped when logged, as TRL's extremes).
@@ -13,7 +16,10 @@ from typing import Any
 
 import torch
 
-from .expect import Settings, TokenTerms, token_terms
+from harness.diagnose import Candidate, diagnosed
+from harness.verdict import MetricVerdict
+
+from .expect import Settings, TokenTerms, record_problems, token_terms
 
 PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
     "entropy": lambda t: t.entropy,
@@ -67,3 +73,29 @@ def mean_of_microbatch_extremes(records: Sequence[Mapping[str, Any]], spec: Any,
             per_completion = (flag(t) * t.mask).sum(dim=1) / t.mask.sum(dim=1).clamp(min=1)
             extremes.append(float(pick(per_completion[has])))
     return _mean(extremes)
+
+
+def candidates(records: Sequence[Mapping[str, Any]], spec: Any, metric: str) -> list[Candidate]:
+    """What each known wrong pooling gives for `metric` over one interval's records (none for other metrics)."""
+    if metric in PER_TOKEN:
+        empty = any(not r["completion_mask"].any() for r in records)
+        flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
+        windows = "token means of each optimizer window, averaged over the windows"
+        return [
+            Candidate((16,), flat, flat_mean_of_microbatch_means(records, spec, metric), "loss records"),
+            Candidate((17,), windows, window_means_averaged(records, spec, metric), "loss records"),
+        ]
+    if metric in ("clip_ratio/low_min", "clip_ratio/high_max"):
+        value = mean_of_microbatch_extremes(records, spec, metric)
+        return [Candidate((18,), "mean over micro-batches of each one's extreme", value, "loss records")]
+    return []
+
+
+def diagnose_interval(
+    verdicts: Sequence[MetricVerdict], records: Sequence[Mapping[str, Any]], spec: Any
+) -> list[MetricVerdict]:
+    """`verdicts` of one interval, each failing pooled metric diagnosed when exactly one known pooling reproduces it."""
+    names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
+    if not records or any(record_problems(r) for r in records):
+        return list(verdicts)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(records, spec, n)) for n in names}, spec.dtype)
