@@ -163,3 +163,27 @@ def test_trl_grpo_bnpo_optimises_a_mean_of_micro_batch_token_means():
     pooled = float(sum((t.loss * t.mask).sum() for t in terms) / sum(t.mask.sum() for t in terms))
     assert log["loss"] == pytest.approx(sum(means) / len(means), rel=1e-5)
     assert abs(log["loss"] - pooled) > 0.1 * abs(pooled)  # measured: 0.03677 logged, -0.38730 token-pooled
+
+
+# docs/trl-grpo.md: token means pooled as flat means of micro-batch means (class 16), extremes as means of
+# micro-batch extremes (class 18). Every failing pooled metric is diagnosed with one of them, or with no
+# diagnosis because class 17 gives the same number (windows of one micro-batch).
+TRL_GRPO_CLASSES = {16, 18}
+
+
+@pytest.mark.parametrize("check_id", ["uneven_lengths[loss_type=dapo]", "short_window", "extremes", "all_masked"])
+def test_trl_grpo_failing_pooled_metrics_are_diagnosed_as_docs_say(trl_grpo_verdict, check_id):
+    _, report, _ = trl_grpo_verdict
+    (check,) = [c for c in report["checks"] if c["id"] == check_id]
+    failing = [m for m in check["metrics"] if m["failed"]]
+    assert failing
+    named = set()
+    for m in failing:
+        diagnosis = m["diagnosis"]
+        if diagnosis is None:
+            assert "unambiguously" in m["diagnosis_reason"], (m["name"], m["diagnosis_reason"])
+            continue
+        assert set(diagnosis["classes"]) <= TRL_GRPO_CLASSES, (m["name"], diagnosis)
+        assert diagnosis["gap"] <= 1e-6 * (1 + abs(m["logged"]))
+        named.add((m["name"], tuple(diagnosis["classes"])))
+    assert ("entropy", (16,)) in named and ("clip_ratio/high_max", (18,)) in named
