@@ -14,7 +14,9 @@ What the run records (`loss_inputs`), one dict per micro-batch of the loss in th
 every tensor a detached float64 CPU copy: the `inputs` TRL's `_compute_loss(model, inputs)`
 received (`completion_mask`, times the tool mask when there is one; `advantages`;
 `old_per_token_logps`, absent on on-policy steps; `ref_per_token_logps`, when `beta != 0`) and what
-its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`). The wrappers call
+its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`), and the largest
+gaps between what the module's `selective_log_softmax` and `entropy_from_logits` returned in that
+call and their float64 recomputations from the logits (`logit_gaps`). The wrappers call
 TRL's own methods with the same arguments and return what they return. docs/trl-grpo.md says what
 TRL logs from them, measured.
 """
@@ -36,6 +38,8 @@ import torch
 
 from harness.algorithms.ppo.targets.trl import _quiet
 from harness.errors import HarnessConfigError
+
+from ..logit_gaps import LogitGaps
 
 TRL_VERSION = "1.12.0"
 _MISSING = f"trl-grpo target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
@@ -170,7 +174,9 @@ class _Recorder:
 
     trainer: Any
     sink: list[dict[str, Any]]
+    module: types.ModuleType
     generations: int = 0
+    _gaps: LogitGaps = field(default_factory=LogitGaps)
     _inside_loss: bool = False
     _seen: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
 
@@ -191,11 +197,14 @@ class _Recorder:
             return out
 
         def recorded_loss(model, inputs):
-            self._inside_loss, self._seen = True, []
+            self._inside_loss, self._seen, self._gaps = True, [], LogitGaps()
+            originals = (self.module.selective_log_softmax, self.module.entropy_from_logits)
+            self.module.selective_log_softmax, self.module.entropy_from_logits = self._gaps.wrap(*originals)
             try:
                 loss = compute_loss(model, inputs)
             finally:
                 self._inside_loss = False
+                self.module.selective_log_softmax, self.module.entropy_from_logits = originals
             if self.trainer.model.training:
                 self._keep(inputs)
             return loss
@@ -222,6 +231,7 @@ class _Recorder:
                 "ref_logps": _copy(inputs.get("ref_per_token_logps")),
                 "advantages": _copy(inputs["advantages"]),
                 "entropies": entropies,
+                "logit_gaps": self._gaps.gaps(),
             }
         )
 
@@ -363,7 +373,7 @@ def build(
     trainer.add_callback(_metrics_callback(metrics))
 
     loss_inputs: list[dict[str, Any]] = []
-    _Recorder(trainer, loss_inputs).install()
+    _Recorder(trainer, loss_inputs, grpo_trainer).install()
 
     trainer.create_optimizer_and_scheduler(num_training_steps=spec.max_steps)
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
