@@ -8,6 +8,8 @@ The specs are plain `GRPOSpec`s, so any GRPO target runs them.
 
 from __future__ import annotations
 
+import math
+
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
@@ -218,8 +220,9 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
             if gap is None:
                 check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
                 return check.finish()
-            if key not in worst or not gap <= worst[key][0]:  # NaN replaces anything
-                worst[key] = (float(gap), f"micro-batch {i + 1}")
+            gap, current = float(gap), worst.get(key)
+            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
+                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
     for key, (gap, where) in worst.items():
         check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, kind="recompute",
                              where=where))  # fmt: skip
