@@ -99,6 +99,14 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # takes log_softmax in float32 even then), 1.6e-2 at bfloat16 (the result rounded to 8 bits of mantissa);
     # about fifteen times that. A gather at the wrong position is off by O(1).
     "logprob": ((1e-5, 0.0), (1e-5, 0.0), (2e-1, 0.0)),
+    # not logged metrics: GRPO, the largest |selective_log_softmax's / entropy_from_logits' result - the float64
+    # formula from the loss's logits| in a micro-batch (abs_tol only; harness/algorithms/grpo/logit_gaps.py).
+    # Measured, uneven_lengths (temperature 1 and 0.7), extremes and all_masked, seeds 0-2, log-probs / entropies:
+    # reference float32 7.2e-7 / 1.1e-6, float64 4.7e-7 / 7.2e-7 (its log_softmax runs in float32), bfloat16
+    # 1.5e-2 / 5.9e-7; TRL 1.12.0 float32 7.9e-7 / 6.0e-7, bfloat16 2.2e-2 / 2.4e-2 (TRL does not build float64
+    # runs). About ten times the largest. An entropy of the logits before the temperature (0.7) is off by O(0.1).
+    "logit_gap/logps": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
+    "logit_gap/entropies": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
     # not logged metrics: the largest gap between a per-token value the trainer handed to masked_mean and the
     # formula of docs/metrics.md (scale: mean |formula value|). Measured on the reference (uneven split, 1 and 2
     # epochs): pg_loss 0 at float64, 6.4e-7 of the scale at float32, 2.8e-2 at bfloat16; about fifteen times

@@ -804,6 +804,21 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         algorithm="grpo",
     ),
     Mutant(
+        id="g20_entropy_of_unscaled_logits",
+        bug_class=20,
+        title="GRPO entropy taken from the logits before the temperature, not the ones the log-probs come from",
+        source="OpenRLHF PR 1319 (the GRPO form of class 20)",
+        killed_by=("logit_recompute",),
+        patch=(
+            grpo_replace(
+                "            entropies = entropy_from_logits(logits)\n",
+                "            entropies = entropy_from_logits(logits * cfg.temperature)\n",
+            ),
+        ),
+        notes="exact at temperature 1; the pooled entropy checks recompute from the recorded entropies and pass",
+        algorithm="grpo",
+    ),
+    Mutant(
         id="g09_mean_of_rank_means",
         bug_class=9,
         title="GRPO token means and policy_loss pooled on each rank, then the ranks' values averaged",

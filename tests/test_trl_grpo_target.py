@@ -30,6 +30,7 @@ KEYS = {
     "ref_logps",
     "advantages",
     "entropies",
+    "logit_gaps",
 }
 TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies")
 TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -230,6 +231,8 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
             assert value.shape == (mask.shape if name != "advantages" else mask.shape[:1])
             assert torch.isfinite(value[mask] if value.dim() == 2 else value).all()
         assert entry["ref_logps"] is not None  # beta = 0.1
+        gaps = entry["logit_gaps"]  # TRL's log-probs and entropies against float64 from its logits (measured 8e-7)
+        assert set(gaps) == {"logps", "entropies"} and all(0 <= g < 1e-5 for g in gaps.values()), gaps
         assert (entry["generation"], entry["rank"]) == (0, 0)
     lengths = torch.cat([e["completion_mask"].sum(1) for e in run.loss_inputs])
     assert len(set(lengths.tolist())) > 1, "the toy world should give completions of uneven length"

@@ -16,6 +16,7 @@ from harness.verdict import Check
 
 from .contract import POLICY_LOSS
 from .expect import expected_metrics, intervals, record_problems
+from .poolings import diagnose_interval
 
 
 def require_ran(obs: Observation, check: Check) -> Ran | None:
@@ -119,5 +120,6 @@ def compare_interval(obs: Observation, index: int, records: Sequence[Mapping[str
     expected = expected_metrics(records, obs.spec)
     logged = obs.ran.logs[index]
     where = f"log {index + 1}" if obs.spec.total_logs > 1 else None
-    check.absorb(compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
-                         where=where))  # fmt: skip
+    verdicts = compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
+                       where=where)  # fmt: skip
+    check.absorb(diagnose_interval(verdicts, records, obs.spec))

@@ -8,6 +8,8 @@ The specs are plain `GRPOSpec`s, so any GRPO target runs them.
 
 from __future__ import annotations
 
+import math
+
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
@@ -39,6 +41,8 @@ ALL_MASKED = UNEVEN.with_(name="all_masked", per_device_train_batch_size=1, grad
                           steps_per_generation=8, max_steps=2, logging_steps=2, pad_logit_bias=3.5)  # fmt: skip
 LR0 = UNEVEN.with_(name="partition", learning_rate=0.0, per_device_train_batch_size=4,
                    gradient_accumulation_steps=2, steps_per_generation=2)  # fmt: skip
+# The uneven run at a temperature other than 1, so that log-probs and entropies of unscaled logits would show.
+LOGITS = UNEVEN.with_(name="logit_recompute", temperature=0.7, max_steps=2, logging_steps=2)
 CUTS = ((4, 2, 2, 1), (2, 4, 4, 1), (8, 1, 1, 1), (1, 8, 8, 1), (4, 1, 2, 1), (2, 3, 4, 1), (4, 2, 2, 2))
 """(per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation, num_iterations): cuts of one
 generation batch of 8 completions, the first the reference. Windows of 2, 4, 1, 8, 1+1, 3+1 and 2+2."""
@@ -131,8 +135,8 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run), spy=False)
 
     def need(per_interval):
-        empty = [c for rs in per_interval for c in token_counts(rs) if c == 0]
-        return "" if empty else "no all-masked micro-batch was seen"
+        counts = [c for rs in per_interval for c in token_counts(rs)]
+        return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
 
     pooled_check(obs, check, need)
     return check.finish()
@@ -195,6 +199,36 @@ def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     return check.finish()
 
 
+def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
+    (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
+    check = Check(case.id)
+    spec = spec_for(LOGITS, run)
+    if run.temperature == GRPOSpec().temperature:
+        spec = spec.with_(temperature=LOGITS.temperature)
+    obs = cache.get(spec, spy=False)
+    if require_records(obs, check) is None:
+        return check.finish()
+    worst: dict[str, tuple[float, str]] = {}
+    for i, record in enumerate(obs.ran.loss_inputs):
+        gaps = record.get("logit_gaps")
+        if not isinstance(gaps, dict):
+            check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
+            return check.finish()
+        for key in ("logps", "entropies"):
+            gap = gaps.get(key)
+            if gap is None:
+                check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
+                return check.finish()
+            gap, current = float(gap), worst.get(key)
+            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
+                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
+    for key, (gap, where) in worst.items():
+        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, kind="recompute",
+                             where=where))  # fmt: skip
+    return check.finish()
+
+
 def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """One optimizer step per window, after exactly that window's backward passes; each step's .grad is exactly
     its micro-batches' gradients (clipped when max_grad_norm is set); nothing left unapplied."""
@@ -236,6 +270,8 @@ SCENARIOS = (
              "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped"),
     Scenario("gradient_partition", gradient_partition, (("loss_type", LOSS_TYPES),),
              "LR 0: the step gradient of the loss type does not depend on the micro-batch cut"),
+    Scenario("logit_recompute", logit_recompute, (),
+             "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("every_microbatch_applied", every_microbatch_applied, (),
              "one step per window (3+1), after exactly its backward passes; .grad is exactly theirs"),
 )  # fmt: skip

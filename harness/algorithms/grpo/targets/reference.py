@@ -6,7 +6,8 @@ optimizer steps, and `micro_step` to record each micro-batch's loss inputs. Whil
 micro-step runs, the module-level `selective_log_softmax` and `entropy_from_logits` of
 `reference_ppo.grpo` are wrapped to keep a copy of what they return (the first log-prob
 call of a micro-step is `per_token_logps`; docs/grpo-metrics.md lists the call sites), and
-put back afterwards.
+put back afterwards; the wrappers also keep the largest gap between each result and its float64
+recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.errors import HarnessConfigError
+
+from ..logit_gaps import LogitGaps
 
 CONFIG_FIELDS = (
     "per_device_train_batch_size",
@@ -86,7 +89,8 @@ class ReferenceGRPORun:
     def _watch(self) -> dict:
         """Wrap the module's log-prob and entropy functions for one micro-step; returns what they will see."""
         seen: dict = {"originals": (self.module.selective_log_softmax, self.module.entropy_from_logits)}
-        log_softmax, entropy = seen["originals"]
+        seen["gaps"] = LogitGaps()
+        log_softmax, entropy = seen["gaps"].wrap(*seen["originals"])
 
         def selective_log_softmax(logits, index):
             out = log_softmax(logits, index)
@@ -119,6 +123,7 @@ class ReferenceGRPORun:
             "ref_logps": None if ref is None else _copy(ref[rows]),
             "advantages": _copy(batch.advantages[rows]),
             "entropies": _copy(seen.get("entropies")),
+            "logit_gaps": seen["gaps"].gaps(),
         }
 
     @property

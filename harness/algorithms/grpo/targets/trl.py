@@ -14,7 +14,9 @@ What the run records (`loss_inputs`), one dict per micro-batch of the loss in th
 every tensor a detached float64 CPU copy: the `inputs` TRL's `_compute_loss(model, inputs)`
 received (`completion_mask`, times the tool mask when there is one; `advantages`;
 `old_per_token_logps`, absent on on-policy steps; `ref_per_token_logps`, when `beta != 0`) and what
-its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`). The wrappers call
+its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`), and the largest
+gaps between what the module's `selective_log_softmax` and `entropy_from_logits` returned in that
+call and their float64 recomputations from the logits (`logit_gaps`). The wrappers call
 TRL's own methods with the same arguments and return what they return. docs/trl-grpo.md says what
 TRL logs from them, measured.
 """
@@ -36,6 +38,8 @@ import torch
 
 from harness.algorithms.ppo.targets.trl import _quiet
 from harness.errors import HarnessConfigError
+
+from ..logit_gaps import LogitGaps
 
 TRL_VERSION = "1.12.0"
 _MISSING = f"trl-grpo target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
@@ -135,6 +139,9 @@ def _trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         dataloader_num_workers=0,
         log_completions=False,
         push_to_hub=False,
+        # The spec's pad bias asks for empty completions. TRL's mask keeps every token up to its EOS, a sampled
+        # pad included, so the one way TRL empties a completion is masking it when truncated.
+        mask_truncated_completions=bool(_spec_value(spec, "pad_logit_bias", 0.0)),
     )
     args.update(extra)
     return args
@@ -167,7 +174,9 @@ class _Recorder:
 
     trainer: Any
     sink: list[dict[str, Any]]
+    module: types.ModuleType
     generations: int = 0
+    _gaps: LogitGaps = field(default_factory=LogitGaps)
     _inside_loss: bool = False
     _seen: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
 
@@ -188,11 +197,14 @@ class _Recorder:
             return out
 
         def recorded_loss(model, inputs):
-            self._inside_loss, self._seen = True, []
+            self._inside_loss, self._seen, self._gaps = True, [], LogitGaps()
+            originals = (self.module.selective_log_softmax, self.module.entropy_from_logits)
+            self.module.selective_log_softmax, self.module.entropy_from_logits = self._gaps.wrap(*originals)
             try:
                 loss = compute_loss(model, inputs)
             finally:
                 self._inside_loss = False
+                self.module.selective_log_softmax, self.module.entropy_from_logits = originals
             if self.trainer.model.training:
                 self._keep(inputs)
             return loss
@@ -219,6 +231,7 @@ class _Recorder:
                 "ref_logps": _copy(inputs.get("ref_per_token_logps")),
                 "advantages": _copy(inputs["advantages"]),
                 "entropies": entropies,
+                "logit_gaps": self._gaps.gaps(),
             }
         )
 
@@ -269,6 +282,22 @@ def _metrics_callback(sink: list[dict[str, float]]):
     return _Capture()
 
 
+def _logit_biases(spec, world) -> dict[int, float]:
+    """Frozen LM-head biases of the toy policy and reference: EOS_LOGIT_BIAS on EOS, the spec's pad bias on pad."""
+    biases = {world.stop_token_id: EOS_LOGIT_BIAS}
+    if _spec_value(spec, "pad_logit_bias", 0.0):
+        biases[world.pad_token_id] = float(spec.pad_logit_bias)
+    return biases
+
+
+def _add_logit_biases(model: torch.nn.Module, biases: dict[int, float]) -> None:
+    head = model.get_output_embeddings()
+    values = torch.zeros(head.out_features, device=head.weight.device, dtype=head.weight.dtype)
+    for token, bias in biases.items():
+        values[token] = bias
+    head.bias = torch.nn.Parameter(values, requires_grad=False)
+
+
 def build_for(module: str) -> Callable[[Any], TrlGRPORun]:
     """The target of `trl-grpo:MODULE`: this adapter on `module` instead of TRL's installed GRPO trainer."""
 
@@ -297,7 +326,6 @@ def build(
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from harness.targets.toy import toy_world
-    from reference_ppo.toy import add_pad_bias
 
     stop = _spec_value(spec, "stop_token_id")
     world_spec = types.SimpleNamespace(
@@ -307,7 +335,7 @@ def build(
         vocab_size=VOCAB_SIZE,
         prompt_length=PROMPT_LENGTH,
         num_prompts=_prompt_count(spec, generations_per_epoch),
-        pad_logit_bias=0.0,
+        pad_logit_bias=0.0,  # set with the EOS bias below: the head has one bias vector
     )
     transformers.set_seed(spec.seed)
     world = toy_world(world_spec)  # validates device and dtype
@@ -315,8 +343,9 @@ def build(
         raise HarnessConfigError(
             f"trl-grpo target: TRL stops completions at the tokenizer's EOS ({world.stop_token_id}), not {stop}"
         )
+    biases = _logit_biases(spec, world)
     for model in (world.policy, world.ref_policy):
-        add_pad_bias(model, world.stop_token_id, EOS_LOGIT_BIAS)
+        _add_logit_biases(model, biases)
     prompts = [" ".join(f"w{t}" for t in row) for row in world.prompts.tolist()]
     dataset = Dataset.from_dict({"prompt": prompts})
 
@@ -337,14 +366,14 @@ def build(
             processing_class=world.tokenizer,
         )
     if trainer.ref_model is not None:
-        add_pad_bias(trainer.accelerator.unwrap_model(trainer.ref_model), world.stop_token_id, EOS_LOGIT_BIAS)
+        _add_logit_biases(trainer.accelerator.unwrap_model(trainer.ref_model), biases)
     for noisy in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(noisy)
     metrics: list[dict[str, float]] = []
     trainer.add_callback(_metrics_callback(metrics))
 
     loss_inputs: list[dict[str, Any]] = []
-    _Recorder(trainer, loss_inputs).install()
+    _Recorder(trainer, loss_inputs, grpo_trainer).install()
 
     trainer.create_optimizer_and_scheduler(num_training_steps=spec.max_steps)
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)

@@ -1,0 +1,190 @@
+"""The GRPO gate's verdict on TRL 1.12.0's GRPOTrainer, and how each failure comes about.
+
+One `python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit
+code, its JSON report) pins which checks fail; in-process runs of the same scenarios reproduce
+the logged numbers with the known wrong poolings of `harness.algorithms.grpo.poolings`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.trl
+
+# What trl 1.12.0 gets wrong, by check id (README "The GRPO gate on TRL 1.12.0", docs/trl-grpo.md "The verdict").
+TRL_GRPO_FAILS = {
+    # token means logged as a flat mean of micro-batch means (class 16), extremes as a mean of micro-batch
+    # extremes (class 18)
+    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "bnpo", "dr_grpo", "dapo")),
+    "short_window",
+    "extremes",
+    "freshness",
+    "all_masked",  # an empty micro-batch's means enter as 0
+    "partition",
+    "gradient_partition[loss_type=bnpo]",  # bnpo's loss is a mean of micro-batch token means
+}
+TRL_GRPO_PASSES = {
+    *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
+    "every_microbatch_applied",
+    "logit_recompute",  # its per-token log-probs and entropies are right; only their pooling is not
+}
+REL = 1e-6
+
+
+def _trl_grpo_available() -> bool:
+    try:
+        return importlib.util.find_spec("trl") is not None and bool(
+            importlib.util.find_spec("trl.trainer.grpo_trainer")
+        )
+    except ImportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def trl_grpo_verdict(tmp_path_factory):
+    if not _trl_grpo_available():
+        if os.environ.get("CI"):
+            pytest.fail("trl==1.12.0 is not installed in CI's test session (nox -s tests installs the trl extra)")
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    out = tmp_path_factory.mktemp("verify-trl-grpo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify", "--target", "trl-grpo", "--report-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
+    return proc.returncode, report, proc.stdout + proc.stderr
+
+
+def test_trl_grpo_exits_1_and_fails_exactly_the_expected_checks(trl_grpo_verdict):
+    code, report, output = trl_grpo_verdict
+    assert code == 1, output[-3000:]
+    assert report["target"] == "trl-grpo" and report["status"] == "fail"
+    got = {check["id"]: check["status"] for check in report["checks"]}
+    assert {c for c, s in got.items() if s == "fail"} == TRL_GRPO_FAILS
+    assert {c for c, s in got.items() if s == "pass"} == TRL_GRPO_PASSES
+
+
+def test_each_trl_grpo_failure_is_one_line_with_logged_and_expected_values(trl_grpo_verdict):
+    _, _, output = trl_grpo_verdict
+    lines = {line.split()[1]: line for line in output.splitlines() if line.startswith("FAIL  ")}
+    assert set(lines) == TRL_GRPO_FAILS
+    for line in lines.values():
+        assert re.search(r"logged=\S+ expected=\S+", line), line
+    for check_id in ("uneven_lengths[loss_type=dapo]", "partition", "all_masked"):
+        assert "entropy" in lines[check_id], lines[check_id]  # the first failure is a pooled token mean
+
+
+@pytest.fixture(scope="module")
+def trl_runs():
+    """The uneven_lengths and all_masked scenarios' TRL runs (seed 0): their logs and loss records."""
+    if not _trl_grpo_available():
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    from harness.algorithms.grpo import scenarios
+    from harness.algorithms.grpo.expect import intervals
+    from harness.algorithms.grpo.targets import trl
+
+    out = {}
+    for spec in (scenarios.UNEVEN, scenarios.ALL_MASKED):
+        run = trl.build(spec)
+        logs = run.train()
+        out[spec.name] = (spec, logs, intervals(run.loss_inputs, spec))
+    return out
+
+
+TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+
+
+@pytest.mark.parametrize("name", ["uneven_lengths", "all_masked"])
+def test_trl_grpo_token_means_are_flat_means_of_micro_batch_means(trl_runs, name):
+    from harness.algorithms.grpo.expect import expected_metrics
+    from harness.algorithms.grpo.poolings import flat_mean_of_microbatch_means
+
+    spec, logs, per_interval = trl_runs[name]
+    departures = 0
+    for log, records in zip(logs, per_interval, strict=True):
+        expected = expected_metrics(records, spec)
+        for metric in TOKEN_MEANS:
+            flat = flat_mean_of_microbatch_means(records, spec, metric)
+            assert log[metric] == pytest.approx(flat, rel=REL, abs=1e-9), (metric, log[metric], flat)
+            departures += abs(flat - expected[metric].value) > 1e-4 * (1 + abs(flat))
+    assert departures >= 2  # entropy and kl at least: the pooling shows
+
+
+def test_trl_grpo_empty_micro_batches_enter_token_means_as_zero(trl_runs):
+    spec, logs, (records,) = trl_runs["all_masked"]
+    from harness.algorithms.grpo.poolings import flat_mean_of_microbatch_means
+
+    empty = sum(int(r["completion_mask"].sum()) == 0 for r in records)
+    assert empty >= 1
+    nonempty = [r for r in records if int(r["completion_mask"].sum())]
+    without = flat_mean_of_microbatch_means(nonempty, spec, "entropy")
+    assert logs[0]["entropy"] == pytest.approx(without * len(nonempty) / len(records), rel=REL)
+
+
+@pytest.mark.parametrize("name", ["uneven_lengths", "all_masked"])
+def test_trl_grpo_extremes_are_means_of_micro_batch_extremes(trl_runs, name):
+    from harness.algorithms.grpo.expect import expected_metrics
+    from harness.algorithms.grpo.poolings import mean_of_microbatch_extremes
+
+    spec, logs, per_interval = trl_runs[name]
+    for log, records in zip(logs, per_interval, strict=True):
+        for metric in ("clip_ratio/low_min", "clip_ratio/high_max"):
+            wrong = mean_of_microbatch_extremes(records, spec, metric)
+            assert log[metric] == pytest.approx(wrong, rel=REL, abs=1e-9), (metric, log[metric], wrong)
+    # the first interval of uneven_lengths: a true maximum of 2/11 logged as 0.0732 (measured)
+    first = expected_metrics(per_interval[0], spec)["clip_ratio/high_max"].value
+    assert name != "uneven_lengths" or logs[0]["clip_ratio/high_max"] < first / 2
+
+
+def test_trl_grpo_bnpo_optimises_a_mean_of_micro_batch_token_means():
+    """gradient_partition[loss_type=bnpo]: the loss TRL backpropagates (and logs, summed over the window) is
+    each micro-batch's token mean of the per-token loss, averaged, not the window's token mean."""
+    if not _trl_grpo_available():
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    from harness.algorithms.grpo import scenarios
+    from harness.algorithms.grpo.expect import Settings, token_terms
+    from harness.algorithms.grpo.targets import trl
+
+    spec = scenarios.LR0.with_(loss_type="bnpo", max_steps=1, logging_steps=1, per_device_train_batch_size=1,
+                               gradient_accumulation_steps=8, steps_per_generation=8)  # fmt: skip
+    run = trl.build(spec)
+    (log,) = run.train()
+    terms = [token_terms(r, Settings.of(spec)) for r in run.loss_inputs]
+    means = [float((t.loss * t.mask).sum() / t.mask.sum().clamp(min=1)) for t in terms]
+    pooled = float(sum((t.loss * t.mask).sum() for t in terms) / sum(t.mask.sum() for t in terms))
+    assert log["loss"] == pytest.approx(sum(means) / len(means), rel=1e-5)
+    assert abs(log["loss"] - pooled) > 0.1 * abs(pooled)  # measured: 0.03677 logged, -0.38730 token-pooled
+
+
+# docs/trl-grpo.md: token means pooled as flat means of micro-batch means (class 16), extremes as means of
+# micro-batch extremes (class 18). Every failing pooled metric is diagnosed with one of them, or with no
+# diagnosis because class 17 gives the same number (windows of one micro-batch).
+TRL_GRPO_CLASSES = {16, 18}
+
+
+@pytest.mark.parametrize("check_id", ["uneven_lengths[loss_type=dapo]", "short_window", "extremes", "all_masked"])
+def test_trl_grpo_failing_pooled_metrics_are_diagnosed_as_docs_say(trl_grpo_verdict, check_id):
+    _, report, _ = trl_grpo_verdict
+    (check,) = [c for c in report["checks"] if c["id"] == check_id]
+    failing = [m for m in check["metrics"] if m["failed"]]
+    assert failing
+    named = set()
+    for m in failing:
+        diagnosis = m["diagnosis"]
+        if diagnosis is None:
+            assert "unambiguously" in m["diagnosis_reason"], (m["name"], m["diagnosis_reason"])
+            continue
+        assert set(diagnosis["classes"]) <= TRL_GRPO_CLASSES, (m["name"], diagnosis)
+        assert diagnosis["gap"] <= 1e-6 * (1 + abs(m["logged"]))
+        named.add((m["name"], tuple(diagnosis["classes"])))
+    assert ("entropy", (16,)) in named and ("clip_ratio/high_max", (18,)) in named
