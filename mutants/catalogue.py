@@ -693,9 +693,8 @@ MUTANTS: tuple[Mutant, ...] = (
         killed_by=("logp_gradient",),
         patch=(
             replace(
-                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
-                "        loss = world * (pg_loss * r_mask.sum() / n_response - cfg.vf_coef * vf_loss * v_mask.sum() "
-                "/ n_value)\n",
+                "/ n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+                "/ n_response - cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
             ),
         ),
         notes=(
@@ -711,9 +710,8 @@ MUTANTS: tuple[Mutant, ...] = (
         killed_by=("logp_gradient",),
         patch=(
             replace(
-                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
-                "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * 2 * vf_loss * v_mask.sum() "
-                "/ n_value)\n",
+                "/ n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+                "/ n_response + cfg.vf_coef * 2 * vf_loss * v_mask.sum() / n_value)\n",
             ),
         ),
         notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
