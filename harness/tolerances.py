@@ -119,6 +119,14 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # of the table's other rows (trainers take log_softmax in float32 even in float64 runs). bfloat16 as the
     # per-token loss. A normaliser off by any factor is off by (factor - 1) times the scale.
     "gradient/logp": ((0.0, 0.0, 1e-6), (0.0, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
+    # not a logged metric: the largest |dL/dv recorded - formula| per position of the value head's output
+    # (scale: mean |formula| over V; value_gradients.py). Measured on the reference (LR-0 cuts 4+2 and 2+2+2, the
+    # uneven split over 2 epochs, seeds 0-3; the example trainer gives the same numbers at seed 0): at most 1.3e-6
+    # of the scale at float32, 5.8e-8 at float64 (not 0: the oracle's returns come from the float64 scores, the
+    # trainer's from float32 ones, as for per_token/vf_loss), 5.8e-2 at bfloat16; the rows are about eight,
+    # seventeen and seven times that. A sign flipped is off by at least twice the scale, a lost 0.5 by at least
+    # the scale.
+    "gradient/value": ((0.0, 0.0, 1e-6), (0.0, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
     # not a logged metric: max |step gradient - token-weighted combination of its micro-batches' own gradients|
     # / max |combination| (decomposition.py). Measured on the reference, seeds 0-2: at most 4.8e-7 at float32 and
     # 1.1e-7 at float64 (the reference's log_softmax runs in float32, and its backward rounds the 1/N_R and 1/n_R,i

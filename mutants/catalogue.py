@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 41))
+PPO_CLASSES = (*range(1, 16), *range(20, 43))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -684,6 +684,37 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="only with whiten_rewards: the reward-whitening call's mask is not V",
+    ),
+    Mutant(
+        id="c41_value_term_sign_flipped",
+        bug_class=41,
+        title="the value term subtracted from the loss instead of added",
+        source="no public report; found by mutmut in PPOTrainer.micro_step (micro_step__mutmut_42)",
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "/ n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+                "/ n_response - cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+            ),
+        ),
+        notes=(
+            "the value model climbs its loss; every statistic and dL/dlogp are right, and gradient_decomposition "
+            "compares a step with its own micro-batches, flipped alike: dL/dv against the formula is -1 times it"
+        ),
+    ),
+    Mutant(
+        id="c42_value_term_doubled",
+        bug_class=42,
+        title="the value term's 0.5 left out of the loss (but not of the logged value loss)",
+        source="no public report; the 0.5 of the clipped value loss kept in the statistic, dropped from the loss",
+        killed_by=("logp_gradient",),
+        patch=(
+            replace(
+                "/ n_response + cfg.vf_coef * vf_loss * v_mask.sum() / n_value)\n",
+                "/ n_response + cfg.vf_coef * 2 * vf_loss * v_mask.sum() / n_value)\n",
+            ),
+        ),
+        notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
     ),
 )
 

@@ -222,3 +222,13 @@ def test_training_signal_fails_when_it_never_saw_the_values():
     unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
     assert set(unseen) == {"per_token/advantages_raw", "per_token/vf_loss", "per_token/vf_clipfrac"}
     assert all("value_head" in reason for reason in unseen.values())
+
+
+def test_logp_gradient_fails_when_it_never_saw_the_values():
+    """Not a pass on nothing: without a value head, dL/dv is unseen and logp_gradient fails on it."""
+    from tests.gate_variants import value_head_hidden
+
+    result = check("logp_gradient[run=lr0_uneven]", ObservationCache(value_head_hidden))
+    assert not result.passed
+    unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
+    assert set(unseen) == {"gradient/value"} and "value_head" in unseen["gradient/value"]

@@ -7,11 +7,12 @@ import types
 import pytest
 import torch
 
-from harness.algorithms.ppo import decomposition, gradients
+from harness.algorithms.ppo import decomposition, gradients, value_gradients
 from harness.algorithms.ppo.gradient_ranks import reduction
 from harness.errors import NotRecomputable
 from harness.instrument.grad import Step
 from harness.instrument.spy import Spy
+from harness.instrument.values import ValueRecorder
 from harness.verdict import Check, CheckId
 
 EPS = 0.2
@@ -135,3 +136,60 @@ def test_a_micro_batch_no_backward_reached_is_not_recomputable():
     nothing = types.SimpleNamespace(rollout=None, rollout_problem="no rollout")
     expected = gradients.expectation(nothing, 1, EPS, "float32")
     assert expected[1][gradients.METRIC].value is None and "no rollout" in expected[1][gradients.METRIC].reason
+
+
+def test_value_gradient_by_hand():
+    # v_old 0, clip 0.2, G 1: v inside the range; v 0.5 clipped to 0.2 (clipped square larger: 0); v -0.5
+    # clipped to -0.2 (unclipped square larger); a token outside V
+    v = torch.tensor([[0.1, 0.5, -0.5, 0.1]], dtype=torch.float64)
+    zeros, g = torch.zeros_like(v), torch.ones_like(v)
+    mask = torch.tensor([[True, True, True, False]])
+    got = value_gradients.value_gradient(v, zeros, g, mask, 0.2, coef=0.1, count=4)
+    want = torch.tensor([[0.1 * -0.9 / 4, 0.0, 0.1 * -1.5 / 4, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_value_gradient_is_autograds_of_the_minibatch_value_term():
+    gen = torch.Generator().manual_seed(0)
+    v_old, returns = torch.randn(3, 7, generator=gen, dtype=torch.float64), torch.randn(3, 7, generator=gen)
+    returns = returns.double()
+    v_new = (v_old + 0.4 * torch.randn(3, 7, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    mask = torch.rand(3, 7, generator=gen) > 0.3
+    count, coef, clip = int(mask.sum()) + 5, 0.1, 0.2
+    v_clip = torch.maximum(torch.minimum(v_new, v_old + clip), v_old - clip)
+    larger = torch.maximum((v_new - returns) ** 2, (v_clip - returns) ** 2)
+    (coef * 0.5 * torch.where(mask, larger, torch.zeros_like(larger)).sum() / count).backward()
+    want = value_gradients.value_gradient(v_new.detach(), v_old, returns, mask, clip, coef, count)
+    torch.testing.assert_close(v_new.grad, want)
+
+
+def test_the_value_recorder_keeps_the_gradient_of_training_forwards_only():
+    module = types.ModuleType("fake_trainer")
+    module.masked_mean = lambda values, mask, axis=None: (values * mask).sum() / mask.sum()
+    module.selective_log_softmax = lambda logits, index: logits
+    head = torch.nn.Linear(4, 1)
+    x = torch.randn(2, 5, 4)
+    with Spy(module) as spy, ValueRecorder(head, spy):
+        with torch.no_grad():
+            head(x)  # the rollout's values: no gradient to keep
+        (2.0 * head(x).squeeze(-1)[:, 2:4]).sum().backward()  # responses of 2 after 5 - 2 positions
+    old, new = spy.finished()
+    assert old.dvalues is None and new.grad
+    want = torch.zeros(2, 5, 1, dtype=torch.float64)
+    want[:, 2:4] = 2.0
+    torch.testing.assert_close(new.dvalues, want)
+    got, unused = value_gradients.recorded(new, 2, "here")  # response positions 3, 4 read at 2, 3
+    torch.testing.assert_close(got, torch.full((2, 2), 2.0, dtype=torch.float64))
+    assert unused == 0.0
+    assert value_gradients.recorded(new, 1, "here")[1] == 2.0  # read at 3 only: a gradient where none belongs
+
+
+def test_a_value_head_no_backward_reached_is_not_recomputable():
+    record = types.SimpleNamespace(dvalues=None, values=torch.zeros(1, 4))
+    with pytest.raises(NotRecomputable, match="no gradient reached the value head's output"):
+        value_gradients.recorded(record, 2, "update 0 micro-batch 0")
+    nothing = types.SimpleNamespace(rollout=None, rollout_problem="no rollout", index=0)
+    spec = types.SimpleNamespace(dtype="float32", cliprange_value=0.2, vf_coef=0.1)
+    expected = value_gradients.expectation(nothing, spec, None, 1)
+    metric = expected[1][value_gradients.METRIC]
+    assert metric.value is None and "no rollout" in metric.reason

@@ -96,7 +96,9 @@ class ValueHeadCall(Record):
 
     `values` is the whole (B, L) output, prompt positions included (a trailing axis of 1 is
     dropped); the oracle picks the response positions. `grad` says whether autograd was on:
-    off for the rollout's old values, on for a training micro-batch's new ones.
+    off for the rollout's old values, on for a training micro-batch's new ones. `dvalues` is the gradient
+    the backward passes brought to the live output, dL/d(output) in the output's shape (float64; None when
+    autograd was off or no backward reached it).
     """
 
     fn: ClassVar[str] = "value_head"
@@ -104,3 +106,4 @@ class ValueHeadCall(Record):
     grad: bool = False
     dtype: str | None = None
     """The dtype of the head's output."""
+    dvalues: torch.Tensor | None = field(repr=False, default=None)

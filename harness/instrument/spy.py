@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import HarnessConfigError
 
 from .callsite import call_site
-from .records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site
+from .records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site, ValueHeadCall
 from .tensors import _copy, _dtype_name, logprob_gap, reduce_logits, token_entropy  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
@@ -222,18 +222,24 @@ class Spy:
         return hook
 
     def finished(self) -> list[Record]:
-        """The records, each log-prob record with the gradient its backward passes brought to it."""
+        """The records, each log-prob record (and value-head output) with the gradient its backward passes
+        brought to it."""
         with self._lock:
-            return [
-                dataclasses.replace(r, grad=self._grads[r.seq]) if r.seq in self._grads else r for r in self.records
-            ]
+            return [_with_grad(r, self._grads[r.seq]) if r.seq in self._grads else r for r in self.records]
 
-    def add(self, record: Record) -> None:
-        """Append a record made outside the wrapped functions (e.g. by a module hook), numbered in call order;
-        nothing is kept while the spy is paused."""
+    def watch_grad(self, tensor: Any, record: Record) -> None:
+        """Add every backward's gradient at the live `tensor` to `record`'s total (see `finished`)."""
+        tensor.register_hook(self._grad_hook(record.seq))
+
+    def add(self, record: Record) -> Record | None:
+        """Append a record made outside the wrapped functions (e.g. by a module hook), numbered in call order, and
+        return it as numbered; nothing is kept (None) while the spy is paused."""
         with self._lock:
-            if self._paused == 0:
-                self.records.append(dataclasses.replace(record, seq=next(_SEQ)))
+            if self._paused:
+                return None
+            numbered = dataclasses.replace(record, seq=next(_SEQ))
+            self.records.append(numbered)
+            return numbered
 
     def mark(self, label: str) -> Mark:
         """Append a boundary marker, e.g. between updates."""
@@ -263,6 +269,13 @@ class Spy:
         finally:
             with self._lock:
                 self._paused -= 1
+
+
+def _with_grad(record: Record, grad: Any) -> Record:
+    """`record` with the gradient its backward passes brought: a value-head output's `dvalues`, else `grad`."""
+    if isinstance(record, ValueHeadCall):
+        return dataclasses.replace(record, dvalues=grad)
+    return dataclasses.replace(record, grad=grad)
 
 
 def spy_on(module: ModuleType, functions: tuple[str, ...] = DEFAULT_FUNCTIONS) -> Spy:

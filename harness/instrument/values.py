@@ -39,7 +39,8 @@ class ValueRecorder:
             self._handle = None
 
     def _hook(self, module: Any, args: Any, output: Any) -> None:
-        """Record one forward's output; the live tensor is handed to `on_output` first."""
+        """Record one forward's output; the live tensor is handed to `on_output` first. A training forward's
+        record (autograd on) gets the gradient the backward passes bring to the live output (`dvalues`)."""
         import torch
 
         live = output[0] if isinstance(output, tuple) else output
@@ -51,7 +52,9 @@ class ValueRecorder:
             values = values.squeeze(-1)
         grad = torch.is_grad_enabled() and live.requires_grad
         record = ValueHeadCall(VALUE_SITE, -1, values=_copy(values, torch.float64), grad=grad, dtype=_dtype_name(live))
-        self.spy.add(record)
+        numbered = self.spy.add(record)
+        if grad and numbered is not None:
+            self.spy.watch_grad(live, numbered)
 
     def on_output(self, live: torch.Tensor) -> None:
-        """The head's live output, before it is recorded: where a backward hook (dL/dv) would be registered."""
+        """The head's live output, before it is recorded (a place for a subclass to look at it)."""

@@ -15,7 +15,7 @@ from harness.scenario import Case
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from . import decomposition, gradients
+from . import decomposition, gradients, value_gradients
 from .checks import require_ran, require_view
 from .poolings import Geometry
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
@@ -125,7 +125,8 @@ uneven split at LR 1e-3 over two epochs (ratios off 1, some clipped)."""
 
 def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """dL/dlogp_new of every token of every micro-batch equals the formula: -A * rho / N_R(minibatch) where the
-    unclipped branch is live, else 0 (docs/metrics.md, "The update"); independent of the cut."""
+    unclipped branch is live, else 0; and dL/dv_new at the value head's output vf_coef * (v - G) / N_V(minibatch)
+    where the unclipped square is live, else 0 (docs/metrics.md, "The update"); independent of the cut."""
     check, cut = Check(case.id), LOGP_GRADIENT_RUNS[case.param("run")]
     if cut is None:
         spec = spec_for(UNEVEN, run).with_(num_ppo_epochs=2)
@@ -137,12 +138,18 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
     if view is None:
         return check.finish()
     per_minibatch = Geometry.of(obs.spec).per_pass
-    for update in view.updates:
-        logged, expected, note = gradients.expectation(update, per_minibatch, obs.spec.cliprange, obs.spec.dtype)
-        where = f"{obs.spec.split_label} update {update.index + 1}"
-        check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
-        if note and check.failed and note not in check.notes:
-            check.note(note)
+    scores = obs.ran.scores
+    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    for update, score in zip(view.updates, scores):
+        for logged, expected, note in (
+            gradients.expectation(update, per_minibatch, obs.spec.cliprange, obs.spec.dtype),
+            value_gradients.expectation(update, obs.spec, score, per_minibatch),
+        ):
+            where = f"{obs.spec.split_label} update {update.index + 1}"
+            verdicts = list(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+            check.absorb(verdicts)
+            if note and any(v.failed for v in verdicts) and note not in check.notes:
+                check.note(note)
     return check.finish()
 
 

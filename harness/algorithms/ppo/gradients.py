@@ -105,23 +105,23 @@ def _same(values: list[float]) -> bool:
     return bool(values) and max(values) - min(values) <= 1e-3 * max(abs(v) for v in values)
 
 
-def factor_note(factors: list[Factor]) -> str:
-    """What a failure looks like as factors: one common factor; each micro-batch's own token mean times one
-    factor (a mean of micro-batch means); or neither, the factors listed."""
+def factor_note(factors: list[Factor], what: str = "dL/dlogp") -> str:
+    """What a failure of the gradient `what` looks like as factors: one common factor; each micro-batch's own
+    token mean times one factor (a mean of micro-batch means); or neither, the factors listed."""
     finite = [(f, n, total) for f, n, total in factors if f == f and n > 0]
     if not finite:
         return ""
     ratios = [f for f, _, _ in finite]
     if _same(ratios):
-        return f"the recorded dL/dlogp is {ratios[0]:.4g} times the formula's in every micro-batch (a common factor)"
+        return f"the recorded {what} is {ratios[0]:.4g} times the formula's in every micro-batch (a common factor)"
     own = [f * n / total for f, n, total in finite]
     if _same(own):
         return (
-            f"the recorded dL/dlogp is {own[0]:.4g} (1/{1 / own[0]:.4g}) times each micro-batch's own token mean's, "
+            f"the recorded {what} is {own[0]:.4g} (1/{1 / own[0]:.4g}) times each micro-batch's own token mean's, "
             "not the minibatch's: a mean of micro-batch means"
         )
     listed = ", ".join(f"{f:.4g}" for f in ratios)
-    return f"recorded dL/dlogp over the formula's, per micro-batch: {listed}"
+    return f"recorded {what} over the formula's, per micro-batch: {listed}"
 
 
 def expectation(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str

@@ -182,7 +182,7 @@ SCENARIOS = (
         "logp_gradient",
         logp_gradient,
         (("run", tuple(LOGP_GRADIENT_RUNS)),),
-        "dL/dlogp_new per token == -A * rho / N_R(minibatch) on the live branch, 0 elsewhere",
+        "dL/dlogp_new == -A * rho / N_R and dL/dv == vf_coef * (v - G) / N_V per token on the live branch, else 0",
     ),  # fmt: skip
     Scenario(
         "gradient_decomposition",
