@@ -10,9 +10,10 @@ independently of any trainer's config class, and sizes that cannot work are a us
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from harness import settings
 from harness.errors import HarnessConfigError
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -156,34 +157,6 @@ class GRPOSpec:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 
 
-def _typed(key: str, text: str) -> Any:
-    """`text` as the type of GRPOSpec's field `key` (ValueError when it is not one)."""
-    annotation = {f.name: str(f.type) for f in fields(GRPOSpec)}[key]
-    if "None" in annotation and text.lower() in ("none", "null", ""):
-        return None
-    if annotation.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"expected true or false, got {text!r}")
-        return text.lower() in ("true", "1")
-    if annotation.startswith("float"):
-        return float(text)
-    if annotation.startswith("int"):
-        return int(text)
-    return text
-
-
 def parse_settings(assignments: list[str]) -> dict[str, Any]:
     """`["loss_type=bnpo", "beta=0.04"]` -> {"loss_type": "bnpo", ...}; HarnessConfigError listing the keys."""
-    keys = ", ".join(SETTINGS)
-    out: dict[str, Any] = {}
-    for assignment in assignments:
-        key, sep, text = assignment.partition("=")
-        key = key.strip()
-        if not sep or key not in SETTINGS:
-            raise HarnessConfigError(f"--set {assignment!r}: expected KEY=VALUE with KEY one of {keys}")
-        try:
-            out[key] = _typed(key, text.strip())
-        except ValueError as exc:
-            raise HarnessConfigError(f"--set {assignment!r}: {exc}; keys: {keys}") from None
-    GRPOSpec(**out).validate()
-    return out
+    return settings.parse_settings(assignments, GRPOSpec, SETTINGS)

@@ -6,9 +6,10 @@ trainer's own config class, and the validation of sizes before any model work (e
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from harness import settings
 from harness.errors import HarnessConfigError
 
 SETTINGS = (
@@ -126,34 +127,6 @@ class ScenarioSpec:
             )
 
 
-def _typed(key: str, text: str) -> Any:
-    """`text` as the type of ScenarioSpec's field `key` (ValueError when it is not one)."""
-    annotation = {f.name: str(f.type) for f in fields(ScenarioSpec)}[key]
-    if "None" in annotation and text.lower() in ("none", "null", ""):
-        return None
-    if annotation.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"expected true or false, got {text!r}")
-        return text.lower() in ("true", "1")
-    if annotation.startswith("float"):
-        return float(text)
-    if annotation.startswith("int"):
-        return int(text)
-    return text
-
-
 def parse_settings(assignments: list[str]) -> dict[str, Any]:
     """`["temperature=0.7", "kl_estimator=k3"]` -> {"temperature": 0.7, ...}; HarnessConfigError listing the keys."""
-    keys = ", ".join(SETTINGS)
-    out: dict[str, Any] = {}
-    for assignment in assignments:
-        key, sep, text = assignment.partition("=")
-        key = key.strip()
-        if not sep or key not in SETTINGS:
-            raise HarnessConfigError(f"--set {assignment!r}: expected KEY=VALUE with KEY one of {keys}")
-        try:
-            out[key] = _typed(key, text.strip())
-        except ValueError as exc:
-            raise HarnessConfigError(f"--set {assignment!r}: {exc}; keys: {keys}") from None
-    ScenarioSpec(**out).validate()  # a value no trainer can run is a usage error now, not in every check
-    return out
+    return settings.parse_settings(assignments, ScenarioSpec, SETTINGS)
