@@ -11,29 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.compare import compare
-from harness.instrument.observe import Observation, Ran
+from harness.instrument.observe import Observation
+from harness.require import require_ran
 from harness.verdict import Check
 
 from .contract import POLICY_LOSS
 from .expect import expected_metrics, intervals, record_problems
 from .poolings import diagnose_interval
-
-
-def require_ran(obs: Observation, check: Check) -> Ran | None:
-    """The finished run, or None after failing the check with what the trainer raised; non-finite
-    gradients or weights at any step fail it too, whatever it logged."""
-    if obs.error:
-        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
-    ran = obs.ran
-    if ran is not None:
-        for k, step in enumerate(ran.grads.steps):
-            if step.nonfinite_grads:
-                check.fail(f"step {k + 1} ({obs.spec.split_label}): non-finite gradient in {step.nonfinite_grads} "
-                           "parameter tensor(s)")  # fmt: skip
-        for k, bad in enumerate(ran.grads.nonfinite_weights):
-            if bad:
-                check.fail(f"after step {k + 1} ({obs.spec.split_label}): non-finite weights in {bad} tensor(s)")
-    return ran
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
@@ -105,13 +89,6 @@ def logged_names(obs: Observation, names: Sequence[str], check: Check) -> tuple[
         check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
         return tuple(n for n in names if n != POLICY_LOSS)
     return tuple(names)
-
-
-def require(check: Check, condition: object, missing: str) -> bool:
-    """True when `condition` holds; else the check fails: the run did not test what the scenario is for."""
-    if not condition:
-        check.fail(f"{missing}: the scenario did not test what it should")
-    return bool(condition)
 
 
 def compare_interval(obs: Observation, index: int, records: Sequence[Mapping[str, Any]], check: Check,

@@ -12,11 +12,12 @@ import math
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.require import require, require_ran
 from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, logged_names, require, require_logs, require_ran, require_records, window_sizes
+from .checks import compare_interval, logged_names, require_logs, require_records, window_sizes
 from .contract import LR0_IDENTITIES, partition_names, pooled_names
 from .expect import Settings, token_terms
 from .spec import LOSS_TYPES, SETTINGS, GRPOSpec

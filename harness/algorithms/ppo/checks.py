@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
+from harness.require import require_ran
 from harness.tolerances import tolerance
 from harness.verdict import Check
 
@@ -18,27 +19,6 @@ from .contract import POOLED_STATS
 from .expect import expected_metrics
 from .poolings import diagnose_pooled
 from .view import RunView, UpdateView, view_of
-
-
-def require_ran(obs: Observation, check: Check) -> Ran | None:
-    """The finished run, or None after failing the check with what the trainer raised.
-
-    A run that finished with a NaN or inf in a gradient at a step, or in the weights after one,
-    fails too, whatever it logged: every scenario checks it.
-    """
-    if obs.error:
-        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
-    ran = obs.ran
-    if ran is not None:
-        for k, step in enumerate(ran.grads.steps):
-            if step.nonfinite_grads:
-                check.fail(f"step {k + 1} ({obs.spec.split_label}): non-finite gradient in {step.nonfinite_grads} "
-                           "parameter tensor(s)")  # fmt: skip
-        for k, bad in enumerate(ran.grads.nonfinite_weights):
-            if bad:
-                check.fail(f"after step {k + 1} ({obs.spec.split_label}): non-finite weights in {bad} parameter "
-                           "tensor(s)")  # fmt: skip
-    return ran
 
 
 def logprob_problems(ran: Ran, dtype: str) -> list[str]:
@@ -103,13 +83,6 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
             check.fail(f"update {i + 1}: micro-batch rows {update.geometry}, expected {want}")
             return None
     return view
-
-
-def require(check: Check, condition: object, missing: str) -> bool:
-    """True when `condition` holds; else the check fails: the run did not test what the scenario is for."""
-    if not condition:
-        check.fail(f"{missing}: the scenario did not test what it should")
-    return bool(condition)
 
 
 def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[str] = POOLED_STATS) -> UpdateView | None:

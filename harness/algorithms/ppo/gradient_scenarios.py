@@ -11,12 +11,13 @@ from __future__ import annotations
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
+from harness.require import require_ran
 from harness.scenario import Case
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from . import decomposition, gradients, value_gradients
-from .checks import require_ran, require_view
+from .checks import require_view
 from .poolings import Geometry
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
 from .spec import ScenarioSpec

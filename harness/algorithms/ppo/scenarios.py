@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from . import signal
-from .checks import compare_pooled, oracle_update, require, require_logs, require_view
+from .checks import compare_pooled, oracle_update, require_logs, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
 from .gradient_scenarios import (

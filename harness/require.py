@@ -1,0 +1,37 @@
+"""What every scenario of every algorithm checks before it judges anything: the run finished, finite, and
+showed what the scenario exists for. Each records why on the `Check` it is given, so that a check that saw
+nothing never passes.
+"""
+
+from __future__ import annotations
+
+from harness.instrument.observe import Observation, Ran
+from harness.verdict import Check
+
+
+def require_ran(obs: Observation, check: Check) -> Ran | None:
+    """The finished run, or None after failing the check with what the trainer raised.
+
+    A run that finished with a NaN or inf in a gradient at a step, or in the weights after one,
+    fails too, whatever it logged: every scenario checks it.
+    """
+    if obs.error:
+        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
+    ran = obs.ran
+    if ran is not None:
+        for k, step in enumerate(ran.grads.steps):
+            if step.nonfinite_grads:
+                check.fail(f"step {k + 1} ({obs.spec.split_label}): non-finite gradient in {step.nonfinite_grads} "
+                           "parameter tensor(s)")  # fmt: skip
+        for k, bad in enumerate(ran.grads.nonfinite_weights):
+            if bad:
+                check.fail(f"after step {k + 1} ({obs.spec.split_label}): non-finite weights in {bad} parameter "
+                           "tensor(s)")  # fmt: skip
+    return ran
+
+
+def require(check: Check, condition: object, missing: str) -> bool:
+    """True when `condition` holds; else the check fails: the run did not test what the scenario is for."""
+    if not condition:
+        check.fail(f"{missing}: the scenario did not test what it should")
+    return bool(condition)
