@@ -17,6 +17,7 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.algorithms.ppo.targets.reference import ReferenceRun, build_config, scenario_reward
+from harness.targets.logged import LogTap
 from harness.bench.sizes import LARGE, MEDIUM, ModelShape, Size
 from harness.errors import HarnessConfigError
 
@@ -109,7 +110,9 @@ def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
         config = build_config(spec, stop_token_id=pristine.tokenizer.eos_token_id)
     except ConfigError as exc:
         raise HarnessConfigError(f"bench target: {exc}") from None
-    reward = scenario_reward()
+    reward, tap = scenario_reward(), LogTap()
+    accelerator = Accelerator(cpu=spec.device == "cpu")
+    tap.attach(accelerator)
     ppo = trainer.PPOTrainer(
         config,
         policy,
@@ -118,9 +121,12 @@ def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
         reward,
         pristine.prompts,
         pristine.tokenizer.pad_token_id,
-        accelerator=Accelerator(cpu=spec.device == "cpu"),
+        callbacks=[tap.callback],
+        accelerator=accelerator,
     )
-    return ReferenceRun(spec, ppo, trainer, pristine.tokenizer.pad_token_id, pristine.tokenizer.eos_token_id, reward)
+    return ReferenceRun(
+        spec, ppo, trainer, pristine.tokenizer.pad_token_id, pristine.tokenizer.eos_token_id, reward, tap
+    )
 
 
 def medium(spec: ScenarioSpec) -> ReferenceRun:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.errors import HarnessConfigError
+from harness.targets.logged import LogTap
 
 from ..logit_gaps import LogitGaps
 
@@ -61,7 +62,9 @@ class ReferenceGRPORun:
     module: types.ModuleType
     pad_token_id: int
     stop_token_id: int
-    rank: int = 0
+    rank: int
+    tap: LogTap
+    log_steps: tuple[int, ...]
     loss_inputs: list[dict] = field(default_factory=list)
     windows: int = 0
 
@@ -135,7 +138,8 @@ class ReferenceGRPORun:
         return [p for p in self.trainer.model.parameters() if p.requires_grad]
 
     def train(self) -> list[dict[str, float]]:
-        return [dict(m) for m in self.trainer.train()]
+        """Every step; the metrics as the trainer logged them (callbacks and trackers) at `log_steps`."""
+        return self.tap.logged(self.trainer.train(), steps=self.log_steps)
 
 
 def factory(spec, accelerator=None) -> ReferenceGRPORun:
@@ -151,7 +155,8 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
                                  **{name: getattr(spec, name) for name in CONFIG_FIELDS})  # fmt: skip
     except ConfigError as exc:
         raise HarnessConfigError(f"reference-grpo target: {exc}") from None
-    accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
+    accelerator, tap = accelerator or Accelerator(cpu=spec.device == "cpu"), LogTap()
+    tap.attach(accelerator)
     trainer = grpo.GRPOTrainer(
         config,
         world.policy,
@@ -159,9 +164,17 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
         {"count_w7": toy.count_token_reward(7)},
         world.prompts,
         world.pad_token_id,
+        callbacks=[tap.callback],
         accelerator=accelerator,
     )
-    return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index)
+    return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index,
+                            tap, log_steps(spec.max_steps, spec.logging_steps))  # fmt: skip
+
+
+def log_steps(max_steps: int, logging_steps: int) -> tuple[int, ...]:
+    """The optimizer steps at which a GRPO trainer logs: every `logging_steps`-th, and the last if it is not one."""
+    steps = tuple(range(logging_steps, max_steps + 1, logging_steps))
+    return steps if max_steps % logging_steps == 0 else (*steps, max_steps)
 
 
 factory.algorithm = "grpo"

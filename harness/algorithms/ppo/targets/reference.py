@@ -9,6 +9,7 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.errors import HarnessConfigError
+from harness.targets.logged import LogTap
 
 
 def scenario_reward(target_token: int = 7, length_penalty: float = 0.05):
@@ -35,6 +36,7 @@ class ReferenceRun:
     pad_token_id: int
     stop_token_id: int
     reward: object = field(repr=False)
+    tap: LogTap = field(repr=False)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -55,7 +57,9 @@ class ReferenceRun:
         return list(self.reward.given)
 
     def train(self) -> list[dict[str, float]]:
-        return [dict(m) for m in self.trainer.train()]
+        """Every update; the metrics as the trainer logged them (its callbacks and trackers), update k at step k."""
+        returned = self.trainer.train()
+        return self.tap.logged(returned, steps=range(self.spec.total_updates))
 
 
 def build_config(spec: ScenarioSpec, stop_token_id: int):
@@ -99,8 +103,9 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         config = build_config(spec, stop_token_id=world.stop_token_id)
     except ConfigError as exc:
         raise HarnessConfigError(f"reference target: {exc}") from None
-    reward = scenario_reward()
+    reward, tap = scenario_reward(), LogTap()
     accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
+    tap.attach(accelerator)
     ppo = trainer.PPOTrainer(
         config,
         world.policy,
@@ -109,6 +114,7 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         reward,
         world.prompts,
         world.pad_token_id,
+        callbacks=[tap.callback],
         accelerator=accelerator,
     )
-    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward)
+    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward, tap)
