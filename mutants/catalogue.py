@@ -331,7 +331,9 @@ MUTANTS: tuple[Mutant, ...] = (
             replace(
                 "        loss = world * (pg_loss * r_mask.sum() / n_response + cfg.vf_coef * vf_loss * v_mask.sum() "
                 "/ n_value)\n",
-                "        loss = world * (pg_loss + cfg.vf_coef * vf_loss) / len(cfg.micro_batch_sizes())\n",
+                "        loss = world * (pg_loss + cfg.vf_coef * vf_loss) / -(\n"
+                "            -cfg.local_mini_batch_size // cfg.per_device_train_batch_size\n"
+                "        )\n",
             ),
         ),
     ),

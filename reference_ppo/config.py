@@ -97,8 +97,3 @@ class PPOConfig:
             f"= {self.per_device_train_batch_size} * {self.gradient_accumulation_steps}) "
             "must be a multiple of num_mini_batches",  # pragma: no mutate - message text only
         )
-
-    def micro_batch_sizes(self) -> list[int]:
-        """Row counts of the micro-batches of one minibatch, e.g. [4, 2] for 4, 3, 2."""
-        step, size = self.per_device_train_batch_size, self.local_mini_batch_size
-        return [min(step, size - start) for start in range(0, size, step)]

@@ -1,4 +1,4 @@
-"""The reference targets hand the gate what their trainer logged (callbacks and trackers), checked channel by channel."""
+"""The reference targets hand the gate what their trainer logged (callbacks, trackers), checked channel by channel."""
 
 from __future__ import annotations
 

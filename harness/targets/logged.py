@@ -84,7 +84,8 @@ class LogTap:
         if got != list(steps):
             raise LoggedWrong(f"the trainer's callbacks got steps {got}; its schedule logs at {list(steps)}")
         if self.tracking and not (
-            [s for s, _ in self.tracked] == got and all(_same(a, b) for (_, a), (_, b) in zip(self.tracked, self.called))
+            [s for s, _ in self.tracked] == got
+            and all(_same(a, b) for (_, a), (_, b) in zip(self.tracked, self.called))
         ):
             where = _first_difference(self.tracked, self.called)
             raise LoggedWrong(f"accelerate's trackers and the callbacks were logged different things: {where}")

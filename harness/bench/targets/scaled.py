@@ -17,9 +17,9 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.algorithms.ppo.targets.reference import ReferenceRun, build_config, scenario_reward
-from harness.targets.logged import LogTap
 from harness.bench.sizes import LARGE, MEDIUM, ModelShape, Size
 from harness.errors import HarnessConfigError
+from harness.targets.logged import LogTap
 
 
 @dataclass
