@@ -3,6 +3,7 @@
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
 mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
        [--functions F,C.M]                     ... over these functions' mutants only
+       [--recheck-equivalents]                 ... also those triaged equivalent (skipped by default)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
 all (the default)                              curated, then mutmut, then report
 """
@@ -47,6 +48,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
             help="test only the mutants of these functions (comma-separated, `name` or `Class.method`); "
             "the results and the report then cover only them",
         )
+        p.add_argument(
+            "--recheck-equivalents",
+            action="store_true",
+            help="also run the mutants mutants/equivalent.toml triages as equivalent (skipped by default)",
+        )
 
     def report_args(p):
         """The report's options, shared by every sub-command that writes the reports."""
@@ -82,7 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("mutmut", "all"):
         functions = selection.parse_functions(args.functions)
         codes.append(
-            mutmut_run.run(args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch, functions)
+            mutmut_run.run(
+                args.max_children,
+                args.mutmut_timeout,
+                args.report_dir,
+                args.keep_scratch,
+                functions,
+                args.recheck_equivalents,
+            )
         )
     if args.command in ("mutmut", "report", "all") and 2 not in codes:
         codes.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .model import CuratedRun, CuratedStatus, KillCost, MutmutResults
+from .model import CuratedRun, CuratedStatus, KillCost, MutantStatus, MutmutResults
 from .schema import TEST_FILE
 from .scoring import COST_GOAL, Score, Timing
 
@@ -122,6 +122,11 @@ def mutmut_section(results: MutmutResults, summary: Score, timing: Timing, basel
     return out + per_function_table(results) + survivors_section(results)
 
 
+def skipped_equivalents(results: MutmutResults) -> int:
+    """How many mutants the run skipped because the triage calls them equivalent (mutmut's "skipped")."""
+    return sum(1 for r in results.mutants if r.status is MutantStatus.SKIPPED)
+
+
 def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | None) -> list[str]:
     """The section's heading, the files and tests mutmut ran over, and the score against the baseline."""
     c = summary.counts
@@ -132,7 +137,8 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
         f"{c.get('killed', 0)} killed",
         f"{c.get('survived', 0)} survived ({summary.missing_check} triaged missing-check)",
         f"{c.get('timeout', 0)} timeout",
-        f"{c.get('equivalent', 0)} equivalent (ignored)",
+        f"{c.get('equivalent', 0)} equivalent (ignored; {skipped_equivalents(results)} of them skipped as triaged, "
+        "not run: `--recheck-equivalents` runs them)",
         f"{c.get('no tests', 0)} without tests",
     ]
     counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]

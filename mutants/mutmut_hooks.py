@@ -24,15 +24,24 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   directory mutmut runs pytest in). mutmut runs pytest with `-x`, so a killed
   mutant costs the tests up to its first failing one: a cheap check that fails
   first spares the expensive ones. The order changes no verdict: a survivor
-  still runs every selected test.
+  still runs every selected test;
+- a mutant that `mutants/equivalent.toml` triages as equivalent is not run when
+  the driver hands over the triage (`PPO_MUTMUT_SKIP` names a JSON file of those
+  entries) and the mutant really is the change triaged: the line it changes in
+  the generated code is the entry's line and its new text has the entry's
+  replacement. The session then exits 34, mutmut's "skipped". A renumbered
+  mutant matches no entry and runs, and the report calls its entry stale.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from types import CodeType, FunctionType
 
@@ -40,6 +49,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 STATS_FILE = "mutmut-stats.json"
+SKIP_ENV = "PPO_MUTMUT_SKIP"
+SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 # the values mutmut gives MUTANT_UNDER_TEST when no mutant is active: its generation, stats, clean and forced-fail runs
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
 
@@ -96,10 +107,58 @@ def cheapest_first(items: list, durations: dict[str, float]) -> list:
     return sorted(items, key=lambda item: durations.get(item.nodeid, float("inf")))
 
 
+def _generated(name: str):
+    """(the generated function of mutant `name`, its original's), from the imported mutated module; Nones if absent."""
+    module_name, _, generated = name.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None or "__mutmut_" not in generated:
+        return None, None
+    namespace = vars(module)
+    if generated.startswith("x\u01c1"):
+        namespace = vars(getattr(module, generated[2:].partition("\u01c1")[0], object))
+    orig = generated.rpartition("__mutmut_")[0] + "__mutmut_orig"
+    unwrap = lambda value: getattr(value, "__func__", value)  # noqa: E731 - staticmethod / classmethod
+    return unwrap(namespace.get(generated)), unwrap(namespace.get(orig))
+
+
+def is_that_change(mutant_lines: list[str], orig_lines: list[str], entry: dict) -> bool:
+    """Whether a mutant's body (lines after `def`) differs from the original's on the entry's line, as triaged."""
+    removed, added = [], []
+    for line in difflib.ndiff(orig_lines, mutant_lines):
+        if line.startswith("- "):
+            removed.append(line[2:].strip())
+        elif line.startswith("+ "):
+            added.append(line[2:])
+    replacement = entry.get("replacement", "")
+    return entry.get("line") in removed and (not replacement or any(replacement in line for line in added))
+
+
+def triaged_equivalent(name: str) -> bool:
+    """Whether mutant `name` is one the driver listed as triaged equivalent, and really is that change."""
+    path = os.environ.get(SKIP_ENV)
+    if not path:
+        return False
+    try:
+        entry = json.loads(Path(path).read_text(encoding="utf-8")).get(name)
+    except (OSError, ValueError, AttributeError):
+        return False
+    mutant, orig = _generated(name)
+    if entry is None or mutant is None or orig is None:
+        return False
+    try:
+        mutant_lines, orig_lines = inspect.getsource(mutant).splitlines()[1:], inspect.getsource(orig).splitlines()[1:]
+    except (OSError, TypeError):
+        return False
+    return is_that_change(mutant_lines, orig_lines, entry)
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """While mutmut runs a mutant, run the selected tests cheapest first (see the module docstring)."""
-    if os.environ.get("MUTANT_UNDER_TEST", "") in NOT_A_MUTANT:
+    """While mutmut runs a mutant: skip a triaged equivalent, else run the tests cheapest first (module docstring)."""
+    name = os.environ.get("MUTANT_UNDER_TEST", "")
+    if name in NOT_A_MUTANT:
         return
+    if triaged_equivalent(name):
+        pytest.exit(f"{name} is triaged equivalent: not run", returncode=SKIPPED_EXIT)
     durations = _stats_durations(Path.cwd())
     if durations:
         items[:] = cheapest_first(items, durations)

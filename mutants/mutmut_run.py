@@ -36,9 +36,9 @@ from pathlib import Path
 
 from . import mutmut_hooks, selection
 from .locate import locate, mutator_name
-from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
+from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats, TriageVerdict
 from .project import ROOT, copy_project, scratch_env
-from .scoring import kill_costs
+from .scoring import kill_costs, load_triage
 
 try:
     import tomllib
@@ -127,13 +127,35 @@ def mutmut_executable() -> list[str]:
     raise RuntimeError("mutmut is not installed: pip install 'mutmut>=3.3,<4' (the `mutation` extra)")
 
 
-def run_mutmut(scratch, max_children: int, timeout: float, log_path, globs=()) -> tuple[int, float]:
+SKIP_FILE = "triaged-equivalent.json"
+
+
+def write_skip_file(scratch, entries: dict) -> Path:
+    """The triage's equivalent entries as the hooks plugin reads them ({name: line, original, replacement}).
+
+    The plugin skips such a mutant only when mutmut's generated code shows that very change, so an entry that a
+    change to the trainer has renumbered onto another mutant does not spare it.
+    """
+    skip = {
+        name: {"line": entry.line, "original": entry.original, "replacement": entry.replacement}
+        for name, entry in entries.items()
+        if entry.verdict is TriageVerdict.EQUIVALENT
+    }
+    path = Path(scratch) / SKIP_FILE
+    path.write_text(json.dumps(skip, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def run_mutmut(scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None) -> tuple[int, float]:
     """`mutmut run` in `scratch` (over the mutants matching `globs`, all where none); (exit code, seconds).
 
+    With `skip_file`, the mutants it lists as triaged equivalent are skipped (mutmut's "skipped", exit 34).
     Output goes to `log_path`.
     """
     env = scratch_env(scratch)
     env.pop("PYTHONPATH")  # mutmut puts its own ./mutants/ first on the path
+    if skip_file is not None:
+        env[mutmut_hooks.SKIP_ENV] = str(skip_file)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
@@ -319,10 +341,13 @@ def write_results(
     (report_dir / "mutmut_results.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
-def run_in_scratch(scratch, report_dir, max_children: int, timeout: float, functions: tuple[str, ...] = ()) -> int:
+def run_in_scratch(
+    scratch, report_dir, max_children: int, timeout: float, functions: tuple[str, ...] = (), recheck: bool = False
+) -> int:
     """Prepare `scratch`, run mutmut there and write mutmut_results.json; the exit code of `run`.
 
     With `functions`, mutmut tests the mutants of those functions only and the results cover only them.
+    Mutants triaged equivalent are skipped unless `recheck`.
     """
     log_path = report_dir / "mutmut.log"
     try:
@@ -337,7 +362,14 @@ def run_in_scratch(scratch, report_dir, max_children: int, timeout: float, funct
         return 2
     covers = f"only the functions {', '.join(functions)}" if functions else "the whole of " + ", ".join(MUTATED_FILES)
     print(f"mutmut: scratch project {scratch}, {max_children} worker(s), {covers}; log in {log_path}", flush=True)
-    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs)
+    skip_file = None
+    if not recheck:
+        entries, problems = load_triage()
+        if problems:
+            print("error: " + "; ".join(problems))
+            return 2
+        skip_file = write_skip_file(scratch, entries)
+    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file)
     if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in MUTATED_FILES):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2
@@ -361,10 +393,11 @@ def run(
     report_dir=None,
     keep_scratch: bool = False,
     functions: tuple[str, ...] = (),
+    recheck: bool = False,
 ) -> int:
     """Prepare the scratch project, run mutmut (over `functions` only, where given), write mutmut_results.json.
 
-    Exit 0, 1 or 2.
+    Mutants triaged equivalent are skipped unless `recheck`. Exit 0, 1 or 2.
     """
     report_dir = Path(report_dir or ROOT / "reports")
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -376,7 +409,7 @@ def run(
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="ppo-mutmut-"))
     try:
-        return run_in_scratch(scratch, report_dir, max_children, timeout, functions)
+        return run_in_scratch(scratch, report_dir, max_children, timeout, functions, recheck)
     finally:
         if keep_scratch:
             print(f"scratch kept in {scratch}")

@@ -80,8 +80,10 @@ def triage(
     triaged, problems, notes = [], [], []
     for r in records:
         entry = entries.get(r.name)
+        # a skipped mutant is one the hooks plugin found triaged equivalent: its triage applies as to a survivor
+        unkilled = r.status.undetected or r.status is MutantStatus.SKIPPED
         if entry is None:
-            if r.status.undetected:
+            if unkilled:
                 problems.append(
                     f"untriaged survivor {r.short} ({r.function}, line {r.location.start.line}): "
                     f"{r.original!r} -> {r.replacement!r}; add it to mutants/equivalent.toml or add a check"
@@ -92,7 +94,7 @@ def triage(
                 f"in `{entry.line}`, mutmut made {r.original!r} -> {r.replacement!r} in `{r.line}` "
                 "(renumbered after a change to the code? re-triage it)"
             )
-        elif r.status.undetected:
+        elif unkilled:
             r = dataclasses.replace(r, verdict=entry.verdict, why=entry.why)
         else:
             notes.append(f"{r.short} is triaged {entry.verdict.value} but is now {r.status.text}: drop its entry")

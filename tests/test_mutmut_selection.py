@@ -70,7 +70,7 @@ def test_an_unknown_function_is_a_usage_error_before_mutmut_runs(tmp_path, capsy
 def test_the_command_line_passes_the_functions_on(monkeypatch, tmp_path):
     seen = {}
 
-    def fake_run(max_children, timeout, report_dir, keep, functions):
+    def fake_run(max_children, timeout, report_dir, keep, functions, recheck):
         seen.update(max_children=max_children, functions=functions)
         return 2
 
