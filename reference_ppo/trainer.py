@@ -73,15 +73,23 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32 when it is narrower (bfloat16, float16), as it is otherwise: float64 stays float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[index] per position, one row at a time to bound memory."""
-    rows = [torch.log_softmax(row.float(), dim=-1).gather(-1, ids.unsqueeze(-1)) for row, ids in zip(logits, index)]
+    rows = [
+        torch.log_softmax(at_least_float32(row), dim=-1).gather(-1, ids.unsqueeze(-1))
+        for row, ids in zip(logits, index)
+    ]
     return torch.stack(rows).squeeze(-1).to(logits.dtype)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Per-position entropy of softmax(logits)."""
-    logits = logits.float()
+    logits = at_least_float32(logits)
     return torch.logsumexp(logits, dim=-1) - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
