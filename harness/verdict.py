@@ -290,8 +290,9 @@ class Check:
         return bool(self.problems) or any(m.failed for m in self.metrics)
 
     def fail(self, problem: str) -> None:
-        """Record why the check fails."""
-        self.problems.append(problem)
+        """Record why the check fails (once: two steps that read the same run find the same problem)."""
+        if problem not in self.problems:
+            self.problems.append(problem)
 
     def note(self, text: str) -> None:
         """Record something a reviewer should read that does not fail the check."""

@@ -852,6 +852,69 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         algorithm="grpo",
     ),
     Mutant(
+        id="g15_global_accumulation_counter",
+        bug_class=15,
+        title=(
+            "GRPO: the optimizer steps every gradient_accumulation_steps micro-batches on a counter that runs across "
+            "windows and generations"
+        ),
+        source="the class-15 counter (trl 1.12.0, measured) in a GRPO trainer's accumulation windows",
+        killed_by=("every_microbatch_applied",),
+        patch=(
+            grpo_replace(
+                "                self.interval.completion_records.setdefault((batch.index, row), "
+                "batch.completion_records[row])\n"
+                "        if cfg.max_grad_norm is not None:\n"
+                "            acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)\n"
+                "        self.optimizer.step()\n"
+                "        self.optimizer.zero_grad()\n",
+                "                self.interval.completion_records.setdefault((batch.index, row), "
+                "batch.completion_records[row])\n"
+                '            self.accumulated = getattr(self, "accumulated", 0) + 1\n'
+                "            if self.accumulated % cfg.gradient_accumulation_steps == 0:\n"
+                "                if cfg.max_grad_norm is not None:\n"
+                "                    acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)\n"
+                "                self.optimizer.step()\n"
+                "                self.optimizer.zero_grad()\n",
+            ),
+        ),
+        notes=(
+            "with windows of 3 and 1 the steps come after micro-batches 3 and 6: a window's gradient is applied with "
+            "the next window's, and the last micro-batches' never"
+        ),
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g12_empty_microbatch_counts",
+        bug_class=12,
+        title="GRPO: an all-masked micro-batch counts as one token, so its zero pulls the token means down",
+        source=(
+            "NVIDIA NeMo-RL issue 212; NovaSky-AI/SkyRL issue 1817; trl 1.12.0 GRPOTrainer logs an empty "
+            "micro-batch's token means as 0 (a count clamped to 1)"
+        ),
+        killed_by=("all_masked",),
+        patch=(grpo_replace("    n = mask.sum().double()\n", "    n = mask.sum().double().clamp(min=1)\n"),),
+        notes="the loss is right; only the pooled statistics count the empty micro-batch",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g24_nan_gradient_finite_stats",
+        bug_class=24,
+        title="GRPO: the loss of an all-masked micro-batch is 0/0, so its gradient is NaN while its statistics are 0",
+        source="NVIDIA NeMo-RL issue 212; NovaSky-AI/SkyRL issue 1817 (the GRPO form of class 24)",
+        killed_by=("all_masked",),
+        patch=(
+            grpo_replace(
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) / mask.sum() "
+                "* mask.sum() * world / denominator\n",
+            ),
+        ),
+        notes="the statistics take the guarded masked_mean; the recorder sees the NaN gradient at the step",
+        algorithm="grpo",
+    ),
+    Mutant(
         id="g09_mean_of_rank_means",
         bug_class=9,
         title="GRPO token means and policy_loss pooled on each rank, then the ranks' values averaged",

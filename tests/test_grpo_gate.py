@@ -201,6 +201,36 @@ def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache,
         assert not result.passed and why in result.message
 
 
+def test_a_generation_trained_short_of_a_micro_batch_is_caught():
+    """Windows are read from the loss records, so a micro-batch that never ran shows only in its generation's
+    count; windows that cross generations (TRL's one step counter) and a last generation cut short are right."""
+    from harness.algorithms.grpo.checks import untrained_micro_batches
+
+    spec = scenarios.SHORT.with_(max_steps=4)  # 4 micro-batches per generation
+    made = lambda *gens: [dict(record([[True]], [[0.0]], [0.0]), generation=g) for g in gens]  # noqa: E731
+    assert untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2), spec) == ""
+    assert "per generation [3, 4], expected 4" in untrained_micro_batches(made(0, 0, 0, 1, 1, 1, 1), spec)
+    assert "[4, 5]" in untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 1), spec)
+
+
+def test_a_trainer_that_skips_a_micro_batch_fails_every_microbatch_applied():
+    """The reference with the first micro-batch of each window left out: every step applies exactly the
+    backward passes that ran, so only the generations' counts show it."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    def skipping(spec, accelerator=None):
+        run = factory(spec, accelerator)
+        window_step = run.trainer.window_step
+        run.trainer.window_step = lambda batch, micro_batches: window_step(batch, micro_batches[1:] or micro_batches)
+        return run
+
+    result = grpo_check("every_microbatch_applied", ObservationCache(skipping))
+    assert not result.passed and result.message == (
+        "micro-batches per generation [3, 3], expected 4 (steps_per_generation * num_iterations) for every "
+        "generation but the last"
+    )
+
+
 def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
     """The logged entropy replaced by the flat mean of the micro-batches' own means (class 16)."""
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)

@@ -100,3 +100,35 @@ def compare_interval(obs: Observation, index: int, records: Sequence[Mapping[str
     verdicts = compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
                        where=where)  # fmt: skip
     check.absorb(diagnose_interval(verdicts, records, obs.spec))
+
+
+def untrained_micro_batches(records: Sequence[Mapping[str, Any]], spec) -> str:
+    """Why some micro-batch of a generation never ran, or ''. Each generation but a rank's last is trained in
+    full, steps_per_generation * num_iterations micro-batches (the run may stop inside the last), whether or not
+    the trainer's windows cross generations."""
+    per_generation = spec.generation_steps * spec.num_iterations
+    counts: dict[int, list[int]] = {}
+    for record in records:
+        generation = int(record.get("generation", -1))
+        if generation < 0:
+            return "a loss record has no generation index"
+        ran = counts.setdefault(int(record.get("rank", 0)), [])
+        ran.extend([0] * (generation + 1 - len(ran)))
+        ran[generation] += 1
+    for rank, ran in sorted(counts.items()):
+        if any(n != per_generation for n in ran[:-1]) or ran[-1] > per_generation:
+            where = f" on rank {rank}" if len(counts) > 1 else ""
+            return (f"micro-batches per generation {ran}{where}, expected {per_generation} "
+                    f"(steps_per_generation * num_iterations) for every generation but the last")  # fmt: skip
+    return ""
+
+
+def running_counter(grads, window_ends: Sequence[int], accumulation: int) -> str:
+    """The class-15 diagnosis, or '': the steps fall off the windows' ends, each after a multiple of
+    `accumulation` micro-batches counted across the run (a counter never reset at a window's end)."""
+    after = [max(step.backward_ids) + 1 for step in grads.steps if step.backward_ids]  # 1-based
+    if not after or list(after) == list(window_ends) or accumulation < 1 or any(a % accumulation for a in after):
+        return ""
+    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
+    return (f"steps after micro-batches {listed} (counted across the run), not at the ends of the windows "
+            f"{list(window_ends)}: an accumulation counter running across windows (class 15)")  # fmt: skip

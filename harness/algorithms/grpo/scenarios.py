@@ -8,6 +8,7 @@ The specs are plain `GRPOSpec`s, so any GRPO target runs them.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from harness.compare import compare
@@ -17,7 +18,15 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, logged_names, require_logs, require_records, window_sizes
+from .checks import (
+    compare_interval,
+    logged_names,
+    require_logs,
+    require_records,
+    running_counter,
+    untrained_micro_batches,
+    window_sizes,
+)
 from .contract import LR0_IDENTITIES, partition_names, pooled_names
 from .expect import Settings, token_terms
 from .spec import LOSS_TYPES, SETTINGS, GRPOSpec
@@ -232,18 +241,25 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
 
 def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """One optimizer step per window, after exactly that window's backward passes; each step's .grad is exactly
-    its micro-batches' gradients (clipped when max_grad_norm is set); nothing left unapplied."""
+    its micro-batches' gradients (clipped when max_grad_norm is set); nothing left unapplied, and no micro-batch
+    of a generation left out (the windows are read from the loss records, which a skipped one never writes)."""
     check, obs = Check(case.id), cache.get(spec_for(SHORT, run).with_(max_steps=4, logging_steps=2), spy=False)
     ran = require_ran(obs, check)
     if ran is None:
         return check.finish()
     grads, spec = ran.grads, obs.spec
     seen = [len(step.backward_ids) for step in grads.steps]
-    want = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
-    if seen != want or len(want) != spec.max_steps:
-        check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {want}")
+    windows = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
+    if seen != windows or len(windows) != spec.max_steps:
+        check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {windows}")
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    untrained = untrained_micro_batches(ran.loss_inputs, spec) if ran.loss_inputs else ""
+    if untrained:
+        check.fail(untrained)
+    counter = running_counter(grads, list(itertools.accumulate(windows)), spec.gradient_accumulation_steps)
+    if counter:
+        check.note(counter)
     tol = tolerance("gradient", spec.dtype)
     gaps = []
     for k, step in enumerate(grads.steps):
@@ -274,5 +290,6 @@ SCENARIOS = (
     Scenario("logit_recompute", logit_recompute, (),
              "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("every_microbatch_applied", every_microbatch_applied, (),
-             "one step per window (3+1), after exactly its backward passes; .grad is exactly theirs"),
+             "one step per window (3+1), after exactly its backward passes; .grad is exactly theirs; "
+             "every micro-batch of a generation ran"),
 )  # fmt: skip
