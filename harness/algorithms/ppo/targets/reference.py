@@ -35,6 +35,10 @@ class ReferenceRun:
     pad_token_id: int
     stop_token_id: int
     reward: object = field(repr=False)
+    models: dict[str, torch.nn.Module] = field(repr=False, default_factory=dict)
+    """The policy, reference and value model handed to the trainer (the harness recomputes with copies)."""
+    prompts: torch.Tensor | None = field(repr=False, default=None)
+    """The prompts handed to the trainer."""
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -111,4 +115,5 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         world.pad_token_id,
         accelerator=accelerator,
     )
-    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward)
+    models = {"policy": world.policy, "ref_policy": world.ref_policy, "value_model": world.value_model}
+    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward, models, world.prompts)
