@@ -150,7 +150,7 @@ class Gaps:
 
 def compare_update(update: UpdateView, networks: Mapping, prompts: torch.Tensor, pad: int, temperature: float,
                    gaps: Gaps, check: Check, tol: float) -> torch.Tensor | None:  # fmt: skip
-    """One update's log-probs and values against the networks'; returns the prompt index matched to each row."""
+    """One update's log-probs and values against the networks'; returns the prompts matched to rows (indices)."""
     where = f"update {update.index + 1}"
     rollout = update.rollout
     if rollout is None:
@@ -191,7 +191,7 @@ def compare_update(update: UpdateView, networks: Mapping, prompts: torch.Tensor,
                 gaps.add("value, new", gap, mask, f"{where} micro-batch {micro.where.split()[-1]}", rows)
     except NotRecomputable as why:
         check.fail(f"{where}: values not recomputable: {why}")
-    return chosen
+    return chosen[known.squeeze(1)]
 
 
 QUANTITIES = {
@@ -225,7 +225,7 @@ def forward_recompute(cache: ObservationCache, run: ScenarioSpec, case: Case) ->
         if chosen is not None:
             padded = padded or bool((prompts[chosen] == pad).any())
     if spec.prompt_pads:
-        require(check, padded, "no rollout row with a response was drawn from a left-padded prompt")
+        require(check, padded, "no rollout row was matched to a left-padded prompt")
     for quantity, metric in QUANTITIES.items():
         if quantity not in gaps.largest:
             if not check.failed:  # rows no prompt explains are failed above, by name
