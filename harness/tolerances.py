@@ -151,8 +151,9 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # operations; 1e-8 leaves room for another batching's float64 rounding); about ten times the largest.
     # bfloat16: a bfloat16 network and its float64 copy part by up to 2.3 in a log-prob and 3.2 in a value (reference,
     # seeds 0-3: 8-bit mantissas through two layers), so the rows are ten times that and the check there catches
-    # only what is grossly wrong (NaN, the wrong network). A mask over the pads, a temperature multiplied instead of
-    # divided, or a prompt the trainer did not use is off by O(0.1-1) at float32.
+    # only what is grossly wrong (NaN, the wrong network). At float32 an inverted attention mask, pads in the mask of
+    # a left-padded prompt, real tokens replaced by 0, or logits multiplied by the temperature (0.7) instead of
+    # divided put some log-prob off by 1.2 to 1.6 (measured, seed 0).
     "forward/logprob": ((1e-5, 0.0), (5e-5, 0.0), (25.0, 0.0)),
     "forward/value": ((1e-8, 0.0), (4e-5, 0.0), (32.0, 0.0)),
 }
