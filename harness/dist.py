@@ -12,6 +12,7 @@ Worker entry point: `python -m harness.dist --worker ...` (used by the parent).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import subprocess
@@ -52,7 +53,8 @@ def worker(target: str, seed: int, out: Path) -> int:
             if hasattr(spec, "rank"):  # PPO's specs vary the padding by rank
                 spec = spec.with_(rank=rank, world_size=world)
             obs = observe(factory, spec, spy=getattr(algorithm, "spy", True))
-            torch.save(obs.ran, out / f"{name}-rank{rank}.pt")
+            ran = obs.ran if obs.ran is None else dataclasses.replace(obs.ran, networks=None)  # no model copies
+            torch.save(ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others
     except HarnessConfigError as exc:
         print(f"rank {rank}: configuration error: {exc}", file=sys.stderr)

@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 43))
+PPO_CLASSES = (*range(1, 16), *range(20, 43), 46)
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -717,6 +717,27 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
+    ),
+    Mutant(
+        id="c46_forward_without_attention_mask",
+        bug_class=46,
+        title="the policy's forward is given the token ids alone: it attends to the prompt's left pads",
+        source=(
+            "left-padded queries need an attention mask and position ids that skip the pads "
+            "('The N+ Implementation Details of RLHF with PPO', Huang et al. 2024); a forward without them"
+        ),
+        killed_by=("forward_recompute[run=left_padded]",),
+        patch=(
+            replace(
+                "    out = policy(**model_inputs(query_responses, pad_token_id), return_dict=True)\n",
+                "    out = policy(input_ids=query_responses, return_dict=True)\n",
+            ),
+        ),
+        notes=(
+            "rollout, reference and new log-probs come from the same wrong forward, so every statistic, the "
+            "training signal and the gradients agree with them; only the network's own log-probs on the real "
+            "tokens differ, and only where a prompt is left-padded"
+        ),
     ),
 )
 

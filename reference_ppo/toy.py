@@ -81,6 +81,7 @@ def build_world(
     dtype: torch.dtype = torch.float32,
     independent_ref: bool = False,
     pad_logit_bias: float = 0.0,
+    prompt_pads: int = 0,
 ) -> ToyWorld:
     """Policy, frozen reference, value model, reward model and prompts, all from `seed`.
 
@@ -88,6 +89,7 @@ def build_world(
     draws it from its own seed so that the KL terms are non-zero from the first update.
     `pad_logit_bias` adds a bias to the pad logit of both policies, so that some
     responses start with pad (empty responses, all-masked micro-batches).
+    `prompt_pads` left-pads the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens.
     """
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -100,6 +102,10 @@ def build_world(
     reward_model = _seeded(seed + 2, lambda: AutoModelForSequenceClassification.from_config(head_config))
     generator = torch.Generator().manual_seed(seed + 3)
     prompts = torch.randint(3, vocab_size, (num_prompts, prompt_length), generator=generator)
+    if not 0 <= prompt_pads < prompt_length:
+        raise ValueError(f"prompt_pads must be in [0, {prompt_length}), got {prompt_pads}")
+    for i in range(num_prompts):
+        prompts[i, : i % (prompt_pads + 1)] = tokenizer.pad_token_id
     for model in (policy, ref_policy, value_model, reward_model):
         model.to(device=device, dtype=dtype)
     for model in (policy, ref_policy):

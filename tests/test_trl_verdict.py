@@ -43,6 +43,7 @@ TRL_FAILS = {
     ),  # fmt: skip
     "settings_sweep[settings=whiten_eos,check=rollout_objectives]",
     "settings_sweep[settings=whiten_eos,check=training_signal]",
+    "settings_sweep[settings=whiten_eos,check=forward_recompute]",
 }
 TRL_PASSES = {
     "rollout_objectives[rollout=uneven_split]",
@@ -52,6 +53,10 @@ TRL_PASSES = {
     "training_signal[epochs=1]",
     "training_signal[epochs=2]",
     *(f"settings_sweep[settings={s},check=training_signal]" for s in ("temperature", "k3", "clipped")),
+    # it feeds its networks the right inputs: its log-probs and values are the networks' own, left padding included
+    "forward_recompute[run=lr0_uneven]",
+    "forward_recompute[run=left_padded]",
+    *(f"settings_sweep[settings={s},check=forward_recompute]" for s in ("temperature", "k3", "clipped")),
 }
 
 

@@ -44,7 +44,10 @@ class TargetRun(Protocol):
     # A run may also have `scores` (the scores handed to the trainer, one tensor per rollout; without them the
     # score objectives are reported not recomputable), `site_map` (its own names for the call sites) and
     # `value_head` (the value model's head module, whose output per position the harness records; without it
-    # the value side of the training signal is reported not recomputable).
+    # the value side of the training signal is reported not recomputable), `models` (a mapping "policy",
+    # "ref_policy", "value_model" -> the modules the run handed its trainer; observe() keeps a float64 CPU copy of
+    # each, made before training, for the forward recompute) and `prompts` (the (N, P) prompts handed to the
+    # trainer, left-padded with pad_token_id; without `models` and `prompts` the recompute is not recomputable).
     # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
 
 
@@ -76,6 +79,10 @@ class Ran:
     """The run's site map (its names for the call sites), or None for the algorithm's default."""
     loss_inputs: tuple[dict, ...] | None = None
     """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
+    networks: Any = None
+    """Float64 CPU copies of the run's `models`, taken before training (None: the run exposes none)."""
+    prompts: torch.Tensor | None = None
+    """The prompts the run was given, (N, P) int64 on the CPU (None: the run exposes none)."""
 
 
 @dataclass(frozen=True)
@@ -114,13 +121,34 @@ def build_run(factory: Callable, spec: RunSpec) -> TargetRun:
     return run
 
 
+def pristine_networks(run: Any) -> dict | None:
+    """Float64 CPU copies of `run.models`, in eval mode and frozen, so nothing the trainer does later reaches them."""
+    import copy
+
+    import torch
+
+    models = getattr(run, "models", None)
+    if models is None:
+        return None
+    copies = {}
+    for name, module in dict(models).items():
+        twin = copy.deepcopy(module).to(device="cpu", dtype=torch.float64).eval()
+        copies[name] = twin.requires_grad_(False)
+    return copies
+
+
 def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
     """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder."""
+    import torch
+
     from .grad import GradRecorder
     from .spy import Spy
     from .values import ValueRecorder
 
     run = build_run(factory, spec)
+    networks = pristine_networks(run)
+    prompts = getattr(run, "prompts", None)
+    prompts = prompts.detach().to("cpu").long().clone() if isinstance(prompts, torch.Tensor) else None
     records: tuple = ()
     if spy:
         head = getattr(run, "value_head", None)
@@ -144,6 +172,8 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         scores=None if scores is None else tuple(scores),
         sites=getattr(run, "site_map", None),
         loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
+        networks=networks,
+        prompts=prompts,
     )
     return Observation(spec, outcome)
 

@@ -18,6 +18,7 @@ from . import signal
 from .checks import compare_pooled, oracle_update, require_logs, require_view
 from .contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from .expect import expected_metrics
+from .forward import forward_recompute
 from .gradient_scenarios import (
     LOGP_GRADIENT_RUNS,
     every_microbatch_applied,
@@ -29,7 +30,7 @@ from .gradient_scenarios import (
 from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
-from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, FORWARD_RUNS, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
 from .spec import ScenarioSpec
 
 __all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
@@ -148,6 +149,7 @@ SWEPT = {
     "gradient_partition": gradient_partition,
     "every_microbatch_applied": every_microbatch_applied,
     "training_signal": training_signal,
+    "forward_recompute": forward_recompute,
 }
 """The checks run again under each settings profile, with their default parameters."""
 
@@ -201,9 +203,16 @@ SCENARIOS = (
         "raw advantages (and rewards) equal the oracle's GAE; per-token policy and value losses follow from them",
     ),  # fmt: skip
     Scenario(
+        "forward_recompute",
+        forward_recompute,
+        (("run", tuple(FORWARD_RUNS)),),
+        "LR 0: rollout, reference and new log-probs and the values == the networks' own, float64, on the real tokens",
+    ),  # fmt: skip
+    Scenario(
         "settings_sweep",
         settings_sweep,
         (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
-        "the uneven split, its objectives, the gradient checks and the training signal under other settings",
+        "the uneven split, its objectives, the gradient checks, the training signal and the forward recompute under "
+        "other settings",
     ),  # fmt: skip
 )

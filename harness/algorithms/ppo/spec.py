@@ -64,6 +64,8 @@ class ScenarioSpec:
     """Rows per rollout forward pass (local_rollout_forward_batch_size)."""
     pad_logit_bias: float = 0.0
     """Added to the policy's pad-token logit, so that some responses are empty (all-masked rows)."""
+    prompt_pads: int = 0
+    """Left padding of the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens."""
     # per-rank padding variety, used by multi-process scenarios
     rank: int = 0
     world_size: int = 1
@@ -114,6 +116,8 @@ class ScenarioSpec:
         bad = [f"{k}={v}" for k, v in sizes.items() if v <= 0]
         if bad:
             raise HarnessConfigError("sizes must be positive: " + ", ".join(bad))
+        if not 0 <= self.prompt_pads < self.prompt_length:
+            raise HarnessConfigError(f"prompt_pads={self.prompt_pads}: must be at least 0 and below prompt_length")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise HarnessConfigError(f"kl_estimator={self.kl_estimator!r}: expected one of {', '.join(KL_ESTIMATORS)}")
         if self.temperature <= 0:

@@ -93,6 +93,16 @@ class TinyRun:
         return self.ppo.value_model.score
 
     @property
+    def models(self) -> dict[str, torch.nn.Module]:
+        """The networks the gate recomputes the log-probs and values with (transformers models of the toy world)."""
+        return {"policy": self.ppo.policy, "ref_policy": self.ppo.ref_policy, "value_model": self.ppo.value_model}
+
+    @property
+    def prompts(self) -> torch.Tensor:
+        """The prompts tinyppo draws its queries from."""
+        return self.ppo.prompts
+
+    @property
     def scores(self) -> list[torch.Tensor]:
         """The scores handed to the trainer, one tensor per update."""
         return list(self.reward.given)
@@ -114,6 +124,7 @@ def build(spec: ScenarioSpec, trainer_class: type[trainer.TinyPPO] = trainer.Tin
         dtype=getattr(torch, spec.dtype),
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
+        prompt_pads=spec.prompt_pads,
     )
     reward = recording_reward(world.pad_token_id)
     ppo = trainer_class(

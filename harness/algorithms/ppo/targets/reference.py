@@ -37,6 +37,10 @@ class ReferenceRun:
     stop_token_id: int
     reward: object = field(repr=False)
     tap: LogTap = field(repr=False)
+    models: dict[str, torch.nn.Module] = field(repr=False, default_factory=dict)
+    """The policy, reference and value model handed to the trainer (the harness recomputes with copies)."""
+    prompts: torch.Tensor | None = field(repr=False, default=None)
+    """The prompts handed to the trainer."""
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -117,4 +121,5 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         callbacks=[tap.callback],
         accelerator=accelerator,
     )
-    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward, tap)
+    models = {"policy": world.policy, "ref_policy": world.ref_policy, "value_model": world.value_model}
+    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward, tap, models, world.prompts)

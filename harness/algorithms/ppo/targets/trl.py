@@ -113,6 +113,10 @@ class TrlRun:
     _trained: bool = False
     _scores: list[torch.Tensor] = field(default_factory=list)
     _chunks_per_update: int = 1
+    models: dict[str, torch.nn.Module] = field(repr=False, default_factory=dict)
+    """The policy, reference and value model handed to TRL's PPOTrainer (the harness recomputes with copies)."""
+    prompts: torch.Tensor | None = field(repr=False, default=None)
+    """The prompts of TRL's training dataset."""
 
     @property
     def value_head(self) -> torch.nn.Module:
@@ -286,4 +290,6 @@ def factory(spec: ScenarioSpec, module: str | None = None) -> TrlRun:
         _workdir=workdir,
         _scores=scores,
         _chunks_per_update=-(-local_batch // spec.rollout_chunk),
+        models={"policy": world.policy, "ref_policy": world.ref_policy, "value_model": world.value_model},
+        prompts=world.prompts,
     )
