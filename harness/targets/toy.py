@@ -27,4 +27,5 @@ def toy_world(spec):
         dtype=dtype,
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
+        dropout=getattr(spec, "dropout", 0.0),
     )
