@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 43))
+PPO_CLASSES = (*range(1, 16), *range(20, 44))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -715,6 +715,21 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
+    ),
+    Mutant(
+        id="c43_dropout_left_on",
+        bug_class=43,
+        title="the models left in train mode: dropout acts in the rollout and in the update",
+        source="huggingface/trl issue 4; trl PRs 1540, 3234 (dropout disabled for this reason)",
+        killed_by=(
+            "settings_sweep[settings=dropout,check=lr0_ratio]",
+            "settings_sweep[settings=dropout,check=gradient_partition]",
+        ),
+        patch=(replace("        self.model.eval()\n", "        self.model.train()\n"),),
+        notes=(
+            "invisible without dropout in the models, where every other scenario runs; with attention dropout 0.1 "
+            "the update's log-probs are another draw than the rollout's: val/ratio 1.13 at LR 0"
+        ),
     ),
 )
 

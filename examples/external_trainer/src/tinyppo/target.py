@@ -114,6 +114,7 @@ def build(spec: ScenarioSpec, trainer_class: type[trainer.TinyPPO] = trainer.Tin
         dtype=getattr(torch, spec.dtype),
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
+        dropout=spec.dropout,
     )
     reward = recording_reward(world.pad_token_id)
     ppo = trainer_class(
