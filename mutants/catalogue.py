@@ -886,6 +886,16 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         notes="on one process it is exact; over two ranks of different completion lengths it is not",
         algorithm="grpo",
     ),
+    Mutant(
+        id="g43_dropout_left_on",
+        bug_class=43,
+        title="GRPO policy left in train mode: dropout acts in the old log-probs and in the update",
+        source="huggingface/trl PR 3234 (the GRPO form of class 43)",
+        killed_by=("partition[dropout=0.1]",),
+        patch=(grpo_replace("        self.model.eval()\n", "        self.model.train()\n"),),
+        notes="invisible without dropout in the models; with attention dropout 0.1, tokens are clipped at LR 0",
+        algorithm="grpo",
+    ),
 )
 """Mutants of the reference GRPO trainer, killed by the GRPO gate (`--target reference-grpo`)."""
 
