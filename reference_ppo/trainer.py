@@ -500,6 +500,7 @@ class PPOTrainer:
         evaluations of one function of the weights, so no dropout may act in either. Eval mode stops
         every kind, `nn.Dropout` modules and the dropout attention applies as a function while
         `module.training` (Llama's `attention_dropout`), which setting `p = 0` on the modules misses.
+        Nothing else here needs train mode (no batch norm, no gradient checkpointing).
         """
         self.model.eval()
         rollout, per_sample = self.rollout()
