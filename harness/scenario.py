@@ -56,9 +56,12 @@ class Scenario:
     check: CheckFn
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     summary: str = ""
+    points: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    """Cases listed one by one, after the product of `axes`: a sweep that is not a full product."""
 
     def cases(self) -> list[Case]:
-        """Every point of the sweep, in axis order (one case when there are no axes)."""
+        """Every point of the sweep, in axis order, then `points` (one case when there are neither)."""
         keys = [key for key, _ in self.axes]
         values = [options for _, options in self.axes]
-        return [Case(self, tuple(zip(keys, point))) for point in itertools.product(*values)]
+        product = [] if self.points and not self.axes else itertools.product(*values)
+        return [Case(self, tuple(zip(keys, point))) for point in product] + [Case(self, p) for p in self.points]

@@ -50,6 +50,9 @@ DEFAULT = "*"
 #   O(1) terms near 0, compared split against split without a scale (measured gaps up to 1.8e-8).
 # float32: abs and rel as measured on the reference trainer (worst 6e-8 relative) with margin for
 #   GPU reduction orders; val/ratio_var rel 1e-5 (it was 1e-3, which let a 1e-3 error through).
+#   Dropout needs no row of its own: with attention dropout 0.1 the reference (eval mode) logs the
+#   LR-0 identities exactly (val/ratio 1, approxkl and clipfrac 0, seeds 0-2), and a trainer that lets
+#   it act misses them by 0.13-0.69 in val/ratio and 0.24-0.39 in approxkl, far beyond any row.
 # bfloat16: per-token values and their sums are rounded to 8 bits of mantissa. Worst gaps on the reference
 #   trainer, every check, seeds 0-9, on the CPU (docs/bench.md has the table): loss/policy_avg 1.9e-3 abs
 #   (47% of its allowance), loss/value_avg 3.0e-3 rel (24%), objective/entropy 2.9e-2 abs / 1.1e-3 rel (11%),

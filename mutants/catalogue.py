@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 43), 46)
+PPO_CLASSES = (*range(1, 16), *range(20, 44), 46)
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -719,6 +719,21 @@ MUTANTS: tuple[Mutant, ...] = (
         notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
     ),
     Mutant(
+        id="c43_dropout_left_on",
+        bug_class=43,
+        title="the models left in train mode: dropout acts in the rollout and in the update",
+        source="huggingface/trl issue 4; trl PRs 1540, 3234 (dropout disabled for this reason)",
+        killed_by=(
+            "settings_sweep[settings=dropout,check=lr0_ratio]",
+            "settings_sweep[settings=dropout,check=gradient_partition]",
+        ),
+        patch=(replace("        self.model.eval()\n", "        self.model.train()\n"),),
+        notes=(
+            "invisible without dropout in the models, where every other scenario runs; with attention dropout 0.1 "
+            "the update's log-probs are another draw than the rollout's: val/ratio 1.13 at LR 0"
+        ),
+    ),
+    Mutant(
         id="c46_forward_without_attention_mask",
         bug_class=46,
         title="the policy's forward is given the token ids alone: it attends to the prompt's left pads",
@@ -955,6 +970,16 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         ),
         command="verify-dist",
         notes="on one process it is exact; over two ranks of different completion lengths it is not",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g43_dropout_left_on",
+        bug_class=43,
+        title="GRPO policy left in train mode: dropout acts in the old log-probs and in the update",
+        source="huggingface/trl PR 3234 (the GRPO form of class 43)",
+        killed_by=("partition[dropout=0.1]",),
+        patch=(grpo_replace("        self.model.eval()\n", "        self.model.train()\n"),),
+        notes="invisible without dropout in the models; with attention dropout 0.1, tokens are clipped at LR 0",
         algorithm="grpo",
     ),
 )

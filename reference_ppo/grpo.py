@@ -8,7 +8,7 @@ them together (generation -> num_iterations passes of steps_per_generation micro
 
 Shared with the PPO trainer, where they are the same thing: sampling, truncation at the
 stop token and the response mask, model inputs and temperature-scaled logits, scores of a
-reward callable or model, k3, entropy and dropout. `masked_mean` and
+reward callable or model, k3 and entropy. `masked_mean` and
 `selective_log_softmax` are module-level names of this module too, looked up at call
 time, so that a test can monkeypatch them here. Each call site assigns its result to the
 name of its role (docs/grpo-metrics.md lists them).
@@ -29,7 +29,6 @@ from .grpo_config import GRPOConfig
 from .trainer import (
     Callback,
     Reward,
-    disable_dropout,
     entropy_from_logits,
     kl_per_token,
     masked_mean,
@@ -374,7 +373,6 @@ class GRPOTrainer:
             if isinstance(f, nn.Module):
                 f.to(device).eval()
         self.prompts = prompts
-        disable_dropout(policy, *[m for m in (ref_policy, *self.reward_funcs.values()) if isinstance(m, nn.Module)])
         optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=0.0)
         self.model, self.optimizer = self.accelerator.prepare(policy, optimizer)
         self.step = 0
@@ -544,9 +542,13 @@ class GRPOTrainer:
         return one_pass * cfg.num_iterations
 
     def train_one_generation(self) -> None:
-        """Generate, then one optimizer step per window of the generation (stopping at max_steps); log on time."""
+        """Generate, then one optimizer step per window of the generation (stopping at max_steps); log on time.
+
+        The policy runs in eval mode throughout, as the PPO trainer's models do: old and new log-probs
+        are two evaluations of one function of the weights, so no dropout of any kind may act in either.
+        """
         cfg = self.config
-        self.model.train()
+        self.model.eval()
         batch = self.generate()
         micro_batches, start = self.micro_batches(batch), 0
         for size in cfg.window_sizes:

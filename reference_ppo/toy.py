@@ -82,6 +82,7 @@ def build_world(
     independent_ref: bool = False,
     pad_logit_bias: float = 0.0,
     prompt_pads: int = 0,
+    dropout: float = 0.0,
 ) -> ToyWorld:
     """Policy, frozen reference, value model, reward model and prompts, all from `seed`.
 
@@ -90,14 +91,17 @@ def build_world(
     `pad_logit_bias` adds a bias to the pad logit of both policies, so that some
     responses start with pad (empty responses, all-masked micro-batches).
     `prompt_pads` left-pads the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens.
+    `dropout` is the attention dropout of every model (Llama's `attention_dropout`, applied
+    while a model is in training mode; Llama has no other dropout), so that a trainer that
+    leaves dropout on can be told from one that does not.
     """
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     tokenizer = build_tokenizer(vocab_size)
-    config = tiny_config(vocab_size)
+    config = tiny_config(vocab_size, attention_dropout=dropout)
     policy = _seeded(seed, lambda: AutoModelForCausalLM.from_config(config))
     ref_policy = _seeded(seed + 4 if independent_ref else seed, lambda: AutoModelForCausalLM.from_config(config))
-    head_config = tiny_config(vocab_size, num_labels=1)
+    head_config = tiny_config(vocab_size, num_labels=1, attention_dropout=dropout)
     value_model = _seeded(seed + 1, lambda: AutoModelForSequenceClassification.from_config(head_config))
     reward_model = _seeded(seed + 2, lambda: AutoModelForSequenceClassification.from_config(head_config))
     generator = torch.Generator().manual_seed(seed + 3)

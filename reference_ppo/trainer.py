@@ -338,14 +338,6 @@ def rollout_objectives(per_sample: torch.Tensor) -> dict[str, float]:
 # ---------------------------------------------------------------- the trainer
 
 
-def disable_dropout(*models: nn.Module) -> None:
-    """Dropout off everywhere: the rollout and the update must see the same function of the weights."""
-    for model in models:
-        for module in model.modules():
-            if isinstance(module, nn.Dropout):
-                module.p = 0.0
-
-
 class PolicyAndValue(nn.Module):
     """Policy and value model behind one module, so that one `accelerator.prepare` wraps both."""
 
@@ -384,7 +376,6 @@ class PPOTrainer:
         self.ref_policy = ref_policy.to(device).eval()
         self.reward = reward.to(device).eval() if isinstance(reward, nn.Module) else reward
         self.prompts = prompts
-        disable_dropout(policy, ref_policy, value_model, *([reward] if isinstance(reward, nn.Module) else []))
         model = PolicyAndValue(policy, value_model)
         optimizer = torch.optim.AdamW(
             model.parameters(),
@@ -517,8 +508,15 @@ class PPOTrainer:
         self.accelerator.log(metrics, step=self.update)
 
     def train_one_update(self) -> dict[str, float]:
-        """Rollout, optimisation and logging of one update; every statistic comes from this update alone."""
-        self.model.train()
+        """Rollout, optimisation and logging of one update; every statistic comes from this update alone.
+
+        The models run in eval mode throughout, rollout and update alike: the ratio compares two
+        evaluations of one function of the weights, so no dropout may act in either. Eval mode stops
+        every kind, `nn.Dropout` modules and the dropout attention applies as a function while
+        `module.training` (Llama's `attention_dropout`), which setting `p = 0` on the modules misses.
+        Nothing else here needs train mode (no batch norm, no gradient checkpointing).
+        """
+        self.model.eval()
         rollout, per_sample = self.rollout()
         stats = self.optimise(rollout)
         acc = self.accelerator

@@ -14,11 +14,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ids_are_unique_and_formed_from_scenario_and_params():
     ids = [str(c.id) for c in cases("ppo")]
-    assert len(ids) == len(set(ids)) == 45  # 13, 2 of the training signal, 3 + 1 of the gradient, 2 of the forward
-    # recompute, 24 of the sweep
+    # 13, 2 of the training signal, 3 + 1 of the gradient, 2 of the forward recompute, 26 of the sweep
+    # (4 settings x 6 checks, 2 with dropout)
+    assert len(ids) == len(set(ids)) == 47
     assert str(CheckId("uneven_split", (("epochs", 1),))) == "uneven_split[epochs=1]" in ids
     assert str(CheckId("freshness")) == "freshness" in ids
     assert case("rollout_objectives[rollout=padding_rows]").param("rollout") == "padding_rows"
+
+
+def test_a_sweep_that_is_not_a_product_lists_its_points():
+    from harness.scenario import Scenario
+
+    def check(cache, run, case):
+        return None
+
+    product = Scenario("s", check, (("a", (1, 2)),), points=((("a", 3), ("b", 0)),))
+    assert [str(c.id) for c in product.cases()] == ["s[a=1]", "s[a=2]", "s[a=3,b=0]"]
+    assert [str(c.id) for c in Scenario("s", check, points=((("a", 3),),)).cases()] == ["s[a=3]"]
+    assert [str(c.id) for c in Scenario("s", check).cases()] == ["s"]
+    dropout = [c.param("check") for c in cases("ppo") if c.param("settings") == "dropout"]
+    assert dropout == ["lr0_ratio", "gradient_partition"]  # the checks that compare the update with the rollout
 
 
 def test_docs_checks_md_is_what_the_cli_prints():

@@ -39,6 +39,16 @@ def test_adapter_that_returns_no_run_exits_2(tmp_path):
     assert "lacks 'module'" in output
 
 
+def test_dropout_is_a_setting_in_zero_to_one():
+    from harness.algorithms.ppo.spec import parse_settings
+    from harness.errors import HarnessConfigError
+
+    assert parse_settings(["dropout=0.1", "temperature=0.7"]) == {"dropout": 0.1, "temperature": 0.7}
+    for bad in ("dropout=1", "dropout=-0.1", "dropout=some"):
+        with pytest.raises(HarnessConfigError, match="dropout"):
+            parse_settings([bad])
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_device_is_a_usage_error_not_a_pass(tmp_path):
     code, _, output = verify(tmp_path, "--device", "cuda")

@@ -128,6 +128,9 @@ def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
     with pytest.raises(HarnessConfigError, match="loss_type='cispo'"):
         GRPOSpec(loss_type="cispo").validate()
     assert parse_settings(["loss_type=bnpo", "beta=0"]) == {"loss_type": "bnpo", "beta": 0.0}
+    assert parse_settings(["dropout=0.1"]) == {"dropout": 0.1}
+    with pytest.raises(HarnessConfigError, match="dropout=1.0"):
+        parse_settings(["dropout=1"])
     with pytest.raises(HarnessConfigError, match="KEY one of"):
         parse_settings(["kl_coef=0.1"])
     assert hash(GRPOSpec()) == hash(GRPOSpec())  # the observation cache's key
@@ -254,7 +257,7 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )
-    assert len(cases("grpo")) == 15  # 4 loss types twice, 7 single checks
+    assert len(cases("grpo")) == 16  # 4 loss types twice, 7 single checks, partition again with dropout
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

@@ -277,19 +277,21 @@ def test_callbacks_receive_every_update():
     assert [u for u, _ in seen] == [0, 1]
 
 
-def test_dropout_is_switched_off_so_lr0_ratios_are_exactly_one():
+def test_no_dropout_acts_so_lr0_ratios_are_exactly_one():
+    """Both kinds of dropout, an nn.Dropout module and Llama's functional attention dropout: eval mode stops both."""
+    from accelerate import Accelerator
     from torch import nn
 
-    world = toy.build_world(seed=0)
+    world = toy.build_world(seed=0, dropout=0.1)
     world.policy.model.layers[0].mlp.act_fn = nn.Sequential(nn.SiLU(), nn.Dropout(0.5))
-    from accelerate import Accelerator
-
     trainer = T.PPOTrainer(
         uneven(learning_rate=0.0), world.policy, world.ref_policy, world.value_model, world.reward_model,
         world.prompts, world.pad_token_id, accelerator=Accelerator(cpu=True),
     )  # fmt: skip
-    assert all(m.p == 0.0 for m in trainer.model.modules() if isinstance(m, nn.Dropout))
-    assert trainer.train()[0]["val/ratio"] == pytest.approx(1.0, abs=1e-6)
+    metrics = trainer.train()[0]
+    assert not any(m.training for m in trainer.model.modules())
+    assert metrics["val/ratio"] == pytest.approx(1.0, abs=1e-6) and metrics["val/ratio_var"] == pytest.approx(0.0)
+    assert metrics["policy/approxkl_avg"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_a_reward_on_decoded_text_trains():

@@ -28,6 +28,9 @@ TRL_GRPO_FAILS = {
     "freshness",
     "all_masked",  # an empty micro-batch's means enter as 0
     "partition",
+    # and, with attention dropout in the models, tokens clipped at LR 0: disable_dropout sets p = 0 on nn.Dropout
+    # modules only, and the Trainer trains in train mode, so Llama's functional attention dropout acts (class 43)
+    "partition[dropout=0.1]",
     "gradient_partition[loss_type=bnpo]",  # bnpo's loss is a mean of micro-batch token means
 }
 TRL_GRPO_PASSES = {
@@ -82,6 +85,15 @@ def test_each_trl_grpo_failure_is_one_line_with_logged_and_expected_values(trl_g
         assert re.search(r"logged=\S+ expected=\S+", line), line
     for check_id in ("uneven_lengths[loss_type=dapo]", "partition", "all_masked"):
         assert "entropy" in lines[check_id], lines[check_id]  # the first failure is a pooled token mean
+
+
+def test_trl_grpo_clips_tokens_at_lr0_only_with_dropout(trl_grpo_verdict):
+    _, report, _ = trl_grpo_verdict
+    checks = {c["id"]: c for c in report["checks"]}
+    failed = {cid: {m["name"] for m in checks[cid]["metrics"] if m["failed"]} for cid in checks}
+    assert failed["partition"] == {"entropy", "kl"}  # class 16 alone: no token clipped
+    clip = {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/high_max"}
+    assert clip <= failed["partition[dropout=0.1]"]
 
 
 @pytest.fixture(scope="module")

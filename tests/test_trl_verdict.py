@@ -44,6 +44,10 @@ TRL_FAILS = {
     "settings_sweep[settings=whiten_eos,check=rollout_objectives]",
     "settings_sweep[settings=whiten_eos,check=training_signal]",
     "settings_sweep[settings=whiten_eos,check=forward_recompute]",
+    # with attention dropout in the models, dropout acts in its update: p = 0 on nn.Dropout modules misses
+    # Llama's functional attention dropout, and it trains in train mode (approxkl, clipfrac > 0 at LR 0)
+    "settings_sweep[settings=dropout,check=lr0_ratio]",
+    "settings_sweep[settings=dropout,check=gradient_partition]",
 }
 TRL_PASSES = {
     "rollout_objectives[rollout=uneven_split]",
@@ -124,6 +128,24 @@ def test_trl_uneven_split_names_each_pooled_mean_that_disagrees(trl_verdict):
     }
     # entropy, ratio and approxkl are plain means over pad positions; every mean is a mean of slot means
     assert {"policy/entropy_avg", "val/ratio", "val/ratio_var", "policy/approxkl_avg", "loss/value_avg"} <= failing
+
+
+def test_trl_lets_attention_dropout_act(trl_verdict):
+    _, report, _ = trl_verdict
+    check = "settings_sweep[settings=dropout,check=lr0_ratio]"
+    # both 0 without dropout (lr0_ratio fails on val/ratio and val/ratio_var only, class 2)
+    for name in ("policy/approxkl_avg", "policy/clipfrac_avg"):
+        found = metric(report, check, name)
+        assert found["status"] == "fail" and found["logged"] > 0.05 and found["expected"] == 0.0
+    assert {m["name"] for m in metric_list(report, "lr0_ratio[epochs=1]") if m["failed"]} == {
+        "val/ratio",
+        "val/ratio_var",
+    }
+
+
+def metric_list(report: dict, check_id: str) -> list[dict]:
+    (check,) = [c for c in report["checks"] if c["id"] == check_id]
+    return check["metrics"]
 
 
 def test_trl_does_not_clip_and_refuses_whitening_on_small_minibatches(trl_verdict):

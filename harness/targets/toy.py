@@ -28,4 +28,5 @@ def toy_world(spec):
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
         prompt_pads=getattr(spec, "prompt_pads", 0),
+        dropout=getattr(spec, "dropout", 0.0),
     )

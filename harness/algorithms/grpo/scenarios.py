@@ -154,9 +154,12 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
 
 def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """At LR 0, one generation batch cut into other micro-batches, windows and passes logs the same metrics;
-    no token is clipped. No records needed."""
+    no token is clipped. No records needed. `dropout=0.1`: the same with attention dropout in the models, where
+    a trainer that lets dropout act clips tokens (old and new log-probs are two draws) and logs cut-dependent
+    means."""
     check = Check(case.id)
     base = spec_for(LR0, run)
+    base = base.with_(dropout=case.param("dropout", base.dropout))
     specs = []
     for bs, gas, spg, iters in CUTS:
         spec = base.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=gas,
@@ -284,7 +287,8 @@ SCENARIOS = (
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("partition", partition, (),
-             "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped"),
+             "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
+             ((), (("dropout", 0.1),))),
     Scenario("gradient_partition", gradient_partition, (("loss_type", LOSS_TYPES),),
              "LR 0: the step gradient of the loss type does not depend on the micro-batch cut"),
     Scenario("logit_recompute", logit_recompute, (),

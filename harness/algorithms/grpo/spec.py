@@ -27,6 +27,7 @@ SETTINGS = (
     "epsilon_high",
     "scale_rewards",
     "max_grad_norm",
+    "dropout",
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole GRPO gate."""
 
@@ -66,6 +67,8 @@ class GRPOSpec:
     num_prompts: int = 48
     pad_logit_bias: float = 0.0
     """Added to the policy's pad-token logit, so that some completions are empty (all-masked rows)."""
+    dropout: float = 0.0
+    """Attention dropout of every toy model: a trainer must not let it act (at LR 0 no token is clipped)."""
 
     def with_(self, **changes) -> GRPOSpec:
         """A copy with `changes`."""
@@ -147,6 +150,8 @@ class GRPOSpec:
             )
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
+        if not 0 <= self.dropout < 1:
+            raise HarnessConfigError(f"dropout={self.dropout}: must be in [0, 1)")
         if self.beta < 0 or self.learning_rate < 0:
             raise HarnessConfigError(f"beta={self.beta}, learning_rate={self.learning_rate}: must be >= 0")
         if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:

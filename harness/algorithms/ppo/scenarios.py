@@ -40,8 +40,9 @@ PROFILES = {
     "k3": {"kl_estimator": "k3"},
     "whiten_eos": {"whiten_rewards": True, "missing_eos_penalty": 1.0},
     "clipped": {"max_grad_norm": 1.0},
+    "dropout": {"dropout": 0.1},
 }
-"""The settings sweep: each profile changes the run-wide settings of the checks in SWEPT."""
+"""The settings sweep: each profile changes the run-wide settings of its checks in SWEEP."""
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -111,7 +112,7 @@ def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> C
 def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """At learning rate 0: val/ratio == 1, val/ratio_var == 0, approxkl == 0, clipfrac == 0. No spy needed."""
     check = Check(case.id)
-    obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs")), spy=False)
+    obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs", 1)), spy=False)
     if require_logs(obs, LR0_IDENTITIES, check):
         verdicts = compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, kind="identity")
         check.absorb(diagnose_identities(verdicts, obs.spec))
@@ -150,14 +151,30 @@ SWEPT = {
     "every_microbatch_applied": every_microbatch_applied,
     "training_signal": training_signal,
     "forward_recompute": forward_recompute,
+    "lr0_ratio": lr0_ratio,
 }
-"""The checks run again under each settings profile, with their default parameters."""
+"""The checks run again under a settings profile, with their default parameters."""
+UPDATE_CHECKS = (
+    "uneven_split",
+    "rollout_objectives",
+    "gradient_partition",
+    "every_microbatch_applied",
+    "training_signal",
+    "forward_recompute",
+)
+SWEEP = {
+    **{profile: UPDATE_CHECKS for profile in ("temperature", "k3", "whiten_eos", "clipped")},
+    "dropout": ("lr0_ratio", "gradient_partition"),
+}
+"""Each profile's checks. Dropout that acts makes the update's forward differ from the rollout's, so only
+the checks that compare the two at LR 0 see it; the others recompute from what the update itself computed."""
 
 
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """One check of SWEPT under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
-    clipping): a correct trainer passes them all; one that drops the temperature from its entropy, gets k3
-    wrong, applies the EOS penalty twice, whitens rewards wrongly or clips wrongly does not."""
+    """One check of SWEEP under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
+    clipping, dropout 0.1 in every model): a correct trainer passes them all; one that drops the temperature
+    from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens rewards wrongly, clips wrongly or
+    lets dropout act in the update does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 
@@ -211,8 +228,9 @@ SCENARIOS = (
     Scenario(
         "settings_sweep",
         settings_sweep,
-        (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
-        "the uneven split, its objectives, the gradient checks, the training signal and the forward recompute under "
-        "other settings",
+        (),
+        "the uneven split, its objectives, the gradient checks, the training signal and the forward recompute under"
+        " other settings; with dropout, the LR-0 checks",
+        tuple((("settings", s), ("check", c)) for s, checks in SWEEP.items() for c in checks),
     ),  # fmt: skip
 )

@@ -24,6 +24,7 @@ SETTINGS = (
     "vf_coef",
     "gamma",
     "lam",
+    "dropout",
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole gate."""
 KL_ESTIMATORS = ("k1", "k3")
@@ -66,6 +67,8 @@ class ScenarioSpec:
     """Added to the policy's pad-token logit, so that some responses are empty (all-masked rows)."""
     prompt_pads: int = 0
     """Left padding of the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens."""
+    dropout: float = 0.0
+    """Attention dropout of every toy model: a trainer must not let it act (at LR 0 every ratio is still 1)."""
     # per-rank padding variety, used by multi-process scenarios
     rank: int = 0
     world_size: int = 1
@@ -122,6 +125,8 @@ class ScenarioSpec:
             raise HarnessConfigError(f"kl_estimator={self.kl_estimator!r}: expected one of {', '.join(KL_ESTIMATORS)}")
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
+        if not 0 <= self.dropout < 1:
+            raise HarnessConfigError(f"dropout={self.dropout}: must be in [0, 1)")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
         if self.local_batch_size % self.num_mini_batches:

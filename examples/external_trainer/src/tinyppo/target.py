@@ -125,6 +125,7 @@ def build(spec: ScenarioSpec, trainer_class: type[trainer.TinyPPO] = trainer.Tin
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
         prompt_pads=spec.prompt_pads,
+        dropout=spec.dropout,
     )
     reward = recording_reward(world.pad_token_id)
     ppo = trainer_class(

@@ -178,12 +178,12 @@ class TinyPPO:
     ) -> None:
         torch.manual_seed(settings.seed)
         self.s, self.reward_fn, self.prompts = settings, reward_fn, prompts
-        self.policy, self.ref_policy, self.value_model = policy, ref_policy.eval(), value_model
+        self.policy, self.ref_policy, self.value_model = policy, ref_policy, value_model
         self.pad_id, self.stop_id = pad_id, stop_id
+        # eval mode for good: no dropout of any kind (nn.Dropout, attention's functional dropout) in the
+        # rollout or the update, so that at LR 0 every ratio is 1
         for model in (policy, ref_policy, value_model):
-            for module in model.modules():
-                if isinstance(module, nn.Dropout):
-                    module.p = 0.0
+            model.eval()
         self.params = [p for m in (policy, value_model) for p in m.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=settings.lr, eps=1e-5, weight_decay=0.0)
         self.prompt_order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(settings.seed))

@@ -336,6 +336,7 @@ def build(
         prompt_length=PROMPT_LENGTH,
         num_prompts=_prompt_count(spec, generations_per_epoch),
         pad_logit_bias=0.0,  # set with the EOS bias below: the head has one bias vector
+        dropout=_spec_value(spec, "dropout", 0.0),
     )
     transformers.set_seed(spec.seed)
     world = toy_world(world_spec)  # validates device and dtype
