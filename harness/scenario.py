@@ -56,9 +56,12 @@ class Scenario:
     check: CheckFn
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     summary: str = ""
+    keep: Callable[[dict[str, Any]], bool] | None = None
+    """Which points of the sweep are cases (all when None): a sweep that is not a full product."""
 
     def cases(self) -> list[Case]:
-        """Every point of the sweep, in axis order (one case when there are no axes)."""
+        """Every point of the sweep that `keep` keeps, in axis order (one case when there are no axes)."""
         keys = [key for key, _ in self.axes]
         values = [options for _, options in self.axes]
-        return [Case(self, tuple(zip(keys, point))) for point in itertools.product(*values)]
+        points = [tuple(zip(keys, point)) for point in itertools.product(*values)]
+        return [Case(self, point) for point in points if self.keep is None or self.keep(dict(point))]

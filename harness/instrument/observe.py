@@ -44,7 +44,9 @@ class TargetRun(Protocol):
     # A run may also have `scores` (the scores handed to the trainer, one tensor per rollout; without them the
     # score objectives are reported not recomputable), `site_map` (its own names for the call sites) and
     # `value_head` (the value model's head module, whose output per position the harness records; without it
-    # the value side of the training signal is reported not recomputable).
+    # the value side of the training signal is reported not recomputable) and `reward_model` (its reward model,
+    # a sequence-classification model whose head output per position and input ids the harness records; the
+    # oracle reads each row's score there instead of taking `scores` on trust).
     # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
 
 
@@ -76,6 +78,8 @@ class Ran:
     """The run's site map (its names for the call sites), or None for the algorithm's default."""
     loss_inputs: tuple[dict, ...] | None = None
     """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
+    reward_model: bool = False
+    """The run exposed its reward model: the scores are the oracle's, from the reward-head records."""
 
 
 @dataclass(frozen=True)
@@ -117,16 +121,19 @@ def build_run(factory: Callable, spec: RunSpec) -> TargetRun:
 def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
     """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder."""
     from .grad import GradRecorder
+    from .rewards import RewardRecorder
     from .spy import Spy
     from .values import ValueRecorder
 
     run = build_run(factory, spec)
     records: tuple = ()
+    reward_model = getattr(run, "reward_model", None) if spy else None
     if spy:
         head = getattr(run, "value_head", None)
         with (
             Spy(run.module) as watcher,
             ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
+            RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
             GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
         ):
             logs = run.train()
@@ -144,6 +151,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         scores=None if scores is None else tuple(scores),
         sites=getattr(run, "site_map", None),
         loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
+        reward_model=reward_model is not None,
     )
     return Observation(spec, outcome)
 

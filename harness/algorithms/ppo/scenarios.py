@@ -30,6 +30,7 @@ from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
 from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .scores import update_scores
 from .spec import ScenarioSpec
 
 __all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
@@ -39,8 +40,11 @@ PROFILES = {
     "k3": {"kl_estimator": "k3"},
     "whiten_eos": {"whiten_rewards": True, "missing_eos_penalty": 1.0},
     "clipped": {"max_grad_norm": 1.0},
+    "reward_model": {"reward": "model"},
 }
-"""The settings sweep: each profile changes the run-wide settings of the checks in SWEPT."""
+"""The settings sweep: each profile changes the run-wide settings of the checks in SWEPT (or PROFILE_CHECKS)."""
+PROFILE_CHECKS = {"reward_model": ("rollout_objectives", "training_signal")}
+"""Profiles swept over some checks of SWEPT only: a reward model's scores are read by those two."""
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -76,8 +80,7 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     view = require_view(obs, check)
     if view is None or not require_logs(obs, ROLLOUT, check):
         return check.finish()
-    scores = obs.ran.scores
-    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    scores = update_scores(obs.ran, view.updates)
     for i, update in enumerate(view.updates):
         spec = obs.spec
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
@@ -98,8 +101,7 @@ def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> C
     view = require_view(obs, check)
     if view is None:
         return check.finish()
-    scores = obs.ran.scores
-    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    scores = update_scores(obs.ran, view.updates)
     for update, score in zip(view.updates, scores):
         logged, expected = signal.expectations(update, obs.spec, score)
         where = f"update {update.index + 1}"
@@ -154,8 +156,9 @@ SWEPT = {
 
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """One check of SWEPT under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
-    clipping): a correct trainer passes them all; one that drops the temperature from its entropy, gets k3
-    wrong, applies the EOS penalty twice, whitens rewards wrongly or clips wrongly does not."""
+    clipping, a reward model): a correct trainer passes them all; one that drops the temperature from its
+    entropy, gets k3 wrong, applies the EOS penalty twice, whitens rewards wrongly, clips wrongly or reads its
+    reward model's head at the wrong position does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 
@@ -205,5 +208,6 @@ SCENARIOS = (
         settings_sweep,
         (("settings", tuple(PROFILES)), ("check", tuple(SWEPT))),
         "the uneven split, its objectives, the gradient checks and the training signal under other settings",
+        keep=lambda point: point["check"] in PROFILE_CHECKS.get(point["settings"], SWEPT),
     ),  # fmt: skip
 )

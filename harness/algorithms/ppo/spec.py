@@ -24,9 +24,11 @@ SETTINGS = (
     "vf_coef",
     "gamma",
     "lam",
+    "reward",
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole gate."""
 KL_ESTIMATORS = ("k1", "k3")
+REWARDS = ("callable", "model")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class ScenarioSpec:
     """Subtracted from the score of a response without the stop token (None: no penalty)."""
     max_grad_norm: float | None = None
     """Clip the gradient's global norm at each optimizer step (None: no clipping)."""
+    reward: str = "callable"
+    """What scores the rollout: `callable` (a function of the token ids, its scores handed to the oracle) or
+    `model` (a toy reward model, a sequence-classification model whose head the harness records)."""
     vocab_size: int = 32
     prompt_length: int = 6
     num_prompts: int = 48
@@ -118,6 +123,8 @@ class ScenarioSpec:
             raise HarnessConfigError(f"kl_estimator={self.kl_estimator!r}: expected one of {', '.join(KL_ESTIMATORS)}")
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
+        if self.reward not in REWARDS:
+            raise HarnessConfigError(f"reward={self.reward!r}: expected one of {', '.join(REWARDS)}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
         if self.local_batch_size % self.num_mini_batches:
