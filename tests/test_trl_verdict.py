@@ -52,6 +52,9 @@ TRL_PASSES = {
     "training_signal[epochs=1]",
     "training_signal[epochs=2]",
     *(f"settings_sweep[settings={s},check=training_signal]" for s in ("temperature", "k3", "clipped")),
+    # its scores are its reward model's head at each row's last real token: the oracle reads the recorded head
+    # outputs there (the TRL target always scores with the reward model, so this profile changes nothing)
+    *(f"settings_sweep[settings=reward_model,check={c}]" for c in ("rollout_objectives", "training_signal")),
 }
 
 
