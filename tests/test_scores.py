@@ -63,12 +63,13 @@ def test_rows_scored_in_another_order_are_paired_by_their_token_ids():
 
 def test_rows_in_several_records_and_pads_read_through_the_attention_mask():
     ids_pad_filled = [[4, STOP, 1, 1], [4, 5, 6, 7], [1, 1, 1, 1]]  # a trainer that fills masked positions with 1
-    records = [scored(QUERIES[:2], ids_pad_filled[:2], seq=0), scored(QUERIES[2:], ids_pad_filled[2:], seq=1)]
-    for r, rows in zip(records, (TRUNCATED[:2], TRUNCATED[2:])):
-        object.__setattr__(r, "attention_mask", torch.cat([torch.ones(len(rows), QUERY, dtype=torch.bool),
-                                                           torch.tensor(rows) != PAD], dim=1))  # fmt: skip
-    got = expected_scores(update(rollout(RESPONSES), records), PAD, STOP)
-    assert got.tolist() == [QUERY + 1, 100 + QUERY + 3, QUERY - 1]
+    first = scored(QUERIES[:2], ids_pad_filled[:2], seq=0)
+    second = scored([[PAD, 7, 8]], ids_pad_filled[2:], seq=1)  # another chunk, its prompt left-padded to 3
+    for record, query, rows in ((first, QUERIES[:2], TRUNCATED[:2]), (second, [[PAD, 7, 8]], TRUNCATED[2:])):
+        attention = torch.cat([torch.tensor(query) != PAD, torch.tensor(rows) != PAD], dim=1)
+        object.__setattr__(record, "attention_mask", attention)
+    got = expected_scores(update(rollout(RESPONSES), [first, second]), PAD, STOP)
+    assert got.tolist() == [QUERY + 1, 100 + QUERY + 3, 3 - 1]
 
 
 def test_identical_responses_scored_alike_are_fine_and_scored_apart_are_ambiguous():

@@ -57,15 +57,15 @@ class ScoredRows:
 
     responses: torch.Tensor
     """(M, T) the last T input ids of each row, a position the attention mask leaves out read as pad."""
-    outputs: torch.Tensor
-    """(M, W) the head's output per position."""
-    query_width: int
-    """W - T: where the response part begins."""
+    outputs: tuple[torch.Tensor, ...]
+    """Each row's head output per position, (W,) (rows of different records may differ in width W)."""
+    query_width: torch.Tensor
+    """(M,) W - T of each row: where its response part begins."""
 
 
 def scored_rows(records: Sequence[RewardHeadCall], width: int, pad: int, where: str) -> ScoredRows | Unscored:
-    """The rows of `records` whose inputs are W > `width` ids wide, response part split off; Unscored otherwise."""
-    responses, outputs, widths = [], [], set()
+    """The rows of `records` (inputs W > `width` ids wide), response part split off; Unscored otherwise."""
+    responses, outputs, query_width = [], [], []
     for record in records:
         ids, values = record.input_ids, record.values
         if ids is None:
@@ -81,12 +81,9 @@ def scored_rows(records: Sequence[RewardHeadCall], width: int, pad: int, where: 
         if mask is not None and mask.shape == ids.shape:
             ids = torch.where(mask, ids, torch.full_like(ids, pad))
         responses.append(ids[:, ids.shape[1] - width :])
-        outputs.append(values)
-        widths.add(ids.shape[1])
-    if len(widths) != 1:
-        return Unscored(f"{where}: reward-model rows of different widths {sorted(widths)} in one update")
-    width_all = widths.pop()
-    return ScoredRows(torch.cat(responses), torch.cat(outputs), width_all - width)
+        outputs.extend(values.unbind(0))
+        query_width += [ids.shape[1] - width] * ids.shape[0]
+    return ScoredRows(torch.cat(responses), tuple(outputs), torch.tensor(query_width))
 
 
 def pairing(scored: torch.Tensor, rollout: torch.Tensor) -> list[list[int]]:
@@ -110,7 +107,7 @@ def expected_scores(update: UpdateView, pad: int, stop: int | None) -> Scores:
     rows = scored_rows(records, width, pad, where)
     if isinstance(rows, Unscored):
         return rows
-    last = rows.query_width + rollout.response_mask.sum(dim=-1) - 1  # the last query token when the response is empty
+    last = rollout.response_mask.sum(dim=-1) - 1  # -1 for an empty response: the last query token is read
     out = torch.empty(rollout.samples, dtype=torch.float64)
     for i, candidates in enumerate(pairing(rows.responses, truncated(rollout.responses, stop, pad))):
         if not candidates:
@@ -118,7 +115,7 @@ def expected_scores(update: UpdateView, pad: int, stop: int | None) -> Scores:
                 f"{where}: rollout row {i}'s response (truncated at the stop token) is in no row the reward model "
                 f"scored ({rows.responses.shape[0]} rows recorded)"
             )
-        found = rows.outputs[candidates, int(last[i])]
+        found = torch.stack([rows.outputs[j][int(rows.query_width[j] + last[i])] for j in candidates])
         if float((found - found[0]).abs().max()) > TIE * (1 + float(found.abs().max())):
             return Unscored(
                 f"{where}: rollout row {i}'s response was scored in {len(candidates)} rows with different scores "
