@@ -181,3 +181,12 @@ def test_a_reward_model_without_a_scalar_head_is_a_usage_error():
     module.masked_mean = module.selective_log_softmax = lambda *a, **k: None
     with Spy(module) as spy, pytest.raises(HarnessConfigError, match="no scalar head module `score`"):
         RewardRecorder(torch.nn.Linear(2, 1), spy)
+
+
+def test_ranks_scores_join_in_rank_order_and_an_unknown_rank_makes_them_unknown():
+    from harness.algorithms.ppo.scores import joined
+
+    assert joined([torch.tensor([1.0]), torch.tensor([2.0, 3.0])]).tolist() == [1.0, 2.0, 3.0]
+    assert joined([torch.tensor([1.0]), None]) is None
+    why = Unscored("rank 1 scored nothing")
+    assert joined([torch.tensor([1.0]), why, None]) is why
