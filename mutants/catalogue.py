@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 44), 46)
+PPO_CLASSES = (*range(1, 16), *range(20, 45), 46)
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -753,6 +753,24 @@ MUTANTS: tuple[Mutant, ...] = (
             "training signal and the gradients agree with them; only the network's own log-probs on the real "
             "tokens differ, and only where a prompt is left-padded"
         ),
+    ),
+    Mutant(
+        id="c44_reward_at_last_padded_position",
+        bug_class=44,
+        title="the reward model's head read at the last position of the padded sequence, not the last real token",
+        source="vwxyzjn/lm-human-preference-details issue 6 (`reward[:, -1]` under right padding); "
+        "huggingface/transformers issue 35352 and trl PR 6952 (review) for other wrong positions",
+        killed_by=(
+            "settings_sweep[settings=reward_model,check=rollout_objectives]",
+            "settings_sweep[settings=reward_model,check=training_signal]",
+        ),
+        patch=(
+            replace(
+                "    return per_token[torch.arange(len(last), device=last.device), last].float()\n",
+                "    return per_token[:, -1].float()\n",
+            ),
+        ),
+        notes="only under a reward model: a padded row is scored at a pad position; every pooled statistic is right",
     ),
 )
 

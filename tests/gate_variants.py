@@ -112,3 +112,21 @@ def value_head_hidden(spec):
         train=run.train,
         scores=run.reward.given,
     )
+
+
+def reward_model_unseen(spec):
+    """A correct trainer scored by its reward model, whose adapter exposes another copy of it, never called: the
+    head the trainer read goes unrecorded."""
+    import copy
+
+    run = reference_factory(spec)
+    return types.SimpleNamespace(
+        module=run.module,
+        optimizer=run.optimizer,
+        params=run.params,
+        pad_token_id=run.pad_token_id,
+        stop_token_id=run.stop_token_id,
+        train=run.train,
+        value_head=run.value_head,
+        reward_model=copy.deepcopy(run.reward_model),
+    )

@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ids_are_unique_and_formed_from_scenario_and_params():
     ids = [str(c.id) for c in cases("ppo")]
-    # 13, 2 of the training signal, 3 + 1 of the gradient, 2 of the forward recompute, 26 of the sweep
-    # (4 settings x 6 checks, 2 with dropout)
-    assert len(ids) == len(set(ids)) == 47
+    # 13, 2 of the training signal, 3 + 1 of the gradient, 2 of the forward recompute, 28 of the sweep
+    # (4 settings x 6 checks; 2 with dropout; the reward model's profile sweeps only the two that read scores)
+    assert len(ids) == len(set(ids)) == 49
+    assert "settings_sweep[settings=reward_model,check=training_signal]" in ids
+    assert "settings_sweep[settings=reward_model,check=uneven_split]" not in ids
     assert str(CheckId("uneven_split", (("epochs", 1),))) == "uneven_split[epochs=1]" in ids
     assert str(CheckId("freshness")) == "freshness" in ids
     assert case("rollout_objectives[rollout=padding_rows]").param("rollout") == "padding_rows"

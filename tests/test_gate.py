@@ -242,3 +242,21 @@ def test_logp_gradient_fails_when_it_never_saw_the_values():
     assert not result.passed
     unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
     assert set(unseen) == {"gradient/value"} and "value_head" in unseen["gradient/value"]
+
+
+def test_a_reward_model_whose_head_was_never_recorded_fails_loudly():
+    """Not a pass on nothing: a target that exposes a reward model the trainer never called leaves the scores
+    unknown, and the checks that read them fail (not the optional 'no scores' of a target that shows none)."""
+    from tests.gate_variants import reward_model_unseen
+
+    cache = ObservationCache(reward_model_unseen)
+    sweep = "settings_sweep[settings=reward_model,check={}]"
+    for check_id, names in (
+        (sweep.format("rollout_objectives"), {"objective/scores", "objective/rlhf_reward"}),
+        (sweep.format("training_signal"), {"per_token/advantages_raw"}),
+    ):
+        result = check(check_id, cache)
+        assert not result.passed
+        unseen = {m.name: m for m in result.metrics if m.status == "not_recomputable"}
+        assert names <= set(unseen), check_id
+        assert all(unseen[n].failed and "no reward-head forward was recorded" in unseen[n].reason for n in names)

@@ -61,6 +61,9 @@ TRL_PASSES = {
     "forward_recompute[run=lr0_uneven]",
     "forward_recompute[run=left_padded]",
     *(f"settings_sweep[settings={s},check=forward_recompute]" for s in ("temperature", "k3", "clipped")),
+    # its scores are its reward model's head at each row's last real token: the oracle reads the recorded head
+    # outputs there (the TRL target always scores with the reward model, so this profile changes nothing)
+    *(f"settings_sweep[settings=reward_model,check={c}]" for c in ("rollout_objectives", "training_signal")),
 }
 
 

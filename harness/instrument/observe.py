@@ -47,7 +47,9 @@ class TargetRun(Protocol):
     # the value side of the training signal is reported not recomputable), `models` (a mapping "policy",
     # "ref_policy", "value_model" -> the modules the run handed its trainer; observe() keeps a float64 CPU copy of
     # each, made before training, for the forward recompute) and `prompts` (the (N, P) prompts handed to the
-    # trainer, left-padded with pad_token_id; without `models` and `prompts` the recompute is not recomputable).
+    # trainer, left-padded with pad_token_id; without `models` and `prompts` the recompute is not recomputable), and
+    # `reward_model` (its reward model, a sequence-classification model whose head output per position and input
+    # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust).
     # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
 
 
@@ -83,6 +85,8 @@ class Ran:
     """Float64 CPU copies of the run's `models`, taken before training (None: the run exposes none)."""
     prompts: torch.Tensor | None = None
     """The prompts the run was given, (N, P) int64 on the CPU (None: the run exposes none)."""
+    reward_model: bool = False
+    """The run exposed its reward model: the scores are the oracle's, from the reward-head records."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
     import torch
 
     from .grad import GradRecorder
+    from .rewards import RewardRecorder
     from .spy import Spy
     from .values import ValueRecorder
 
@@ -150,11 +155,13 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
     prompts = getattr(run, "prompts", None)
     prompts = prompts.detach().to("cpu").long().clone() if isinstance(prompts, torch.Tensor) else None
     records: tuple = ()
+    reward_model = getattr(run, "reward_model", None) if spy else None
     if spy:
         head = getattr(run, "value_head", None)
         with (
             Spy(run.module) as watcher,
             ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
+            RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
             GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
         ):
             logs = run.train()
@@ -174,6 +181,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
         networks=networks,
         prompts=prompts,
+        reward_model=reward_model is not None,
     )
     return Observation(spec, outcome)
 

@@ -107,3 +107,21 @@ class ValueHeadCall(Record):
     dtype: str | None = None
     """The dtype of the head's output."""
     dvalues: torch.Tensor | None = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class RewardHeadCall(Record):
+    """One forward of the reward model's scalar head (a run's `reward_model`): its output per position, and the
+    token ids and attention mask its backbone was called with, which tell the scored rows apart.
+
+    `values` is the whole (B, L) output (a trailing axis of 1 dropped); `input_ids` and `attention_mask` are
+    the (B, L) inputs of the forward that made it (None when the backbone was not called with them: the oracle
+    then cannot pair the rows, and says so). The oracle picks each row's scoring position itself.
+    """
+
+    fn: ClassVar[str] = "reward_head"
+    values: torch.Tensor = field(repr=False, default=None)
+    input_ids: torch.Tensor | None = field(repr=False, default=None)
+    attention_mask: torch.Tensor | None = field(repr=False, default=None)
+    dtype: str | None = None
+    """The dtype of the head's output."""

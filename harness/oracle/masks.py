@@ -13,6 +13,15 @@ def first_true(flags: torch.Tensor) -> torch.Tensor:
     return torch.where(found, first, torch.full_like(first, width))
 
 
+def truncated(responses: torch.Tensor, stop_token_id: int | None, pad_token_id: int) -> torch.Tensor:
+    """The responses with every token after the first stop token replaced by pad (unchanged without a stop token)."""
+    if stop_token_id is None:
+        return responses
+    positions = torch.arange(responses.shape[-1]).expand_as(responses)
+    after_stop = positions > first_true(responses == stop_token_id).unsqueeze(-1)
+    return torch.where(after_stop, torch.full_like(responses, pad_token_id), responses)
+
+
 def derive_masks(
     responses: torch.Tensor, stop_token_id: int | None, pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -21,13 +30,8 @@ def derive_masks(
     Truncate after the first stop token (fill with pad); `sequence_length` is the first
     pad position minus one (T - 1 without pad); R = t <= sequence_length, V = t <= it + 1.
     """
-    responses = torch.as_tensor(responses)
-    width = responses.shape[-1]
-    positions = torch.arange(width).expand_as(responses)
-    if stop_token_id is not None:
-        first_stop = first_true(responses == stop_token_id)
-        after_stop = positions > first_stop.unsqueeze(-1)
-        responses = torch.where(after_stop, torch.full_like(responses, pad_token_id), responses)
+    responses = truncated(torch.as_tensor(responses), stop_token_id, pad_token_id)
+    positions = torch.arange(responses.shape[-1]).expand_as(responses)
     sequence_length = first_true(responses == pad_token_id) - 1
     response_mask = positions <= sequence_length.unsqueeze(-1)
     value_mask = positions <= (sequence_length + 1).unsqueeze(-1)

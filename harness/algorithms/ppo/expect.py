@@ -17,6 +17,7 @@ from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
 
 from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, ROLLOUT, SCORED, PooledMean
+from .scores import Unscored
 from .view import MicroBatchView, UpdateView
 
 NO_MICRO_BATCHES = "no training micro-batches were recorded (no 'new_logprobs' calls)"
@@ -108,8 +109,9 @@ def rollout_expectations(
 ) -> dict[str, Expectation]:
     """objective/*: per-sample sums over R, averaged over every sample of `updates` (one update per rank).
 
-    `scores` are what the reward gave, one per sample; a response without the stop token
-    loses `missing_eos_penalty` from its score, when that is set.
+    `scores` are what the reward gave, one per sample (or `Unscored`: why they are unknown, which fails; None:
+    the target shows none); a response without the stop token loses `missing_eos_penalty` from its score, when
+    that is set.
     """
     if not updates:
         return {name: Expectation.unknown(name, "no update was given to the oracle") for name in ROLLOUT}
@@ -134,7 +136,7 @@ def rollout_expectations(
         out["objective/non_score_reward"] = Expectation(
             "objective/non_score_reward", -kl_coef * kl_mean, scale=abs(kl_coef) * kl_scale
         )
-    if scores is not None and missing_eos_penalty is not None:
+    if scores is not None and not isinstance(scores, Unscored) and missing_eos_penalty is not None:
         scores = penalised(scores, [r.has_stop for r in rollouts], missing_eos_penalty)
     kl_scale = out["objective/kl"].scale
     out.update(score_expectations(scores, samples, kl_mean, kl_coef, kl_scale or 0.0))
@@ -160,9 +162,11 @@ def penalised(scores: Any, has_stop: Sequence[torch.Tensor | None], penalty: flo
 def score_expectations(
     scores: Any, samples: int, kl_mean: float | None, kl_coef: float, kl_scale: float = 0.0
 ) -> dict[str, Expectation]:
-    """objective/scores and objective/rlhf_reward; optional when the target hands over no scores."""
+    """objective/scores and objective/rlhf_reward; optional when the target shows no scores (None)."""
     if scores is None:
         return {n: Expectation.unknown(n, "no scores were supplied to the oracle", required=False) for n in SCORED}
+    if isinstance(scores, Unscored):
+        return {n: Expectation.unknown(n, scores.reason) for n in SCORED}
     values = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     if values.numel() != samples:
         reason = f"{values.numel()} scores were supplied for {samples} rollout samples"

@@ -20,6 +20,7 @@ from . import decomposition, gradients, value_gradients
 from .checks import require_view
 from .poolings import Geometry
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
+from .scores import update_scores
 from .spec import ScenarioSpec
 
 
@@ -139,8 +140,7 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
     if view is None:
         return check.finish()
     per_minibatch = Geometry.of(obs.spec).per_pass
-    scores = obs.ran.scores
-    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    scores = update_scores(obs.ran, view.updates)
     for update, score in zip(view.updates, scores):
         for logged, expected, note in (
             gradients.expectation(update, per_minibatch, obs.spec.cliprange, obs.spec.dtype),

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from harness.compare import compare
 from harness.instrument.observe import Ran
 from harness.verdict import Check, CheckId, CheckResult
@@ -18,6 +16,7 @@ from .contract import LR0_IDENTITIES, POOLED_STATS, ROLLOUT
 from .expect import expected_metrics
 from .gradient_ranks import gradients_across_ranks
 from .runs import LR0, UNEVEN
+from .scores import joined, update_scores
 from .spec import ScenarioSpec
 from .view import UpdateView, build_view
 
@@ -57,9 +56,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, ch
         check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank")
         return check.finish()
     updates = [u[index] for u in per_rank]
-    scores = None
-    if all(r.scores for r in ranks):
-        scores = torch.cat([r.scores[index] for r in ranks])
+    scores = joined([update_scores(r, u)[index] for r, u in zip(ranks, per_rank)])
     expected = expected_metrics(updates, spec.kl_coef, spec.kl_estimator, scores=scores)
     if ranks_differ(updates, expected[ENTROPY].value, spec, check):
         check.absorb(compare({n: logs[0][index][n] for n in names}, {n: expected[n] for n in names}, spec.dtype))

@@ -19,6 +19,7 @@ import torch
 from harness.errors import NotRecomputable
 
 from .expect import kl_per_token, penalised
+from .scores import Unscored
 from .view import RolloutView
 
 
@@ -70,6 +71,8 @@ def rewards(rollout: RolloutView, scores: Any, spec: Any) -> torch.Tensor:
         raise NotRecomputable(rollout.ref_problem or "no reference log-probs were recorded")
     if scores is None:
         raise NotRecomputable("no scores were supplied to the oracle: the rewards are unknown")
+    if isinstance(scores, Unscored):
+        raise NotRecomputable(scores.reason)
     r = rollout.response_mask
     score = torch.as_tensor(scores, dtype=torch.float64).reshape(-1)
     if score.numel() != rollout.samples:

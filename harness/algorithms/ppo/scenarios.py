@@ -31,6 +31,7 @@ from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
 from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, FORWARD_RUNS, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .scores import update_scores
 from .spec import ScenarioSpec
 
 __all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
@@ -41,6 +42,7 @@ PROFILES = {
     "whiten_eos": {"whiten_rewards": True, "missing_eos_penalty": 1.0},
     "clipped": {"max_grad_norm": 1.0},
     "dropout": {"dropout": 0.1},
+    "reward_model": {"reward": "model"},
 }
 """The settings sweep: each profile changes the run-wide settings of its checks in SWEEP."""
 
@@ -78,8 +80,7 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     view = require_view(obs, check)
     if view is None or not require_logs(obs, ROLLOUT, check):
         return check.finish()
-    scores = obs.ran.scores
-    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    scores = update_scores(obs.ran, view.updates)
     for i, update in enumerate(view.updates):
         spec = obs.spec
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
@@ -100,8 +101,7 @@ def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> C
     view = require_view(obs, check)
     if view is None:
         return check.finish()
-    scores = obs.ran.scores
-    scores = scores if scores and len(scores) == len(view.updates) else [None] * len(view.updates)
+    scores = update_scores(obs.ran, view.updates)
     for update, score in zip(view.updates, scores):
         logged, expected = signal.expectations(update, obs.spec, score)
         where = f"update {update.index + 1}"
@@ -165,16 +165,18 @@ UPDATE_CHECKS = (
 SWEEP = {
     **{profile: UPDATE_CHECKS for profile in ("temperature", "k3", "whiten_eos", "clipped")},
     "dropout": ("lr0_ratio", "gradient_partition"),
+    "reward_model": ("rollout_objectives", "training_signal"),
 }
 """Each profile's checks. Dropout that acts makes the update's forward differ from the rollout's, so only
-the checks that compare the two at LR 0 see it; the others recompute from what the update itself computed."""
+the checks that compare the two at LR 0 see it; the others recompute from what the update itself computed.
+A reward model's scores are read by the rollout objectives and the training signal only."""
 
 
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """One check of SWEEP under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
-    clipping, dropout 0.1 in every model): a correct trainer passes them all; one that drops the temperature
-    from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens rewards wrongly, clips wrongly or
-    lets dropout act in the update does not."""
+    clipping, dropout 0.1 in every model, a reward model): a correct trainer passes them all; one that drops the
+    temperature from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens rewards wrongly, clips
+    wrongly, lets dropout act in the update or reads its reward model's head at the wrong position does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 
@@ -230,7 +232,8 @@ SCENARIOS = (
         settings_sweep,
         (),
         "the uneven split, its objectives, the gradient checks, the training signal and the forward recompute under"
-        " other settings; with dropout, the LR-0 checks",
+        " other settings; with dropout, the LR-0 checks; with a reward model, the"
+        " checks that read scores",
         tuple((("settings", s), ("check", c)) for s, checks in SWEEP.items() for c in checks),
     ),  # fmt: skip
 )

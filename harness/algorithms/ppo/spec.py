@@ -25,9 +25,11 @@ SETTINGS = (
     "gamma",
     "lam",
     "dropout",
+    "reward",
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole gate."""
 KL_ESTIMATORS = ("k1", "k3")
+REWARDS = ("callable", "model")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class ScenarioSpec:
     """Subtracted from the score of a response without the stop token (None: no penalty)."""
     max_grad_norm: float | None = None
     """Clip the gradient's global norm at each optimizer step (None: no clipping)."""
+    reward: str = "callable"
+    """What scores the rollout: `callable` (a function of the token ids, its scores handed to the oracle) or
+    `model` (a toy reward model, a sequence-classification model whose head the harness records)."""
     vocab_size: int = 32
     prompt_length: int = 6
     num_prompts: int = 48
@@ -127,6 +132,8 @@ class ScenarioSpec:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
         if not 0 <= self.dropout < 1:
             raise HarnessConfigError(f"dropout={self.dropout}: must be in [0, 1)")
+        if self.reward not in REWARDS:
+            raise HarnessConfigError(f"reward={self.reward!r}: expected one of {', '.join(REWARDS)}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
         if self.local_batch_size % self.num_mini_batches:

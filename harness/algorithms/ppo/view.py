@@ -1,12 +1,12 @@
 """Records -> a view of each update: micro-batches, rows paired with rollout rows, masks derived once.
 
 The stage between the spy and the expectations. Records (in call order) are grouped into
-updates: a `logprob` record (or a rollout value-head record) that follows a `new_logprobs`
-record starts a new update, and so does a mark; each `new_logprobs` record starts a
+updates: a `logprob` record (or a rollout value-head record, or a reward-head record) that
+follows a `new_logprobs` record starts a new update, and so does a mark; each `new_logprobs` record starts a
 micro-batch, and the micro-batch-site masked_mean records after it belong to it. Each
 micro-batch then gets its masks R and V (from its own response ids) and its rows' old
-log-probs (through the row pairing), once. Value-head records are kept with the update's
-other records (`ignored`); `values.py` pairs them with rows.
+log-probs (through the row pairing), once. Value-head and reward-head records are kept with
+the update's other records (`ignored`); `values.py` and `scores.py` pair them with rows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Observation
-from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Record, ValueHeadCall
+from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Record, RewardHeadCall, ValueHeadCall
 from harness.oracle.masks import derive_masks, mask_difference
 from harness.oracle.pairing import Rows, map_rows
 
@@ -201,7 +201,11 @@ def group_updates(records: Sequence[Record], sites: SiteMap) -> list[_Group]:
     for record in sorted(records, key=lambda r: r.seq):
         role = sites.role(record)
         is_mark = isinstance(record, Mark)
-        rollout_side = role == "logprob" or (isinstance(record, ValueHeadCall) and not record.grad)
+        rollout_side = (
+            role == "logprob"
+            or (isinstance(record, ValueHeadCall) and not record.grad)
+            or isinstance(record, RewardHeadCall)
+        )
         if is_mark or (rollout_side and current.micro_batches):
             if not current.is_empty():
                 groups.append(current)

@@ -56,9 +56,17 @@ class ReferenceRun:
         return self.trainer.accelerator.unwrap_model(self.trainer.model).value_model.score
 
     @property
-    def scores(self) -> list[torch.Tensor]:
-        """Scores handed to the trainer, one tensor per rollout (this rank's samples)."""
-        return list(self.reward.given)
+    def scores(self) -> list[torch.Tensor] | None:
+        """Scores the reward callable gave, one tensor per rollout (this rank's samples); None under a reward
+        model, whose scores the oracle reads from its head (`reward_model`)."""
+        given = getattr(self.reward, "given", None)
+        return None if given is None else list(given)
+
+    @property
+    def reward_model(self) -> torch.nn.Module | None:
+        """The reward model (`--set reward=model`): the harness records its head's output and input ids per
+        forward, and the oracle reads each row's score there; None under a reward callable."""
+        return self.trainer.reward if isinstance(self.trainer.reward, torch.nn.Module) else None
 
     def train(self) -> list[dict[str, float]]:
         """Every update; the metrics as the trainer logged them (its callbacks and trackers), update k at step k."""
@@ -96,7 +104,7 @@ def build_config(spec: ScenarioSpec, stop_token_id: int):
 
 
 def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
-    """Build the reference trainer, toy models and a recording reward for `spec`."""
+    """Build the reference trainer, toy models and a recording reward callable (or the toy reward model) for `spec`."""
     from accelerate import Accelerator
 
     from harness.targets.toy import toy_world
@@ -107,7 +115,8 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         config = build_config(spec, stop_token_id=world.stop_token_id)
     except ConfigError as exc:
         raise HarnessConfigError(f"reference target: {exc}") from None
-    reward, tap = scenario_reward(), LogTap()
+    reward = world.reward_model if spec.reward == "model" else scenario_reward()
+    tap = LogTap()
     accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
     tap.attach(accelerator)
     ppo = trainer.PPOTrainer(

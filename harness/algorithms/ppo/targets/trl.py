@@ -111,8 +111,6 @@ class TrlRun:
     _metrics: list[dict[str, float]] = field(default_factory=list)
     _workdir: tempfile.TemporaryDirectory | None = None
     _trained: bool = False
-    _scores: list[torch.Tensor] = field(default_factory=list)
-    _chunks_per_update: int = 1
     models: dict[str, torch.nn.Module] = field(repr=False, default_factory=dict)
     """The policy, reference and value model handed to TRL's PPOTrainer (the harness recomputes with copies)."""
     prompts: torch.Tensor | None = field(repr=False, default=None)
@@ -125,10 +123,10 @@ class TrlRun:
         return self.trainer.accelerator.unwrap_model(self.trainer.model).value_model.score
 
     @property
-    def scores(self) -> list[torch.Tensor]:
-        """The reward model's score of each rollout row, one tensor per update (read by hooks, see _score_hooks)."""
-        k = self._chunks_per_update
-        return [torch.cat(self._scores[i : i + k]) for i in range(0, len(self._scores), k)]
+    def reward_model(self) -> torch.nn.Module:
+        """TRL's reward model: the harness records its head's output per position and the ids of the rows it
+        scored, and the oracle reads each row's score at its last real token, so TRL's own choice is checked."""
+        return self.trainer.reward_model
 
     def train(self) -> list[dict[str, float]]:
         """Run all updates; one dict of TRL's logged `group/name` metrics per update."""
@@ -145,32 +143,6 @@ class TrlRun:
         if len(self._metrics) != self.spec.total_updates:
             raise RuntimeError(f"TRL logged {len(self._metrics)} metric dicts for {self.spec.total_updates} updates")
         return [dict(m) for m in self._metrics]
-
-
-def _score_hooks(reward_model: torch.nn.Module, context_length: int, sink: list[torch.Tensor]) -> None:
-    """Record the score TRL gives each rollout row: the reward head at the row's last real response token.
-
-    A pre-hook on the reward model's backbone keeps the attention mask (non-pad tokens); a hook on its
-    scalar head picks, from the head's per-token output, the position before the response's first pad
-    (the last position when there is none). The selection is the harness's own, from the token mask.
-    """
-    seen: dict[str, torch.Tensor] = {}
-
-    def keep_mask(module, args, kwargs):
-        seen["mask"] = kwargs["attention_mask"].detach()
-
-    def pick_scores(module, args, output):
-        real = seen.pop("mask")[:, context_length:].bool()
-        width = real.shape[1]
-        first_pad = torch.where(
-            (~real).any(dim=1), (~real).int().argmax(dim=1), torch.full_like(real[:, 0], width, dtype=torch.long)
-        )
-        where = context_length + first_pad - 1
-        rows = torch.arange(len(where), device=where.device)
-        sink.append(output.detach()[rows, where].reshape(-1).to("cpu", torch.float64))
-
-    getattr(reward_model, reward_model.base_model_prefix).register_forward_pre_hook(keep_mask, with_kwargs=True)
-    reward_model.score.register_forward_hook(pick_scores)
 
 
 def _metrics_callback(sink: list[dict[str, float]]):
@@ -276,8 +248,6 @@ def factory(spec: ScenarioSpec, module: str | None = None) -> TrlRun:
     if {id(p) for p in params} != in_optimizer:
         raise RuntimeError("TRL's optimizer does not hold exactly the trainable policy and value parameters")
 
-    scores: list[torch.Tensor] = []
-    _score_hooks(trainer.reward_model, spec.prompt_length, scores)
     return TrlRun(
         module=ppo_trainer,
         optimizer=optimizer,
@@ -288,8 +258,6 @@ def factory(spec: ScenarioSpec, module: str | None = None) -> TrlRun:
         spec=spec,
         _metrics=metrics,
         _workdir=workdir,
-        _scores=scores,
-        _chunks_per_update=-(-local_batch // spec.rollout_chunk),
         models={"policy": world.policy, "ref_policy": world.ref_policy, "value_model": world.value_model},
         prompts=world.prompts,
     )
