@@ -2,6 +2,7 @@
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
 mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
+       [--algorithm grpo]                      ... over grpo.py and grpo_config.py, the GRPO gate as tests
        [--functions F,C.M]                     ... over these functions' mutants only
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
 all (the default)                              curated, then mutmut, then report
@@ -13,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .project import ROOT
 
 
@@ -40,6 +42,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--max-children", type=int, default=None, help="mutmut workers (default: CPUs)")
         p.add_argument("--mutmut-timeout", type=float, default=3600.0, help="seconds for the whole mutmut run")
         p.add_argument("--keep-scratch", action="store_true", help="keep mutmut's scratch project")
+        p.add_argument(
+            "--algorithm",
+            choices=sorted(ALGORITHMS),
+            default=DEFAULT,
+            help="whose trainer mutmut mutates: ppo (trainer.py, config.py; target reference; the default) or "
+            "grpo (grpo.py, grpo_config.py; target reference-grpo)",
+        )
         p.add_argument(
             "--functions",
             default=None,
@@ -82,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("mutmut", "all"):
         functions = selection.parse_functions(args.functions)
         codes.append(
-            mutmut_run.run(args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch, functions)
+            mutmut_run.run(
+                args.max_children, args.mutmut_timeout, args.report_dir, args.keep_scratch, functions, args.algorithm
+            )
         )
     if args.command in ("mutmut", "report", "all") and 2 not in codes:
         codes.append(
