@@ -2,6 +2,7 @@
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
 mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
+       [--algorithm grpo]                      ... over grpo.py and grpo_config.py, the GRPO gate as tests
        [--functions F,C.M]                     ... over these functions' mutants only
        [--recheck-equivalents]                 ... also those triaged equivalent (skipped by default)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
@@ -14,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .project import ROOT
 
 
@@ -41,6 +43,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--max-children", type=int, default=None, help="mutmut workers (default: CPUs)")
         p.add_argument("--mutmut-timeout", type=float, default=3600.0, help="seconds for the whole mutmut run")
         p.add_argument("--keep-scratch", action="store_true", help="keep mutmut's scratch project")
+        p.add_argument(
+            "--algorithm",
+            choices=sorted(ALGORITHMS),
+            default=DEFAULT,
+            help="whose trainer mutmut mutates: ppo (trainer.py, config.py; target reference; the default) or "
+            "grpo (grpo.py, grpo_config.py; target reference-grpo)",
+        )
         p.add_argument(
             "--functions",
             default=None,
@@ -94,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.report_dir,
                 args.keep_scratch,
                 functions,
-                args.recheck_equivalents,
+                algorithm=args.algorithm,
+                recheck=args.recheck_equivalents,
             )
         )
     if args.command in ("mutmut", "report", "all") and 2 not in codes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from .model import CuratedRun, CuratedStatus, KillCost, MutantStatus, MutmutResults
+from .mutmut_algorithms import algorithm
 from .schema import TEST_FILE
 from .scoring import COST_GOAL, Score, Timing
 
@@ -142,21 +143,22 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
         f"{c.get('no tests', 0)} without tests",
     ]
     counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]
+    algo = algorithm(results.algorithm)
     if results.selected:
         names = ", ".join(f"`{f}`" for f in results.selected)
-        heading = "## mutmut over selected functions only"
+        heading = f"## mutmut over the {algo.label} trainer: selected functions only"
         covered = (
             f"This run covers ONLY the mutants of {len(results.selected)} functions: {names} (it says nothing "
             f"of the other functions of {files}: the score below is theirs alone)"
         )
     else:
-        heading = "## mutmut over the whole trainer"
+        heading = f"## mutmut over the whole {algo.label} trainer"
         covered = f"Files: {files}, every function and method ({len(results.functions)})"
     return [
         heading,
         "",
         f"{covered}; lines left unmutated each carry `# pragma: no mutate` with its reason. "
-        f"Tests: the verify suite (`{TEST_FILE}`).",
+        f"Tests: the verify suite (`{TEST_FILE}`) against the target `{algo.target}`.",
         "",
         f"**Mutation score: {score_text}** (baseline {base_text}) — {summary.total} mutants: {', '.join(counted)}.",
         "",
@@ -283,5 +285,5 @@ def render(
     if results is not None and summary is not None and timing is not None:
         md += mutmut_section(results, summary, timing, baseline)
     else:
-        md += ["## mutmut over the whole trainer", "", "Not run in this session.", ""]
+        md += ["## mutmut", "", "Not run in this session.", ""]
     return "\n".join(md).rstrip() + "\n"

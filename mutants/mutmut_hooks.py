@@ -18,7 +18,8 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   trampoline of the original name. The harness names a spied call by the
   function that makes it (its code object's name), so the generated functions'
   code objects get back the name of the function they stand for; without that,
-  no call inside `masked_whiten` would be recognised as the whitening;
+  no call inside `masked_whiten` would be recognised as the whitening (nor one
+  in `GRPOTrainer.micro_step` as the GRPO loss);
 - while mutmut runs a mutant, the selected tests run cheapest first, by the
   durations of mutmut's stats run (`mutmut-stats.json`, beside the working
   directory mutmut runs pytest in). mutmut runs pytest with `-x`, so a killed
@@ -55,7 +56,9 @@ SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
 
 
-MUTATED_MODULES = ("reference_ppo.trainer", "reference_ppo.config")
+# every module mutmut may mutate, PPO's and GRPO's (mutmut_algorithms.ALGORITHMS; a test keeps the two in step):
+# in a run over one algorithm the other's modules hold no generated function, and nothing of them is renamed
+MUTATED_MODULES = ("reference_ppo.trainer", "reference_ppo.config", "reference_ppo.grpo", "reference_ppo.grpo_config")
 # x_<function>__mutmut_<n|orig>, or xǁ<Class>ǁ<method>__mutmut_<n|orig> (mutmut's names for what it generates)
 GENERATED = re.compile(r"^(?:x_|x\u01c1[^\u01c1]+\u01c1)(?P<name>.+?)__mutmut_(?:orig|\d+)$")
 

@@ -1,18 +1,20 @@
-"""mutmut 3 over the whole of reference_ppo/trainer.py and reference_ppo/config.py.
+"""mutmut 3 over the whole of one trainer: PPO's trainer.py and config.py, or GRPO's grpo.py and grpo_config.py.
 
-`python -m mutants mutmut` never runs mutmut in the project: mutmut writes its
-working tree to `./mutants/`, which is this package's own folder. Instead it
+`python -m mutants mutmut [--algorithm ppo|grpo]` never runs mutmut in the project:
+mutmut writes its working tree to `./mutants/`, which is this package's own folder.
+Instead it
 
 1. copies `reference_ppo/`, `harness/` and `pyproject.toml` (whose `[tool.mutmut]`
    section is the configuration) to a scratch folder outside the project, plus
    `mutmut_hooks.py` as `ppo_mutmut_hooks.py`, a pytest plugin that the
-   configuration loads (see that module for what it does);
+   configuration loads (see that module for what it does), and sets the scratch
+   configuration to the algorithm's files and gate target (mutmut_algorithms.py);
 2. keeps a pristine copy of each mutated file under `_pristine/` and refuses a
    `# pragma: no mutate` that is a region or gives no reason (`pragma_problems`):
    a line is left unmutated only where the real source says why, on that line.
    The files are not rewritten, so the report's line numbers are the project's;
 3. runs `mutmut run` there (fork isolation, CPU torch, one thread per worker) with
-   the verify suite as its tests;
+   the verify suite against the algorithm's reference target as its tests;
 4. reads mutmut's meta files (`mutants/reference_ppo/<file>.meta`) and the
    generated functions (`x_<name>__mutmut_<n>`, and `xǁ<Class>ǁ<method>__mutmut_<n>`
    inside their class) and turns each mutant into a record with its file, its
@@ -37,17 +39,13 @@ from pathlib import Path
 from . import mutmut_hooks, selection
 from .locate import locate, mutator_name
 from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats, TriageVerdict
+from .mutmut_algorithms import ALGORITHMS, DEFAULT, HOOKS_MODULE, MutmutAlgorithm, write_scratch_config
+from .mutmut_algorithms import mutmut_config as mutmut_config
 from .project import ROOT, copy_project, scratch_env
 from .scoring import kill_costs, load_triage
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-MUTATED_FILES = ("reference_ppo/trainer.py", "reference_ppo/config.py")
-TRAINER = MUTATED_FILES[0]
-HOOKS_MODULE = "ppo_mutmut_hooks"
+PPO = ALGORITHMS[DEFAULT]
+MUTATED_FILES = PPO.files  # the default algorithm's; each algorithm's are in mutmut_algorithms.ALGORITHMS
 PRISTINE = "_pristine"
 PRAGMA = "# pragma: no mutate"
 # a pragma's first word that mutmut reads as a region (`block`, `start`, `end`): not allowed, a reason must follow
@@ -76,11 +74,12 @@ def pragma_problems(source: str, path: str) -> list[str]:
     return problems
 
 
-def prepare_scratch(scratch, root=None):
-    """Lay out the scratch project in `scratch` (a folder outside the project: mutmut writes ./mutants/ there).
+def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
+    """Lay out the scratch project for `algo` in `scratch` (outside the project: mutmut writes ./mutants/ there).
 
     The mutated files are copied as they are (no line moves, so the report's lines are the project's), and a
-    pristine copy of each is kept under `_pristine/`, from which `collect` places every mutant.
+    pristine copy of each is kept under `_pristine/`, from which `collect` places every mutant. The scratch
+    `[tool.mutmut]` mutates `algo`'s files and runs the verify suite against `algo`'s target.
     """
     root = Path(root or ROOT).resolve()
     scratch = Path(scratch).resolve()
@@ -89,31 +88,16 @@ def prepare_scratch(scratch, root=None):
     copy_project(scratch, root)
     shutil.copy2(Path(mutmut_hooks.__file__), scratch / f"{HOOKS_MODULE}.py")
     problems = []
-    for path in MUTATED_FILES:
+    for path in algo.files:
         source = (scratch / path).read_text(encoding="utf-8")
         problems += pragma_problems(source, path)
         pristine = scratch / PRISTINE / path
         pristine.parent.mkdir(parents=True, exist_ok=True)
         pristine.write_text(source, encoding="utf-8")
-    config = mutmut_config(scratch / "pyproject.toml")
-    if sorted(config.get("only_mutate", [])) != sorted(MUTATED_FILES):
-        problems.append(f"[tool.mutmut] only_mutate must list exactly {', '.join(MUTATED_FILES)}")
-    if f"{HOOKS_MODULE}.py" not in config.get("also_copy", []):
-        problems.append(f"[tool.mutmut] also_copy must list {HOOKS_MODULE}.py")
-    if HOOKS_MODULE not in config.get("pytest_add_cli_args", []):
-        problems.append(f"[tool.mutmut] pytest_add_cli_args must load -p {HOOKS_MODULE}")
+    problems += write_scratch_config(scratch, algo)
     if problems:
         raise RuntimeError("; ".join(problems))
     return scratch
-
-
-def mutmut_config(pyproject) -> dict:
-    """The `[tool.mutmut]` section of `pyproject`, which must exist: it is mutmut's whole configuration."""
-    data = tomllib.loads(Path(pyproject).read_text(encoding="utf-8"))
-    config = data.get("tool", {}).get("mutmut")
-    if not config:
-        raise RuntimeError(f"{pyproject} has no [tool.mutmut] section")
-    return config
 
 
 def mutmut_executable() -> list[str]:
@@ -225,7 +209,7 @@ def _generated_key(generated_name: str) -> str:
 
 
 def collect_file(scratch, path: str) -> list[MutantRecord]:
-    """One record per mutant of `path` (a file of MUTATED_FILES), read from mutmut's meta file and generated code."""
+    """One record per mutant of `path` (a mutated file), read from mutmut's meta file and generated code."""
     scratch = Path(scratch)
     meta = json.loads((scratch / "mutants" / (path + ".meta")).read_text(encoding="utf-8"))
     generated_source = (scratch / "mutants" / path).read_text(encoding="utf-8")
@@ -278,9 +262,9 @@ def collect_file(scratch, path: str) -> list[MutantRecord]:
     return records
 
 
-def collect(scratch, functions: tuple[str, ...] = ()) -> list[MutantRecord]:
-    """One record per mutant of every file of MUTATED_FILES; only those of `functions` where given."""
-    records = [record for path in MUTATED_FILES for record in collect_file(scratch, path)]
+def collect(scratch, functions: tuple[str, ...] = (), algo: MutmutAlgorithm = PPO) -> list[MutantRecord]:
+    """One record per mutant of every file `algo` mutates; only those of `functions` where given."""
+    records = [record for path in algo.files for record in collect_file(scratch, path)]
     return [r for r in records if r.function in functions] if functions else records
 
 
@@ -317,6 +301,7 @@ def write_results(
     seconds: float,
     max_children: int,
     selected: tuple[str, ...] = (),
+    algo: MutmutAlgorithm = PPO,
 ) -> None:
     """Write mutmut_results.json: the run, the source the locations refer to, every mutant, the stats, kill costs.
 
@@ -329,52 +314,63 @@ def write_results(
         seconds=seconds,
         max_children=max_children,
         functions=tuple(sorted({r.function for r in records})),
-        file=TRAINER,
-        source=(scratch / PRISTINE / TRAINER).read_text(encoding="utf-8"),
-        sources={path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in MUTATED_FILES},
+        file=algo.trainer,
+        source=(scratch / PRISTINE / algo.trainer).read_text(encoding="utf-8"),
+        sources={path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in algo.files},
         mutants=tuple(replace(r, cost=costs.get(r.name)) for r in records),
         tests=stats,
         kill_cost=kill_cost,
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         selected=tuple(selected),
+        algorithm=algo.name,
     )
     (report_dir / "mutmut_results.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
 def run_in_scratch(
-    scratch, report_dir, max_children: int, timeout: float, functions: tuple[str, ...] = (), recheck: bool = False
+    scratch,
+    report_dir,
+    max_children: int,
+    timeout: float,
+    functions: tuple[str, ...] = (),
+    algo=PPO,
+    recheck: bool = False,
 ) -> int:
-    """Prepare `scratch`, run mutmut there and write mutmut_results.json; the exit code of `run`.
+    """Prepare `scratch` for `algo`, run mutmut there and write mutmut_results.json; the exit code of `run`.
 
     With `functions`, mutmut tests the mutants of those functions only and the results cover only them.
     Mutants triaged equivalent are skipped unless `recheck`.
     """
     log_path = report_dir / "mutmut.log"
     try:
-        prepare_scratch(scratch)
+        prepare_scratch(scratch, algo=algo)
     except RuntimeError as exc:
         print(f"error: {exc}")
         return 2
-    sources = {path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in MUTATED_FILES}
+    sources = {path: (scratch / PRISTINE / path).read_text(encoding="utf-8") for path in algo.files}
     globs, problems = selection.select(functions, sources)
     if problems:
         print("error: " + "; ".join(problems))
         return 2
-    covers = f"only the functions {', '.join(functions)}" if functions else "the whole of " + ", ".join(MUTATED_FILES)
-    print(f"mutmut: scratch project {scratch}, {max_children} worker(s), {covers}; log in {log_path}", flush=True)
+    covers = f"only the functions {', '.join(functions)}" if functions else "the whole of " + ", ".join(algo.files)
+    print(
+        f"mutmut ({algo.label}, target {algo.target}): scratch project {scratch}, {max_children} worker(s), "
+        f"{covers}; log in {log_path}",
+        flush=True,
+    )
     skip_file = None
     if not recheck:
-        entries, problems = load_triage()
+        entries, problems = load_triage(Path(__file__).resolve().parent / algo.triage_file)
         if problems:
             print("error: " + "; ".join(problems))
             return 2
         skip_file = write_skip_file(scratch, entries)
     code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file)
-    if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in MUTATED_FILES):
+    if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in algo.files):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2
-    records = collect(scratch, functions)
-    write_results(report_dir, scratch, records, code, seconds, max_children, functions)
+    records = collect(scratch, functions, algo)
+    write_results(report_dir, scratch, records, code, seconds, max_children, functions, algo)
     checked = [r for r in records if r.status is not MutantStatus.NOT_CHECKED]
     print(
         f"mutmut: {len(records)} mutants, {len(checked)} checked in {seconds:.0f} s "
@@ -393,11 +389,12 @@ def run(
     report_dir=None,
     keep_scratch: bool = False,
     functions: tuple[str, ...] = (),
+    algorithm: str = DEFAULT,
     recheck: bool = False,
 ) -> int:
-    """Prepare the scratch project, run mutmut (over `functions` only, where given), write mutmut_results.json.
+    """Prepare the scratch project, run mutmut over `algorithm`'s trainer (`functions` only, where given).
 
-    Mutants triaged equivalent are skipped unless `recheck`. Exit 0, 1 or 2.
+    Mutants triaged equivalent are skipped unless `recheck`. Writes mutmut_results.json; exit 0, 1 or 2.
     """
     report_dir = Path(report_dir or ROOT / "reports")
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -409,7 +406,7 @@ def run(
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="ppo-mutmut-"))
     try:
-        return run_in_scratch(scratch, report_dir, max_children, timeout, functions, recheck)
+        return run_in_scratch(scratch, report_dir, max_children, timeout, functions, ALGORITHMS[algorithm], recheck)
     finally:
         if keep_scratch:
             print(f"scratch kept in {scratch}")

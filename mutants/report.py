@@ -1,10 +1,12 @@
 """reports/mutation.{md,json,html} from the curated run and the mutmut run, and the session's verdict.
 
 Inputs (each optional, whatever ran): reports/curated.json (mutants.runner),
-reports/mutmut_results.json (mutants.mutmut_run), mutants/equivalent.toml (the
-triage of every mutmut survivor) and mutants/baseline.json (the score not to
-drop below). The numbers come from scoring.py, mutation.json from schema.py,
-mutation.html from html_page.py and mutation.md from markdown.py; this module
+reports/mutmut_results.json (mutants.mutmut_run), mutants/equivalent.toml or
+mutants/equivalent_grpo.toml (the triage of every survivor of a mutmut run over
+the PPO or the GRPO trainer) and mutants/baseline.json (the score not to drop
+below; GRPO's scores under its `grpo` key, apart from PPO's). The numbers come
+from scoring.py, mutation.json from schema.py, mutation.html from html_page.py
+and mutation.md from markdown.py; this module
 writes them and fails the session on any problem: a curated mutant not killed, a
 control that did not pass, an untriaged or stale-triaged survivor, a mutant
 mutmut never checked, a score below the baseline, an invalid mutation.json.
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from . import catalogue, html_page, markdown, schema, scoring
 from .model import CuratedRun, CuratedStatus, MutantStatus, MutmutResults
+from .mutmut_algorithms import algorithm
 from .project import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -49,13 +52,24 @@ def curated_findings(curated: CuratedRun) -> tuple[list[str], list[str]]:
 
 
 def triage_findings(results: MutmutResults) -> tuple[MutmutResults, list[str], list[str]]:
-    """The results with each survivor's triage from mutants/equivalent.toml, and the (problems, notes) of it."""
-    entries, problems = scoring.load_triage()
-    records, more, notes = scoring.triage(results.mutants, entries, results.selected)
+    """The results with each survivor's triage from its algorithm's triage file, and the (problems, notes) of it."""
+    triage_file = algorithm(results.algorithm).triage_file
+    entries, problems = scoring.load_triage(HERE / triage_file)
+    records, more, notes = scoring.triage(results.mutants, entries, results.selected, triage_file)
     return dataclasses.replace(results, mutants=records), problems + more, notes
 
 
 SELECTIONS = "mutmut_functions"  # baseline.json's list of the scores of `--functions` runs, one per selection
+
+
+def algorithm_baselines(data: dict, results: MutmutResults) -> dict:
+    """The part of baseline.json that holds the scores of `results`' algorithm (PPO's at the top level).
+
+    The dict returned is inside `data` (created there, empty, for an algorithm with none yet), so that
+    recording into it records into `data`.
+    """
+    section = algorithm(results.algorithm).baseline_section
+    return data if section is None else data.setdefault(section, {})
 
 
 def selection_baseline(data: dict, selected: tuple[str, ...]) -> dict | None:
@@ -67,7 +81,8 @@ def selection_baseline(data: dict, selected: tuple[str, ...]) -> dict | None:
 
 
 def run_baseline(data: dict, results: MutmutResults) -> float | None:
-    """The score this run must not drop below: the whole-file one, or the one of the same selection of functions."""
+    """The score this run must not drop below: its algorithm's whole-file one, or that of the same functions."""
+    data = algorithm_baselines(json.loads(json.dumps(data)), results)  # a copy: reading adds no empty section
     entry = selection_baseline(data, results.selected) if results.selected else data.get("mutmut")
     return (entry or {}).get("score")
 
@@ -75,8 +90,10 @@ def run_baseline(data: dict, results: MutmutResults) -> float | None:
 def record_baseline(path: Path, data: dict, results: MutmutResults, summary: scoring.Score) -> float:
     """Write this run's mutmut score to the baseline file, saying what it covers; returns the new baseline.
 
-    A `--functions` run is recorded apart from the whole-file score, under its own list of functions.
+    A `--functions` run is recorded apart from the whole-file score, under its own list of functions;
+    a GRPO run under the `grpo` key, apart from PPO's scores.
     """
+    whole, data = data, algorithm_baselines(data, results)
     entry = {
         "score": summary.score,
         "total": summary.total,
@@ -91,7 +108,7 @@ def record_baseline(path: Path, data: dict, results: MutmutResults, summary: sco
         data[SELECTIONS] = [*others, entry]
     else:
         data["mutmut"] = entry
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(whole, indent=2) + "\n", encoding="utf-8")
     return summary.score
 
 
@@ -127,6 +144,13 @@ def print_outcome(
         print(f"PROBLEM {p}", file=sys.stderr)
 
 
+def trainer_source(results: MutmutResults | None) -> str:
+    """The PPO trainer as the mutmut run copied it; "" where that run did not mutate it (a GRPO run, or none)."""
+    if results is None:
+        return ""
+    return results.sources.get(TRAINER) or (results.source if results.file == TRAINER else "")
+
+
 def write_reports(
     report_dir: Path = ROOT / "reports", install_elements: bool = True, update_baseline: bool = False
 ) -> int:
@@ -142,8 +166,8 @@ def write_reports(
     baseline_path = HERE / "baseline.json"
     baseline_data = load_json(baseline_path) or {}
     baseline = run_baseline(baseline_data, results) if results is not None else None
-    # the source mutmut's locations refer to: the trainer as it was copied for the mutmut run
-    source = (results.source if results is not None else "") or (ROOT / TRAINER).read_text(encoding="utf-8")
+    # the PPO trainer's source, which PPO's mutmut and curated locations refer to: as copied for the mutmut run
+    source = trainer_source(results) or (ROOT / TRAINER).read_text(encoding="utf-8")
     problems, notes = curated_findings(curated) if curated is not None else ([], [])
 
     summary, timing = None, None

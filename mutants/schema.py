@@ -3,7 +3,8 @@
 Built as plain dicts and written with the json module. mutmut's mutants of the
 trainer and the curated PPO mutants share the file entry of reference_ppo/trainer.py,
 mutmut's mutants of reference_ppo/config.py have their own; the curated
-GRPO mutants have reference_ppo/grpo.py's, and their checks are named `grpo:<check id>`
+GRPO mutants and mutmut's mutants of the GRPO trainer (a run with `--algorithm grpo`)
+share reference_ppo/grpo.py's, grpo_config.py has its own, and the curated mutants' checks are named `grpo:<check id>`
 (GRPO reuses some PPO scenario names). A survivor triaged "equivalent" is reported as
 Ignored with its reason.
 """
@@ -89,8 +90,11 @@ def schema_report(
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
     records = results.mutants if results is not None else ()
     mutants = [mutmut_entry(r) for r in records if r.file == TRAINER]
-    grpo_source = (ROOT / GRPO_TRAINER).read_text(encoding="utf-8")
-    grpo_mutants: list[dict] = []
+    # the GRPO trainer as a mutmut run over it copied it, else as it is now (the curated GRPO mutants' source)
+    grpo_source = (results.sources.get(GRPO_TRAINER) if results is not None else None) or (
+        ROOT / GRPO_TRAINER
+    ).read_text(encoding="utf-8")
+    grpo_mutants = [mutmut_entry(r) for r in records if r.file == GRPO_TRAINER]
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
         grpo = r.mutant.algorithm == "grpo"
@@ -127,12 +131,12 @@ def schema_report(
 
 
 def other_files(results: MutmutResults | None) -> dict:
-    """The schema-v2 file entries of the files mutmut mutated besides the trainer (reference_ppo/config.py)."""
+    """The schema-v2 file entries of the files mutmut mutated besides the two trainers (config.py, grpo_config.py)."""
     if results is None:
         return {}
     entries = {}
     for path, text in results.sources.items():
-        if path != TRAINER:
+        if path not in (TRAINER, GRPO_TRAINER):
             mutants = [mutmut_entry(r) for r in results.mutants if r.file == path]
             entries[path] = {"language": "python", "source": text, "mutants": mutants}
     return entries

@@ -1,6 +1,7 @@
 """The numbers of the mutmut run, each computed once: triage of its survivors, the score, timing, kill costs.
 
-The triage file (mutants/equivalent.toml) gives every survivor a verdict:
+The triage file (mutants/equivalent.toml for PPO, mutants/equivalent_grpo.toml for GRPO)
+gives every survivor a verdict:
 "equivalent" mutants leave the score, "missing-check" survivors count as survived
 (known gaps of the gate, listed so that someone closes them).
 
@@ -70,12 +71,16 @@ def load_triage(path: Path = HERE / "equivalent.toml") -> tuple[dict[str, Triage
 
 
 def triage(
-    records: tuple[MutantRecord, ...], entries: dict[str, TriageEntry], selected: tuple[str, ...] = ()
+    records: tuple[MutantRecord, ...],
+    entries: dict[str, TriageEntry],
+    selected: tuple[str, ...] = (),
+    triage_file: str = "equivalent.toml",
 ) -> tuple[tuple[MutantRecord, ...], list[str], list[str]]:
     """The records with each survivor's verdict and why from the triage file, and its (problems, notes).
 
     `selected`: the functions a `--functions` run covered; an entry of another function is then not
-    reported as naming no current mutant (that run did not look at it).
+    reported as naming no current mutant (that run did not look at it). `triage_file`: the file the
+    entries come from (in mutants/), named in the problem of an untriaged survivor.
     """
     triaged, problems, notes = [], [], []
     for r in records:
@@ -86,7 +91,7 @@ def triage(
             if unkilled:
                 problems.append(
                     f"untriaged survivor {r.short} ({r.function}, line {r.location.start.line}): "
-                    f"{r.original!r} -> {r.replacement!r}; add it to mutants/equivalent.toml or add a check"
+                    f"{r.original!r} -> {r.replacement!r}; add it to mutants/{triage_file} or add a check"
                 )
         elif not entry.matches(r):
             problems.append(

@@ -76,10 +76,12 @@ def reward_functions(rewards: Reward | Sequence[Reward] | Mapping[str, Reward]) 
         funcs = [rewards] if isinstance(rewards, nn.Module) or callable(rewards) else list(rewards)
         names = [getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
         if len(set(names)) != len(names):
-            raise ConfigError(f"reward functions need distinct names, got {names}: pass a dict name -> function")
+            raise ConfigError(  # pragma: no mutate - message
+                f"reward functions need distinct names, got {names}: pass a dict name -> function"
+            )
         named = dict(zip(names, funcs))
     if not named:
-        raise ConfigError("at least one reward function is needed")
+        raise ConfigError("at least one reward function is needed")  # pragma: no mutate - message
     return named
 
 
@@ -220,7 +222,7 @@ def loss_denominator(loss_type: str, counts: WindowCounts, max_completion_length
         return max(counts.completions, 1.0) * max_completion_length
     if loss_type == "dapo":
         return max(counts.generation_tokens, 1.0) * counts.generation_share
-    raise ConfigError(f"unknown loss_type {loss_type!r}")
+    raise ConfigError(f"unknown loss_type {loss_type!r}")  # pragma: no mutate - message
 
 
 def loss_numerator(
@@ -270,7 +272,7 @@ def _ratio(numerator: torch.Tensor, count: torch.Tensor) -> float:
 def pooled_stats(rows: torch.Tensor, loss_type: str, max_completion_length: int, with_kl: bool) -> dict[str, float]:
     """Pool micro-batch rows (already gathered from every rank): sum numerators and counts, divide once."""
     if rows.numel() == 0:
-        raise RuntimeError("no micro-batch ran in this interval: nothing to log")
+        raise RuntimeError("no micro-batch ran in this interval: nothing to log")  # pragma: no mutate - message
     totals = dict(zip(STAT_FIELDS, rows.sum(dim=0)))
     tokens, completions = totals["count/tokens"], totals["count/completions"]
     metrics = {name: _ratio(totals[name], tokens) for name in TOKEN_POOLED if with_kl or name != "kl"}
@@ -356,11 +358,13 @@ class GRPOTrainer:
         from transformers import set_seed
 
         if config.beta != 0 and ref_policy is None:
-            raise ConfigError(f"beta={config.beta} needs a reference model (ref_policy is None)")
+            raise ConfigError(  # pragma: no mutate - message
+                f"beta={config.beta} needs a reference model (ref_policy is None)"
+            )
         self.reward_funcs = reward_functions(rewards)
         weights = config.reward_weights or (1.0,) * len(self.reward_funcs)
         if len(weights) != len(self.reward_funcs):
-            raise ConfigError(
+            raise ConfigError(  # pragma: no mutate - message
                 f"reward_weights has {len(weights)} weights for {len(self.reward_funcs)} reward functions"
             )
         set_seed(config.seed)

@@ -82,32 +82,39 @@ class GRPOConfig:
         )
         bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
         if bad:
-            raise ConfigError("these sizes must be positive integers: " + ", ".join(bad))
+            raise ConfigError("these sizes must be positive integers: " + ", ".join(bad))  # pragma: no mutate - message
         if self.num_generations < 2:
-            raise ConfigError(f"num_generations must be at least 2 (a group), got {self.num_generations}")
+            raise ConfigError(  # pragma: no mutate - message
+                f"num_generations must be at least 2 (a group), got {self.num_generations}"
+            )
         if self.loss_type not in LOSS_TYPES:
-            raise ConfigError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+            raise ConfigError(  # pragma: no mutate - message
+                f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}"
+            )
         if self.scale_rewards not in SCALE_REWARDS:
-            raise ConfigError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}")
+            raise ConfigError(  # pragma: no mutate - message
+                f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}"
+            )
         if self.temperature <= 0:
-            raise ConfigError(f"temperature must be positive, got {self.temperature}")
+            raise ConfigError(f"temperature must be positive, got {self.temperature}")  # pragma: no mutate - message
         if self.learning_rate < 0:
-            raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")
+            raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")  # pragma: no mutate - message
         if self.beta < 0:
-            raise ConfigError(f"beta must be >= 0, got {self.beta}")
+            raise ConfigError(f"beta must be >= 0, got {self.beta}")  # pragma: no mutate - message
         if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
-            raise ConfigError(
+            raise ConfigError(  # pragma: no mutate - message
                 f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {self.epsilon_low} and {self.epsilon_high}"
             )
         if self.delta is not None and self.delta <= 0:
-            raise ConfigError(f"delta must be positive or None, got {self.delta}")
+            raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
         self.local_generation_batch_size = self.per_device_train_batch_size * self.steps_per_generation
         self.prompts_per_generation = exact_div(
             self.local_generation_batch_size,
             self.num_generations,
-            "each rank's generation batch (per_device_train_batch_size * steps_per_generation "
+            "each rank's generation batch "  # pragma: no mutate - message
+            "(per_device_train_batch_size * steps_per_generation "  # pragma: no mutate - message
             f"= {self.per_device_train_batch_size} * {self.steps_per_generation}) "
-            "must be a multiple of num_generations",
+            "must be a multiple of num_generations",  # pragma: no mutate - message
         )
         micro_steps = self.steps_per_generation * self.num_iterations
         full, rest = divmod(micro_steps, self.gradient_accumulation_steps)

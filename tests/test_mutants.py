@@ -202,7 +202,7 @@ def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
 
 
 def test_every_pragma_of_the_mutated_files_spares_one_line_and_says_why():
-    for path in mutmut_run.MUTATED_FILES:
+    for path in [path for algo in mutmut_run.ALGORITHMS.values() for path in algo.files]:
         source = (ROOT / path).read_text(encoding="utf-8")
         assert mutmut_run.pragma_problems(source, path) == []
         assert "no mutate block" not in source
@@ -512,6 +512,7 @@ def test_mutmut_results_json_reads_back_as_the_records_written(tmp_path):
         "finished",
         "sources",
         "selected",
+        "algorithm",
     ]
     assert list(data["mutants"][0])[-3:] == ["first_test", "first_test_seconds", "cost_ratio"]
     assert "first_test" not in data["mutants"][1] and "verdict" not in data["mutants"][1]

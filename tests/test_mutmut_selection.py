@@ -70,14 +70,14 @@ def test_an_unknown_function_is_a_usage_error_before_mutmut_runs(tmp_path, capsy
 def test_the_command_line_passes_the_functions_on(monkeypatch, tmp_path):
     seen = {}
 
-    def fake_run(max_children, timeout, report_dir, keep, functions, recheck):
-        seen.update(max_children=max_children, functions=functions)
+    def fake_run(max_children, timeout, report_dir, keep, functions, recheck, algorithm):
+        seen.update(max_children=max_children, functions=functions, algorithm=algorithm)
         return 2
 
     monkeypatch.setattr(mutmut_run, "run", fake_run)
     argv = ["mutmut", "--max-children", "1", "--functions", " compute_gae, PPOTrainer.micro_step,,compute_gae"]
     assert cli.main([*argv, "--report-dir", str(tmp_path)]) == 2
-    assert seen == {"max_children": 1, "functions": ("compute_gae", "PPOTrainer.micro_step")}
+    assert seen == {"max_children": 1, "functions": ("compute_gae", "PPOTrainer.micro_step"), "algorithm": "ppo"}
     assert selection.parse_functions(None) == ()
 
 
@@ -107,7 +107,7 @@ def test_a_selected_run_says_it_covers_only_those_functions_and_reads_back():
     assert "selected functions only" in lines
     assert "ONLY the mutants of 1 functions: `compute_gae` (it says nothing" in lines
     assert "whole trainer" not in lines
-    assert "## mutmut over the whole trainer" in markdown.mutmut_summary(results_of(()), summary, None)
+    assert "## mutmut over the whole PPO trainer" in markdown.mutmut_summary(results_of(()), summary, None)
 
 
 def test_triage_of_other_functions_is_not_called_stale_in_a_selected_run():

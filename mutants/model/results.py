@@ -223,6 +223,8 @@ class MutmutResults:
     """Every mutated file's source by path, as mutmut ran over it; `file` and `source` are the trainer's."""
     selected: tuple[str, ...] = ()
     """The functions a `--functions` run covered (its mutants are theirs only); empty for a run over whole files."""
+    algorithm: str = "ppo"
+    """Whose trainer mutmut mutated (mutmut_algorithms.ALGORITHMS); results written before GRPO runs are PPO's."""
 
     @property
     def partial(self) -> bool:
@@ -244,6 +246,7 @@ class MutmutResults:
             "finished": self.finished,
             "sources": dict(self.sources),
             "selected": list(self.selected),
+            "algorithm": self.algorithm,
         }
 
     @classmethod
@@ -263,6 +266,7 @@ class MutmutResults:
             data.get("finished"),
             dict(data.get("sources") or {}),
             tuple(data.get("selected") or ()),
+            data.get("algorithm") or "ppo",
         )
 
 
