@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 43))
+PPO_CLASSES = (*range(1, 16), *range(20, 43), 45)
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -717,6 +717,21 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="the logs are right and dL/dlogp too; dL/dv against the formula is twice it",
+    ),
+    Mutant(
+        id="c45_logprobs_without_temperature",
+        bug_class=45,
+        title="log-probs taken from the raw logits while the rollout samples at the temperature",
+        source="OpenRLHF/OpenRLHF PR 853; NVIDIA/NeMo-Aligner issue 46",
+        killed_by=("settings_sweep[settings=temperature,check=sampling]",),
+        patch=(
+            replace(
+                "    return out.logits[:, context_length - 1 : -1] / temperature\n",
+                "    return out.logits[:, context_length - 1 : -1]\n",
+            ),
+        ),
+        notes="rollout and update agree (ratio 1 at LR 0, every pooled mean recomputes); only the drawn tokens "
+        "show that the log-probs describe another distribution than the one sampled",
     ),
 )
 

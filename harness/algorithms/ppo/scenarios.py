@@ -29,7 +29,8 @@ from .gradient_scenarios import (
 from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
-from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, SAMPLING, UNEVEN, spec_for
+from .sampling import judge_sampling
 from .spec import ScenarioSpec
 
 __all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
@@ -136,6 +137,20 @@ def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Chec
     return check.finish()
 
 
+def sampling(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (64 rows)."""
+    check, obs = Check(case.id), cache.get(spec_for(SAMPLING, run))
+    view = require_view(obs, check)
+    if view is not None:
+        problems = [u.rollout_problem for u in view.updates if u.rollout is None]
+        for problem in problems:
+            check.fail(problem or "an update has no rollout records")
+        if not problems:
+            rollouts = [u.rollout for u in view.updates]
+            judge_sampling(rollouts, obs.ran.stop_token_id, obs.ran.pad_token_id, check, obs.spec.split_label)
+    return check.finish()
+
+
 def partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means."""
     base = spec_for(LR0, run).with_(name="partition_invariance")
@@ -148,6 +163,7 @@ SWEPT = {
     "gradient_partition": gradient_partition,
     "every_microbatch_applied": every_microbatch_applied,
     "training_signal": training_signal,
+    "sampling": sampling,
 }
 """The checks run again under each settings profile, with their default parameters."""
 
@@ -199,6 +215,12 @@ SCENARIOS = (
         training_signal,
         (("epochs", (1, 2)),),
         "raw advantages (and rewards) equal the oracle's GAE; per-token policy and value losses follow from them",
+    ),  # fmt: skip
+    Scenario(
+        "sampling",
+        sampling,
+        (),
+        "the rollout's tokens are draws from its own softmax(logits / T): |sum(-log p - H)| / sqrt(sum Var) <= 5",
     ),  # fmt: skip
     Scenario(
         "settings_sweep",
