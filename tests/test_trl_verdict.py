@@ -53,8 +53,8 @@ TRL_PASSES = {
     "training_signal[epochs=2]",
     *(f"settings_sweep[settings={s},check=training_signal]" for s in ("temperature", "k3", "clipped")),
     # its rollout's log-probs describe the distribution it samples from, at every setting
-    "sampling",
-    *(f"settings_sweep[settings={s},check=sampling]" for s in ("temperature", "k3", "whiten_eos", "clipped")),
+    "sampling[temperature=run]",
+    "sampling[temperature=0.7]",
 }
 
 

@@ -138,8 +138,10 @@ def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Chec
 
 
 def sampling(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (64 rows)."""
-    check, obs = Check(case.id), cache.get(spec_for(SAMPLING, run))
+    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (64 rows), at the
+    run's temperature and at 0.7 (where log-probs taken without the temperature show)."""
+    temperature = run.temperature if case.param("temperature") == "run" else float(case.param("temperature"))
+    check, obs = Check(case.id), cache.get(spec_for(SAMPLING, run).with_(temperature=temperature))
     view = require_view(obs, check)
     if view is not None:
         problems = [u.rollout_problem for u in view.updates if u.rollout is None]
@@ -163,7 +165,6 @@ SWEPT = {
     "gradient_partition": gradient_partition,
     "every_microbatch_applied": every_microbatch_applied,
     "training_signal": training_signal,
-    "sampling": sampling,
 }
 """The checks run again under each settings profile, with their default parameters."""
 
@@ -219,7 +220,7 @@ SCENARIOS = (
     Scenario(
         "sampling",
         sampling,
-        (),
+        (("temperature", ("run", "0.7")),),
         "the rollout's tokens are draws from its own softmax(logits / T): |sum(-log p - H)| / sqrt(sum Var) <= 5",
     ),  # fmt: skip
     Scenario(
