@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ids_are_unique_and_formed_from_scenario_and_params():
     ids = [str(c.id) for c in cases("ppo")]
-    assert len(ids) == len(set(ids)) == 41  # 13, 2 of the signal, 3 + 1 of the gradient, 2 of the sampling, 20 of the sweep
+    assert len(ids) == len(set(ids)) == 41  # 13, 2 of the signal, 3 + 1 of the gradient, 2 sampling, 20 of the sweep
     assert str(CheckId("uneven_split", (("epochs", 1),))) == "uneven_split[epochs=1]" in ids
     assert str(CheckId("freshness")) == "freshness" in ids
     assert case("rollout_objectives[rollout=padding_rows]").param("rollout") == "padding_rows"
