@@ -723,7 +723,7 @@ MUTANTS: tuple[Mutant, ...] = (
         bug_class=45,
         title="log-probs taken from the raw logits while the rollout samples at the temperature",
         source="OpenRLHF/OpenRLHF PR 853; NVIDIA/NeMo-Aligner issue 46",
-        killed_by=("sampling[temperature=0.7]",),
+        killed_by=("sampling[temperature=0.5]",),
         patch=(
             replace(
                 "    return out.logits[:, context_length - 1 : -1] / temperature\n",

@@ -66,7 +66,7 @@ def test_draws_from_the_described_distribution_pass_and_greedy_or_colder_draws_f
     colder = torch.multinomial(torch.softmax(logits / 0.7, -1).reshape(-1, 16), 1, generator=gen).reshape(40, 12)
     assert sampling_z([_rollout(logits, colder)], None, pad=99)[0] < -5
     check = Check(CheckId("sampling"))
-    judge_sampling([_rollout(logits, greedy)], None, 99, check, "64 rows")
+    judge_sampling([_rollout(logits, greedy)], None, 99, check, "uneven split")
     assert check.failed and "more probable" in check.finish().failure_lines()[0]
 
 

@@ -54,7 +54,7 @@ TRL_PASSES = {
     *(f"settings_sweep[settings={s},check=training_signal]" for s in ("temperature", "k3", "clipped")),
     # its rollout's log-probs describe the distribution it samples from, at every setting
     "sampling[temperature=run]",
-    "sampling[temperature=0.7]",
+    "sampling[temperature=0.5]",
 }
 
 

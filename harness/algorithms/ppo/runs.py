@@ -18,10 +18,6 @@ ALL_MASKED = UNEVEN.with_(
     total_updates=1,
 )
 EMPTY_UPDATE = UNEVEN.with_(name="empty_update", pad_logit_bias=40.0, total_updates=1)
-SAMPLING = UNEVEN.with_(
-    name="sampling", learning_rate=0.0, per_device_train_batch_size=8, gradient_accumulation_steps=8, total_updates=1
-)
-"""64 rollout rows (about 600 drawn tokens) for `sampling`: a log-prob temperature off by 0.7 shows as |Z| of 8-10."""
 PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
 ROLLOUTS = {"uneven_split": UNEVEN, "padding_rows": PADDING_ROWS}
 """The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5."""

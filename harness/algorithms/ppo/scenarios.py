@@ -29,7 +29,7 @@ from .gradient_scenarios import (
 from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
-from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, SAMPLING, UNEVEN, spec_for
+from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
 from .sampling import judge_sampling
 from .spec import ScenarioSpec
 
@@ -138,10 +138,10 @@ def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Chec
 
 
 def sampling(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (64 rows), at the
-    run's temperature and at 0.7 (where log-probs taken without the temperature show)."""
+    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (the uneven split's
+    two updates), at the run's temperature and at 0.5 (where log-probs taken without the temperature show)."""
     temperature = run.temperature if case.param("temperature") == "run" else float(case.param("temperature"))
-    check, obs = Check(case.id), cache.get(spec_for(SAMPLING, run).with_(temperature=temperature))
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(temperature=temperature))
     view = require_view(obs, check)
     if view is not None:
         problems = [u.rollout_problem for u in view.updates if u.rollout is None]
@@ -220,7 +220,7 @@ SCENARIOS = (
     Scenario(
         "sampling",
         sampling,
-        (("temperature", ("run", "0.7")),),
+        (("temperature", ("run", "0.5")),),
         "the rollout's tokens are draws from its own softmax(logits / T): |sum(-log p - H)| / sqrt(sum Var) <= 5",
     ),  # fmt: skip
     Scenario(
