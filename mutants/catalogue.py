@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 45), 46)
+PPO_CLASSES = (*range(1, 16), *range(20, 47))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -452,10 +452,8 @@ MUTANTS: tuple[Mutant, ...] = (
         killed_by=("uneven_split",),
         patch=(
             replace(
-                "    rows = [torch.log_softmax(row.float(), dim=-1).gather(-1, ids.unsqueeze(-1)) "
-                "for row, ids in zip(logits, index)]\n",
-                "    rows = [torch.log_softmax(row.float(), dim=-1).gather(-1, ids.roll(1).unsqueeze(-1)) "
-                "for row, ids in zip(logits, index)]\n",
+                "        torch.log_softmax(at_least_float32(row), dim=-1).gather(-1, ids.unsqueeze(-1))\n",
+                "        torch.log_softmax(at_least_float32(row), dim=-1).gather(-1, ids.roll(1).unsqueeze(-1))\n",
             ),
         ),
         notes="old and new log-probs are wrong alike, so the pooled statistics agree with the oracle; the spy does not",
@@ -771,6 +769,21 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         notes="only under a reward model: a padded row is scored at a pad position; every pooled statistic is right",
+    ),
+    Mutant(
+        id="c45_logprobs_without_temperature",
+        bug_class=45,
+        title="log-probs taken from the raw logits while the rollout samples at the temperature",
+        source="OpenRLHF/OpenRLHF PR 853; NVIDIA/NeMo-Aligner issue 46",
+        killed_by=("sampling[temperature=0.5]",),
+        patch=(
+            replace(
+                "    return out.logits[:, context_length - 1 : -1] / temperature\n",
+                "    return out.logits[:, context_length - 1 : -1]\n",
+            ),
+        ),
+        notes="rollout and update agree (ratio 1 at LR 0, every pooled mean recomputes); only the drawn tokens "
+        "show that the log-probs describe another distribution than the one sampled",
     ),
 )
 

@@ -191,7 +191,7 @@ def test_selective_log_softmax_record(mod):
     want = torch.distributions.Categorical(logits=logits.double()).entropy()
     torch.testing.assert_close(record.entropy, want, rtol=0, atol=1e-12)
     assert not hasattr(record, "logits") and not hasattr(record, "tensors")
-    named = {"site", "seq", "index", "logprobs", "entropy", "dtype", "logprob_gap", "grad"}
+    named = {"site", "seq", "index", "logprobs", "entropy", "dtype", "logprob_gap", "logprob_variance", "grad"}
     assert {f.name for f in fields(record)} == named
     assert record.grad is None  # no backward pass reached it
     assert record.logprob_gap.shape == index.shape and float(record.logprob_gap.max()) < 1e-5
@@ -234,7 +234,7 @@ def test_records_hold_no_logits(mod):
     for record in spy.records:
         tensors = {f.name: getattr(record, f.name) for f in fields(record)}
         tensors = {name: value for name, value in tensors.items() if isinstance(value, torch.Tensor)}
-        assert set(tensors) == {"index", "logprobs", "entropy", "logprob_gap"}
+        assert set(tensors) == {"index", "logprobs", "entropy", "logprob_gap", "logprob_variance"}
         for name, tensor in tensors.items():
             assert tensor.numel() <= batch * width, f"{name} holds {tuple(tensor.shape)}"
             assert vocab not in tensor.shape

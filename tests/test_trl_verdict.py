@@ -64,6 +64,9 @@ TRL_PASSES = {
     # its scores are its reward model's head at each row's last real token: the oracle reads the recorded head
     # outputs there (the TRL target always scores with the reward model, so this profile changes nothing)
     *(f"settings_sweep[settings=reward_model,check={c}]" for c in ("rollout_objectives", "training_signal")),
+    # its rollout's log-probs describe the distribution it samples from
+    "sampling[temperature=run]",
+    "sampling[temperature=0.5]",
 }
 
 

@@ -64,6 +64,9 @@ class LogProbCall(Record):
     """The dtype of the traced logits."""
     logprob_gap: torch.Tensor | None = field(repr=False, default=None)
     """|logprobs - log_softmax(logits)[index]| per position, from the call's own inputs (None if not taken)."""
+    logprob_variance: torch.Tensor | None = field(repr=False, default=None)
+    """Per position, the variance of log softmax(logits) under softmax(logits): how far a drawn token's
+    log-prob strays from minus the entropy (None if not taken)."""
     grad: torch.Tensor | None = field(repr=False, default=None)
     """d(loss)/d(returned log-probs) per position, summed over every backward pass through the returned tensor
     (float64; None when it did not require grad or no backward reached it)."""

@@ -85,7 +85,7 @@ def record_log_softmax(site: Site, seq: int, args: list[Any], result: Any) -> Lo
     import torch
 
     logits, index = args[0], args[1]
-    entropy, gap = reduce_logits(logits, index, result)
+    entropy, gap, spread = reduce_logits(logits, index, result)
     return LogProbCall(
         site,
         seq,
@@ -93,6 +93,7 @@ def record_log_softmax(site: Site, seq: int, args: list[Any], result: Any) -> Lo
         logprobs=_copy(result, torch.float64),
         entropy=entropy,
         logprob_gap=gap,
+        logprob_variance=spread,
         dtype=_dtype_name(logits),
     )
 

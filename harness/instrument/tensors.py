@@ -33,8 +33,9 @@ def logprob_gap(
 
 def reduce_logits(
     logits: torch.Tensor, index: Any = None, logprobs: Any = None, chunk_elements: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(per-position entropy, |logprobs - log_softmax(logits)[index]| or None), float64 on CPU, in one pass.
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(per-position entropy, |logprobs - log_softmax(logits)[index]| or None, per-position variance of
+    log softmax(logits) under softmax(logits)), float64 on CPU, in one pass.
 
     Computed in float64, a few positions at a time into two reused buffers, so that no float64
     copy of the whole logits tensor is ever made: with `m` the row's max, `z = l - m`, `e =
@@ -43,7 +44,10 @@ def reduce_logits(
     nothing (its `z` is clamped to the lowest finite float64, whose `e` is 0); a row of only -inf
     has entropy -inf and a row with +inf has +inf (NaN with a NaN), as `logsumexp(l) - sum(softmax(l)
     * l)` gives. The log-prob gap is what a `selective_log_softmax` call got wrong given its own
-    inputs (a gather at the wrong positions shows as O(1)); it is taken when `index` is given.
+    inputs (a gather at the wrong positions shows as O(1)); it is taken when `index` is given. The
+    variance of the log-probability of a token drawn from softmax(l) (what `sampling` needs to judge
+    how far the drawn tokens' log-probs may stray from the entropy) is that of `z` under it:
+    `sum(e * z^2) / s - (sum(e * z) / s)^2`.
     """
     import torch
 
@@ -55,6 +59,7 @@ def reduce_logits(
         total, vocab = flat.shape
         rows = max(1, min(total, chunk_elements // max(1, vocab)))
         out = torch.empty(total, dtype=torch.float64, device=device)
+        spread = torch.empty(total, dtype=torch.float64, device=device)
         gap = None
         if index is not None:
             ids = torch.as_tensor(index).detach().reshape(-1, 1).to(device)
@@ -77,11 +82,14 @@ def reduce_logits(
             if gap is not None:
                 want = zc.gather(-1, ids[start : start + n]).squeeze(-1) - log_s
                 gap[start : start + n] = (got[start : start + n] - want).abs()
-            ez = ec.mul_(zc).sum(dim=-1)
+            ez = ec.mul_(zc).sum(dim=-1)  # e * z (0 where e is 0: z is finite)
+            ez2 = ec.mul_(zc).sum(dim=-1)  # e * z^2
             value = torch.where(s > 0, log_s - ez / s, log_s)
             out[start : start + n] = value.masked_fill_(infinite, float("inf"))
+            spread[start : start + n] = (ez2 / s - (ez / s) ** 2).clamp_(min=0.0)
     entropy = out.cpu().reshape(logits.shape[:-1])
-    return entropy, None if gap is None else gap.cpu().reshape(torch.as_tensor(index).shape)
+    gap = None if gap is None else gap.cpu().reshape(torch.as_tensor(index).shape)
+    return entropy, gap, spread.cpu().reshape(logits.shape[:-1])
 
 
 def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor:

@@ -31,6 +31,7 @@ from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
 from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, FORWARD_RUNS, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
+from .sampling import judge_sampling
 from .scores import update_scores
 from .spec import ScenarioSpec
 
@@ -138,6 +139,22 @@ def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Chec
     return check.finish()
 
 
+def sampling(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """The rollout's tokens are draws from softmax(logits / temperature) of its own log-probs (the uneven split's
+    two updates), at the run's temperature and at 0.5 (where log-probs taken without the temperature show)."""
+    temperature = run.temperature if case.param("temperature") == "run" else float(case.param("temperature"))
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(temperature=temperature))
+    view = require_view(obs, check)
+    if view is not None:
+        problems = [u.rollout_problem for u in view.updates if u.rollout is None]
+        for problem in problems:
+            check.fail(problem or "an update has no rollout records")
+        if not problems:
+            rollouts = [u.rollout for u in view.updates]
+            judge_sampling(rollouts, obs.ran.stop_token_id, obs.ran.pad_token_id, check, obs.spec.split_label)
+    return check.finish()
+
+
 def partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means."""
     base = spec_for(LR0, run).with_(name="partition_invariance")
@@ -226,6 +243,12 @@ SCENARIOS = (
         forward_recompute,
         (("run", tuple(FORWARD_RUNS)),),
         "LR 0: rollout, reference and new log-probs and the values == the networks' own, float64, on the real tokens",
+    ),  # fmt: skip
+    Scenario(
+        "sampling",
+        sampling,
+        (("temperature", ("run", "0.5")),),
+        "the rollout's tokens are draws from its own softmax(logits / T): |sum(-log p - H)| / sqrt(sum Var) <= 5",
     ),  # fmt: skip
     Scenario(
         "settings_sweep",

@@ -90,6 +90,8 @@ class RolloutView:
     ref_problem: str | None = None
     has_stop: torch.Tensor | None = field(repr=False, default=None)
     """(N,) whether each response contains the stop token (None when the trainer has no stop token)."""
+    logprob_variance: torch.Tensor | None = field(repr=False, default=None)
+    """(N, T) variance of the log-prob under the rollout's distribution at each position (None if not recorded)."""
 
     @property
     def samples(self) -> int:
@@ -247,7 +249,9 @@ def _rollout(group: _Group, index: int, stop: int | None, pad: int) -> RolloutVi
     except NotRecomputable as why:
         ref_problem = str(why)
     has_stop = None if stop is None else (responses == stop).any(dim=-1)
-    return RolloutView(responses, logprobs, entropy, response_mask, value_mask, ref, ref_problem, has_stop)
+    spreads = [r.logprob_variance for r in group.rollout]
+    spread = None if any(v is None for v in spreads) else _cat(spreads, "rollout log-prob variances", index)
+    return RolloutView(responses, logprobs, entropy, response_mask, value_mask, ref, ref_problem, has_stop, spread)
 
 
 def view_update(group: _Group, index: int, stop: int | None, pad: int, sites: SiteMap | None = None) -> UpdateView:
