@@ -25,6 +25,7 @@ from mutants.mutmut_algorithms import (
     named_target,
     scratch_config,
 )
+from tests.test_mutmut_selection import record
 
 ROOT = Path(__file__).resolve().parent.parent
 GRPO = ALGORITHMS["grpo"]
@@ -34,23 +35,7 @@ GRPO_SOURCES = {path: (ROOT / path).read_text(encoding="utf-8") for path in GRPO
 
 def grpo_record(name: str, status: str, function: str, file: str = "reference_ppo/grpo.py") -> MutantRecord:
     """A mutmut record of a GRPO `function` as mutmut_results.json holds it."""
-    module = file.removesuffix(".py").replace("/", ".")
-    return MutantRecord.from_dict(
-        {
-            "name": f"{module}.{name}",
-            "function": function,
-            "status": status,
-            "exit_code": 0,
-            "seconds": 0.5,
-            "location": {"start": {"line": 1, "column": 1}, "end": {"line": 1, "column": 2}},
-            "line": "x = 0",
-            "original": "0",
-            "replacement": "1",
-            "mutator": "NumberLiteral",
-            "diff": "",
-            "file": file,
-        }
-    )
+    return record(name, status, function, file)
 
 
 def grpo_results(selected: tuple[str, ...], *records: MutantRecord) -> MutmutResults:

@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {path: (ROOT / path).read_text(encoding="utf-8") for path in mutmut_run.MUTATED_FILES}
 
 
-def record(name: str, status: str, function: str) -> MutantRecord:
-    """A mutmut record of `function` as mutmut_results.json holds it."""
+def record(name: str, status: str, function: str, file: str = "reference_ppo/trainer.py") -> MutantRecord:
+    """A mutmut record of `function` of `file` as mutmut_results.json holds it."""
+    module = file.removesuffix(".py").replace("/", ".")
     return MutantRecord.from_dict(
         {
-            "name": f"reference_ppo.trainer.{name}",
+            "name": f"{module}.{name}",
             "function": function,
             "status": status,
             "exit_code": 0,
@@ -36,6 +37,7 @@ def record(name: str, status: str, function: str) -> MutantRecord:
             "replacement": "1",
             "mutator": "NumberLiteral",
             "diff": "",
+            "file": file,
         }
     )
 
