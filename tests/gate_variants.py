@@ -100,9 +100,8 @@ def whitening_not_seen(spec):
     return run
 
 
-def value_head_hidden(spec):
-    """A correct trainer whose adapter exposes no `value_head`: the values it trained on go unseen."""
-    run = reference_factory(spec)
+def protocol_only(run, **members):
+    """`run` with only the TargetRun protocol's members, plus `members`: what else an adapter exposes is hidden."""
     return types.SimpleNamespace(
         module=run.module,
         optimizer=run.optimizer,
@@ -110,8 +109,14 @@ def value_head_hidden(spec):
         pad_token_id=run.pad_token_id,
         stop_token_id=run.stop_token_id,
         train=run.train,
-        scores=run.reward.given,
+        **members,
     )
+
+
+def value_head_hidden(spec):
+    """A correct trainer whose adapter exposes no `value_head`: the values it trained on go unseen."""
+    run = reference_factory(spec)
+    return protocol_only(run, scores=run.reward.given)
 
 
 def reward_model_unseen(spec):
@@ -120,13 +125,4 @@ def reward_model_unseen(spec):
     import copy
 
     run = reference_factory(spec)
-    return types.SimpleNamespace(
-        module=run.module,
-        optimizer=run.optimizer,
-        params=run.params,
-        pad_token_id=run.pad_token_id,
-        stop_token_id=run.stop_token_id,
-        train=run.train,
-        value_head=run.value_head,
-        reward_model=copy.deepcopy(run.reward_model),
-    )
+    return protocol_only(run, value_head=run.value_head, reward_model=copy.deepcopy(run.reward_model))
