@@ -42,7 +42,7 @@ ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {"ppo": CHECKS, "grpo"
 VERIFY_DIST = "verify_dist"
 
 
-PPO_CLASSES = (*range(1, 16), *range(20, 47))
+PPO_CLASSES = (*range(1, 16), *range(20, 48))
 """The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
 GRPO_CLASSES = (16, 17, 18, 19)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
@@ -784,6 +784,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         notes="rollout and update agree (ratio 1 at LR 0, every pooled mean recomputes); only the drawn tokens "
         "show that the log-probs describe another distribution than the one sampled",
+    ),
+    Mutant(
+        id="c47_reward_text_with_special_tokens",
+        bug_class=47,
+        title="the reward on text given the responses decoded with their special tokens (pad, stop) kept",
+        source="verl PR 715; OpenRLHF issue 775",
+        killed_by=(
+            "settings_sweep[settings=reward_text,check=rollout_objectives]",
+            "settings_sweep[settings=reward_text,check=training_signal]",
+        ),
+        patch=(
+            replace(
+                "        texts = tokenizer.batch_decode(responses, skip_special_tokens=True)\n",
+                "        texts = tokenizer.batch_decode(responses, skip_special_tokens=False)\n",
+            ),
+        ),
+        notes="only under a reward on text: the scores the trainer uses are the reward's for strings with pad "
+        "and stop tokens in them; every statistic is computed correctly from those scores",
     ),
 )
 

@@ -190,3 +190,59 @@ def test_ranks_scores_join_in_rank_order_and_an_unknown_rank_makes_them_unknown(
     assert joined([torch.tensor([1.0]), None]) is None
     why = Unscored("rank 1 scored nothing")
     assert joined([torch.tensor([1.0]), why, None]) is why
+
+
+# ---------------------------------------------------------------- a reward on decoded text
+
+
+class WordTokenizer:
+    """Decodes ids as words, special ids (pad, stop) dropped when asked: the toy world's tokenizer in miniature."""
+
+    def batch_decode(self, rows, skip_special_tokens=False):
+        special = {PAD: "[PAD]", STOP: "[EOS]"}
+        return [
+            " ".join(special[i] if i in special else f"w{i}" for i in row if not (skip_special_tokens and i in special))
+            for row in rows
+        ]
+
+
+WORDS = WordTokenizer()
+
+
+def text_run(seen, tokenizer=WORDS, prompts=QUERIES):
+    given = (torch.tensor([1.0, 2.0, 3.0]),) * len(seen)
+    return types.SimpleNamespace(
+        reward_model=False, scores=given, scored_texts=tuple(seen), tokenizer=tokenizer,
+        prompts=None if prompts is None else torch.tensor(prompts), pad_token_id=PAD, stop_token_id=STOP,
+    )  # fmt: skip
+
+
+RIGHT_TEXTS = (["w3 w3", "w5 w6", "w7 w8"], ["w4", "w4 w5 w6 w7", ""])
+
+
+def test_a_reward_on_text_given_the_decoded_truncated_responses_keeps_its_scores():
+    got = update_scores(text_run([RIGHT_TEXTS]), [update(rollout(RESPONSES))])
+    assert got[0].tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("prompts", "texts", "says"),
+    [
+        (RIGHT_TEXTS[0], ["w4 [EOS]", "w4 w5 w6 w7", ""], "given response 0 as 'w4 [EOS]'"),  # special tokens kept
+        (RIGHT_TEXTS[0], ["w4 w7 w7", "w4 w5 w6 w7", ""], "decodes to 'w4'"),  # not truncated after the stop
+        (RIGHT_TEXTS[0], ["w4 w5 w6 w7", "w4", ""], "given response 0"),  # rows out of order
+        (RIGHT_TEXTS[0], ["w4", "w4 w5 w6 w7"], "2 responses for 3 rollout rows"),
+        (RIGHT_TEXTS[1], RIGHT_TEXTS[1], "which decodes none of the run's prompts"),  # responses as prompts
+        (["[PAD] w3 w3", "w5 w6", "w7 w8"], RIGHT_TEXTS[1], "'[PAD] w3 w3'"),
+    ],
+)
+def test_a_reward_on_text_given_other_strings_leaves_the_scores_unknown(prompts, texts, says):
+    got = update_scores(text_run([(prompts, texts)]), [update(rollout(RESPONSES))])
+    assert isinstance(got[0], Unscored) and says in got[0].reason
+
+
+def test_a_reward_on_text_without_a_tokenizer_or_prompts_or_calls_is_not_trusted():
+    ups = [update(rollout(RESPONSES))]
+    assert "no `tokenizer`" in update_scores(text_run([RIGHT_TEXTS], tokenizer=None), ups)[0].reason
+    assert "not the prompts" in update_scores(text_run([RIGHT_TEXTS], prompts=None), ups)[0].reason
+    assert "called 2 times in 1 updates" in update_scores(text_run([RIGHT_TEXTS] * 2), ups)[0].reason

@@ -64,6 +64,9 @@ TRL_PASSES = {
     # its scores are its reward model's head at each row's last real token: the oracle reads the recorded head
     # outputs there (the TRL target always scores with the reward model, so this profile changes nothing)
     *(f"settings_sweep[settings=reward_model,check={c}]" for c in ("rollout_objectives", "training_signal")),
+    # TRL's PPOTrainer has no reward on text: under `reward=text` the target still scores with the reward model,
+    # read as above, so this profile checks nothing more of TRL than the one before
+    *(f"settings_sweep[settings=reward_text,check={c}]" for c in ("rollout_objectives", "training_signal")),
     # its rollout's log-probs describe the distribution it samples from
     "sampling[temperature=run]",
     "sampling[temperature=0.5]",

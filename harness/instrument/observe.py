@@ -49,7 +49,9 @@ class TargetRun(Protocol):
     # each, made before training, for the forward recompute) and `prompts` (the (N, P) prompts handed to the
     # trainer, left-padded with pad_token_id; without `models` and `prompts` the recompute is not recomputable), and
     # `reward_model` (its reward model, a sequence-classification model whose head output per position and input
-    # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust).
+    # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust), and
+    # for a reward on decoded text `scored_texts` (per rollout, the (prompts, responses) strings the reward was
+    # given) with `tokenizer` (what the oracle decodes the rollout's token ids with to check those strings).
     # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
 
 
@@ -87,6 +89,10 @@ class Ran:
     """The prompts the run was given, (N, P) int64 on the CPU (None: the run exposes none)."""
     reward_model: bool = False
     """The run exposed its reward model: the scores are the oracle's, from the reward-head records."""
+    scored_texts: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None
+    """Per rollout, the (prompts, responses) strings a reward on text was given (None: the run shows none)."""
+    tokenizer: Any = None
+    """The tokenizer the oracle decodes the rollout with to check `scored_texts` (None: the run shows none)."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,18 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         networks=networks,
         prompts=prompts,
         reward_model=reward_model is not None,
+        **_texts(run),
     )
     return Observation(spec, outcome)
+
+
+def _texts(run: Any) -> dict:
+    """The strings a run's reward on text was given, and the tokenizer to decode the rollout with (or nothing)."""
+    seen = getattr(run, "scored_texts", None)
+    if seen is None:
+        return {}
+    texts = tuple((tuple(prompts), tuple(responses)) for prompts, responses in seen)
+    return {"scored_texts": texts, "tokenizer": getattr(run, "tokenizer", None)}
 
 
 class ObservationCache:

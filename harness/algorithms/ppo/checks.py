@@ -77,10 +77,14 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
     if len(view.updates) != obs.spec.total_updates:
         check.fail(f"spy saw {len(view.updates)} update(s), expected {obs.spec.total_updates}")
         return None
-    want = obs.spec.expected_rows()
+    want, samples = obs.spec.expected_rows(), obs.spec.local_batch_size
     for i, update in enumerate(view.updates):
         if update.geometry != want:
             check.fail(f"update {i + 1}: micro-batch rows {update.geometry}, expected {want}")
+            return None
+        if update.rollout is not None and update.rollout.samples != samples:
+            check.fail(f"update {i + 1}: the rollout sampled {update.rollout.samples} responses, expected {samples} "
+                       f"(per_device_train_batch_size * gradient_accumulation_steps * num_mini_batches)")  # fmt: skip
             return None
     return view
 

@@ -18,13 +18,14 @@ ALL_MASKED = UNEVEN.with_(
     total_updates=1,
 )
 EMPTY_UPDATE = UNEVEN.with_(name="empty_update", pad_logit_bias=40.0, total_updates=1)
-PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=1)
+PADDING_ROWS = UNEVEN.with_(name="padding_rows", rollout_chunk=5, total_updates=3)
 LEFT_PADDED = LR0.with_(name="left_padded", prompt_pads=3)
 FORWARD_RUNS = {"lr0_uneven": LR0.with_(name="gradient_partition"), "left_padded": LEFT_PADDED}
 """The LR-0 runs the forward recompute reads: the uneven split at LR 0 (gradient_partition's first cut, so
 the run is shared), and the same with prompts left-padded by 0 to 3 pad tokens."""
 ROLLOUTS = {"uneven_split": UNEVEN, "padding_rows": PADDING_ROWS}
-"""The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5."""
+"""The runs whose rollout objectives are checked: the uneven split, and a rollout cut into chunks of 5 over three
+updates (the gate's one run of more than two: the third shows an update counter that stops counting)."""
 
 
 def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:

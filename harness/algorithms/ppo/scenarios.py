@@ -44,6 +44,7 @@ PROFILES = {
     "clipped": {"max_grad_norm": 1.0},
     "dropout": {"dropout": 0.1},
     "reward_model": {"reward": "model"},
+    "reward_text": {"reward": "text"},
 }
 """The settings sweep: each profile changes the run-wide settings of its checks in SWEEP."""
 
@@ -183,17 +184,19 @@ SWEEP = {
     **{profile: UPDATE_CHECKS for profile in ("temperature", "k3", "whiten_eos", "clipped")},
     "dropout": ("lr0_ratio", "gradient_partition"),
     "reward_model": ("rollout_objectives", "training_signal"),
+    "reward_text": ("rollout_objectives", "training_signal"),
 }
 """Each profile's checks. Dropout that acts makes the update's forward differ from the rollout's, so only
 the checks that compare the two at LR 0 see it; the others recompute from what the update itself computed.
-A reward model's scores are read by the rollout objectives and the training signal only."""
+A reward model's scores, and a reward on text's, are read by the rollout objectives and the training signal only."""
 
 
 def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """One check of SWEEP under one profile of PROFILES (temperature 0.7, k3, reward whitening + EOS penalty,
-    clipping, dropout 0.1 in every model, a reward model): a correct trainer passes them all; one that drops the
-    temperature from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens rewards wrongly, clips
-    wrongly, lets dropout act in the update or reads its reward model's head at the wrong position does not."""
+    clipping, dropout 0.1 in every model, a reward model, a reward on decoded text): a correct trainer passes them
+    all; one that drops the temperature from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens
+    rewards wrongly, clips wrongly, lets dropout act in the update, reads its reward model's head at the wrong
+    position or hands its reward on text other strings than the decoded prompt and truncated response does not."""
     return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
 
 

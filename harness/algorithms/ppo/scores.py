@@ -125,13 +125,55 @@ def expected_scores(update: UpdateView, pad: int, stop: int | None) -> Scores:
     return out
 
 
+def text_problem(update: UpdateView, seen: Any, ran: Any) -> str | None:
+    """Why the strings a reward on text was given in `update` are not the rollout's, decoded; None when they are.
+
+    docs/metrics.md, "The update": such a reward scores each row's prompt and its response truncated after the
+    stop token, both decoded without special tokens (pad, stop). The responses must be the rollout's rows in
+    order; each prompt must be one of the run's prompts (the rollout records no prompt ids to pair it with).
+    """
+    where = f"update {update.index}"
+    if update.rollout is None:
+        return update.rollout_problem or f"{where}: no rollout records"
+    tokenizer = getattr(ran, "tokenizer", None)
+    if tokenizer is None or not hasattr(tokenizer, "batch_decode"):
+        return f"{where}: the run shows the strings its reward on text was given but no `tokenizer` to check them"
+    prompts, texts = seen
+    responses = truncated(update.rollout.responses, ran.stop_token_id, ran.pad_token_id)
+    want = tokenizer.batch_decode(responses.tolist(), skip_special_tokens=True)
+    if len(texts) != len(want):
+        return f"{where}: the reward on text was given {len(texts)} responses for {len(want)} rollout rows"
+    for i, (got, expected) in enumerate(zip(texts, want)):
+        if got != expected:
+            return (f"{where}: the reward on text was given response {i} as {got!r}; the rollout's row {i}, "
+                    f"truncated after the stop token, decodes to {expected!r}")  # fmt: skip
+    asked = ran.prompts
+    if asked is None:
+        return f"{where}: the run shows the strings its reward on text was given but not the prompts it had"
+    known = set(tokenizer.batch_decode(asked.tolist(), skip_special_tokens=True))
+    stray = [p for p in prompts if p not in known]
+    if len(prompts) != len(texts) or stray:
+        what = f"{stray[0]!r}, which decodes none of the run's prompts" if stray else f"{len(prompts)} prompts"
+        return f"{where}: the reward on text was given {what} (for {len(texts)} responses)"
+    return None
+
+
 def update_scores(ran: Any, updates: Sequence[UpdateView]) -> list[Scores]:
     """Each update's scores: the oracle's from the reward-head records when the run exposed its reward model, else
-    the scores the run handed over (None for every update when it handed none, or not one tensor per update)."""
+    the scores the run handed over (None for every update when it handed none, or not one tensor per update).
+    A reward on text has its strings checked against the rollout first: wrong strings leave the scores Unscored."""
     if getattr(ran, "reward_model", False):
         return [expected_scores(u, ran.pad_token_id, ran.stop_token_id) for u in updates]
     given = ran.scores
-    return list(given) if given and len(given) == len(updates) else [None] * len(updates)
+    scores: list[Scores] = list(given) if given and len(given) == len(updates) else [None] * len(updates)
+    seen = getattr(ran, "scored_texts", None)
+    if seen is None:
+        return scores
+    if len(seen) != len(updates):
+        reason = Unscored(f"the reward on text was called {len(seen)} times in {len(updates)} updates")
+        return [reason] * len(updates)
+    problems = [text_problem(u, s, ran) for u, s in zip(updates, seen)]
+    return [score if problem is None else Unscored(problem) for score, problem in zip(scores, problems)]
 
 
 def joined(per_rank: Sequence[Scores]) -> Scores:

@@ -29,7 +29,7 @@ SETTINGS = (
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole gate."""
 KL_ESTIMATORS = ("k1", "k3")
-REWARDS = ("callable", "model")
+REWARDS = ("callable", "model", "text")
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,9 @@ class ScenarioSpec:
     max_grad_norm: float | None = None
     """Clip the gradient's global norm at each optimizer step (None: no clipping)."""
     reward: str = "callable"
-    """What scores the rollout: `callable` (a function of the token ids, its scores handed to the oracle) or
-    `model` (a toy reward model, a sequence-classification model whose head the harness records)."""
+    """What scores the rollout: `callable` (a function of the token ids, its scores handed to the oracle),
+    `model` (a toy reward model, a sequence-classification model whose head the harness records) or `text` (a
+    function of the decoded prompt and response, which records the strings it was given and its scores)."""
     vocab_size: int = 32
     prompt_length: int = 6
     num_prompts: int = 48

@@ -26,6 +26,30 @@ def scenario_reward(target_token: int = 7, length_penalty: float = 0.05):
     return reward
 
 
+def text_reward(target_word: str = "w7", length_penalty: float = 0.05, echo_bonus: float = 0.5):
+    """A deterministic reward on decoded text that records the strings it was given and every score it gives.
+
+    score = occurrences of `target_word` in the response - `length_penalty` per response word, plus
+    `echo_bonus` when the response begins with the prompt's last word (so the score reads the prompt too).
+    """
+    given: list[torch.Tensor] = []
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def score_texts(prompts: list[str], texts: list[str]) -> list[float]:
+        scores = []
+        for prompt, text in zip(prompts, texts, strict=True):
+            words, asked = text.split(), prompt.split()
+            echo = echo_bonus if words and asked and words[0] == asked[-1] else 0.0
+            scores.append(words.count(target_word) - length_penalty * len(words) + echo)
+        seen.append((list(prompts), list(texts)))
+        given.append(torch.tensor(scores, dtype=torch.float64))
+        return scores
+
+    score_texts.given = given
+    score_texts.seen = seen
+    return score_texts
+
+
 @dataclass
 class ReferenceRun:
     """A reference PPOTrainer built for one scenario; satisfies the TargetRun protocol."""
@@ -41,6 +65,7 @@ class ReferenceRun:
     """The policy, reference and value model handed to the trainer (the harness recomputes with copies)."""
     prompts: torch.Tensor | None = field(repr=False, default=None)
     """The prompts handed to the trainer."""
+    world_tokenizer: object = field(repr=False, default=None)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -61,6 +86,17 @@ class ReferenceRun:
         model, whose scores the oracle reads from its head (`reward_model`)."""
         given = getattr(self.reward, "given", None)
         return None if given is None else list(given)
+
+    @property
+    def scored_texts(self) -> list[tuple[list[str], list[str]]] | None:
+        """Under `--set reward=text`: per rollout, the (prompts, responses) strings the reward was given; else None."""
+        seen = getattr(self.reward, "seen", None)
+        return None if seen is None else list(seen)
+
+    @property
+    def tokenizer(self) -> object | None:
+        """The world's tokenizer, which the reward on text decodes with (None under the other rewards)."""
+        return self.world_tokenizer if self.scored_texts is not None else None
 
     @property
     def reward_model(self) -> torch.nn.Module | None:
@@ -115,7 +151,13 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         config = build_config(spec, stop_token_id=world.stop_token_id)
     except ConfigError as exc:
         raise HarnessConfigError(f"reference target: {exc}") from None
-    reward = world.reward_model if spec.reward == "model" else scenario_reward()
+    recorder = text_reward() if spec.reward == "text" else scenario_reward()
+    if spec.reward == "model":
+        reward = world.reward_model
+    elif spec.reward == "text":
+        reward = trainer.decoded_reward(recorder, world.tokenizer)
+    else:
+        reward = recorder
     tap = LogTap()
     accelerator = accelerator or Accelerator(cpu=spec.device == "cpu")
     tap.attach(accelerator)
@@ -131,4 +173,15 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
         accelerator=accelerator,
     )
     models = {"policy": world.policy, "ref_policy": world.ref_policy, "value_model": world.value_model}
-    return ReferenceRun(spec, ppo, trainer, world.pad_token_id, world.stop_token_id, reward, tap, models, world.prompts)
+    return ReferenceRun(
+        spec,
+        ppo,
+        trainer,
+        world.pad_token_id,
+        world.stop_token_id,
+        recorder if spec.reward != "model" else reward,
+        tap,
+        models,
+        world.prompts,
+        world.tokenizer,
+    )
