@@ -4,7 +4,7 @@ curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify s
 mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
        [--algorithm grpo]                      ... over grpo.py and grpo_config.py, the GRPO gate as tests
        [--functions F,C.M]                     ... over these functions' mutants only
-       [--recheck-equivalents]                 ... also those triaged equivalent (skipped by default)
+       [--recheck-triaged]                     ... also those triaged (skipped by default)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
 all (the default)                              curated, then mutmut, then report
 """
@@ -58,9 +58,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
             "the results and the report then cover only them",
         )
         p.add_argument(
-            "--recheck-equivalents",
+            "--recheck-triaged",
             action="store_true",
-            help="also run the mutants mutants/equivalent.toml triages as equivalent (skipped by default)",
+            help="also run the mutants the triage file lists (equivalent or missing-check; skipped by default): "
+            "after adding a check, to find the entries it makes stale",
         )
 
     def report_args(p):
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep_scratch,
                 functions,
                 algorithm=args.algorithm,
-                recheck=args.recheck_equivalents,
+                recheck=args.recheck_triaged,
             )
         )
     if args.command in ("mutmut", "report", "all") and 2 not in codes:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 
-from .model import CuratedRun, CuratedStatus, KillCost, MutantStatus, MutmutResults
+from .model import SKIPPED_SURVIVOR, CuratedRun, CuratedStatus, KillCost, MutantStatus, MutmutResults
 from .mutmut_algorithms import algorithm
 from .schema import TEST_FILE
 from .scoring import COST_GOAL, Score, Timing
 
-SUMMARY_OUTCOMES = ("killed", "survived", "timeout", "equivalent", "no tests")  # named in the score's sentence
+# named in the score's sentence
+SUMMARY_OUTCOMES = ("killed", "survived", SKIPPED_SURVIVOR, "timeout", "equivalent", "no tests")
 
 
 def md_cell(text: str) -> str:
@@ -123,9 +124,11 @@ def mutmut_section(results: MutmutResults, summary: Score, timing: Timing, basel
     return out + per_function_table(results) + survivors_section(results)
 
 
-def skipped_equivalents(results: MutmutResults) -> int:
-    """How many mutants the run skipped because the triage calls them equivalent (mutmut's "skipped")."""
-    return sum(1 for r in results.mutants if r.status is MutantStatus.SKIPPED)
+def skipped_equivalents(results: MutmutResults, summary: Score) -> int:
+    """How many mutants the run skipped because the triage calls them equivalent (mutmut's "skipped", less the
+    triaged missing-check survivors it skipped)."""
+    skipped = sum(1 for r in results.mutants if r.status is MutantStatus.SKIPPED)
+    return skipped - summary.counts.get(SKIPPED_SURVIVOR, 0)
 
 
 def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | None) -> list[str]:
@@ -136,10 +139,11 @@ def mutmut_summary(results: MutmutResults, summary: Score, baseline: float | Non
     base_text = f"{baseline:.2f} %" if baseline is not None else "none"
     counted = [
         f"{c.get('killed', 0)} killed",
-        f"{c.get('survived', 0)} survived ({summary.missing_check} triaged missing-check)",
+        f"{c.get('survived', 0) + c.get(SKIPPED_SURVIVOR, 0)} survived ({summary.missing_check} triaged "
+        f"missing-check; {c.get(SKIPPED_SURVIVOR, 0)} of them skipped as triaged, not run, and counted as survived)",
         f"{c.get('timeout', 0)} timeout",
-        f"{c.get('equivalent', 0)} equivalent (ignored; {skipped_equivalents(results)} of them skipped as triaged, "
-        "not run: `--recheck-equivalents` runs them)",
+        f"{c.get('equivalent', 0)} equivalent (ignored; {skipped_equivalents(results, summary)} of them skipped as "
+        "triaged, not run)",
         f"{c.get('no tests', 0)} without tests",
     ]
     counted += [f"{n} {k}" for k, n in sorted(c.items()) if k not in SUMMARY_OUTCOMES]

@@ -26,12 +26,13 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   mutant costs the tests up to its first failing one: a cheap check that fails
   first spares the expensive ones. The order changes no verdict: a survivor
   still runs every selected test;
-- a mutant that `mutants/equivalent.toml` triages as equivalent is not run when
-  the driver hands over the triage (`PPO_MUTMUT_SKIP` names a JSON file of those
-  entries) and the mutant really is the change triaged: the line it changes in
-  the generated code is the entry's line and its new text has the entry's
-  replacement. The session then exits 34, mutmut's "skipped". A renumbered
-  mutant matches no entry and runs, and the report calls its entry stale.
+- a mutant that `mutants/equivalent.toml` triages (equivalent, or a missing-check
+  survivor) is not run when the driver hands over the triage (`PPO_MUTMUT_SKIP`
+  names a JSON file of those entries) and the mutant really is the change
+  triaged: the line it changes in the generated code is the entry's line and its
+  new text has the entry's replacement. The session then exits 34, mutmut's
+  "skipped". A renumbered mutant matches no entry and runs, and the report calls
+  its entry stale.
 """
 
 from __future__ import annotations
@@ -136,32 +137,34 @@ def is_that_change(mutant_lines: list[str], orig_lines: list[str], entry: dict) 
     return entry.get("line") in removed and (not replacement or any(replacement in line for line in added))
 
 
-def triaged_equivalent(name: str) -> bool:
-    """Whether mutant `name` is one the driver listed as triaged equivalent, and really is that change."""
+def triaged(name: str) -> str | None:
+    """The verdict the driver listed mutant `name` under (`equivalent`, `missing-check`), when it really is the change
+    triaged; None otherwise (not listed, no list, or another change)."""
     path = os.environ.get(SKIP_ENV)
     if not path:
-        return False
+        return None
     try:
         entry = json.loads(Path(path).read_text(encoding="utf-8")).get(name)
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
     mutant, orig = _generated(name)
-    if entry is None or mutant is None or orig is None:
-        return False
+    if not isinstance(entry, dict) or mutant is None or orig is None:
+        return None
     try:
         mutant_lines, orig_lines = inspect.getsource(mutant).splitlines()[1:], inspect.getsource(orig).splitlines()[1:]
     except (OSError, TypeError):
-        return False
-    return is_that_change(mutant_lines, orig_lines, entry)
+        return None
+    return str(entry.get("verdict", "triaged")) if is_that_change(mutant_lines, orig_lines, entry) else None
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """While mutmut runs a mutant: skip a triaged equivalent, else run the tests cheapest first (module docstring)."""
+    """While mutmut runs a mutant: skip a triaged one, else run the tests cheapest first (module docstring)."""
     name = os.environ.get("MUTANT_UNDER_TEST", "")
     if name in NOT_A_MUTANT:
         return
-    if triaged_equivalent(name):
-        pytest.exit(f"{name} is triaged equivalent: not run", returncode=SKIPPED_EXIT)
+    verdict = triaged(name)
+    if verdict is not None:
+        pytest.exit(f"{name} is triaged {verdict}: not run", returncode=SKIPPED_EXIT)
     durations = _stats_durations(Path.cwd())
     if durations:
         items[:] = cheapest_first(items, durations)

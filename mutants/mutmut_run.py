@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import mutmut_hooks, selection
 from .locate import locate, mutator_name
-from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats, TriageVerdict
+from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
 from .mutmut_algorithms import ALGORITHMS, DEFAULT, HOOKS_MODULE, MutmutAlgorithm, write_scratch_config
 from .mutmut_algorithms import mutmut_config as mutmut_config
 from .project import ROOT, copy_project, scratch_env
@@ -111,19 +111,26 @@ def mutmut_executable() -> list[str]:
     raise RuntimeError("mutmut is not installed: pip install 'mutmut>=3.3,<4' (the `mutation` extra)")
 
 
-SKIP_FILE = "triaged-equivalent.json"
+SKIP_FILE = "triaged.json"
 
 
 def write_skip_file(scratch, entries: dict) -> Path:
-    """The triage's equivalent entries as the hooks plugin reads them ({name: line, original, replacement}).
+    """The triage's entries as the hooks plugin reads them ({name: line, original, replacement, verdict}).
 
-    The plugin skips such a mutant only when mutmut's generated code shows that very change, so an entry that a
-    change to the trainer has renumbered onto another mutant does not spare it.
+    Both verdicts are listed: an equivalent cannot be killed, and a missing-check survivor is killed only by a
+    check the gate does not have yet; each would cost the whole suite of its function for the verdict the triage
+    already gives. The plugin skips such a mutant only when mutmut's generated code shows that very change, so an
+    entry that a change to the trainer has renumbered onto another mutant does not spare it. After adding a
+    check, `--recheck-triaged` runs them all, to find the entries the new check makes stale.
     """
     skip = {
-        name: {"line": entry.line, "original": entry.original, "replacement": entry.replacement}
+        name: {
+            "line": entry.line,
+            "original": entry.original,
+            "replacement": entry.replacement,
+            "verdict": entry.verdict.value,
+        }
         for name, entry in entries.items()
-        if entry.verdict is TriageVerdict.EQUIVALENT
     }
     path = Path(scratch) / SKIP_FILE
     path.write_text(json.dumps(skip, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -133,7 +140,7 @@ def write_skip_file(scratch, entries: dict) -> Path:
 def run_mutmut(scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None) -> tuple[int, float]:
     """`mutmut run` in `scratch` (over the mutants matching `globs`, all where none); (exit code, seconds).
 
-    With `skip_file`, the mutants it lists as triaged equivalent are skipped (mutmut's "skipped", exit 34).
+    With `skip_file`, the mutants it lists as triaged are skipped (mutmut's "skipped", exit 34).
     Output goes to `log_path`.
     """
     env = scratch_env(scratch)
@@ -339,7 +346,7 @@ def run_in_scratch(
     """Prepare `scratch` for `algo`, run mutmut there and write mutmut_results.json; the exit code of `run`.
 
     With `functions`, mutmut tests the mutants of those functions only and the results cover only them.
-    Mutants triaged equivalent are skipped unless `recheck`.
+    Mutants triaged (equivalent or missing-check) are skipped unless `recheck`.
     """
     log_path = report_dir / "mutmut.log"
     try:
@@ -394,7 +401,8 @@ def run(
 ) -> int:
     """Prepare the scratch project, run mutmut over `algorithm`'s trainer (`functions` only, where given).
 
-    Mutants triaged equivalent are skipped unless `recheck`. Writes mutmut_results.json; exit 0, 1 or 2.
+    Mutants triaged (equivalent or missing-check) are skipped unless `recheck`. Writes mutmut_results.json; exit
+    0, 1 or 2.
     """
     report_dir = Path(report_dir or ROOT / "reports")
     report_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .model import (
+    SKIPPED_SURVIVOR,
     KillCost,
     MutantCost,
     MutantRecord,
@@ -85,7 +86,7 @@ def triage(
     triaged, problems, notes = [], [], []
     for r in records:
         entry = entries.get(r.name)
-        # a skipped mutant is one the hooks plugin found triaged equivalent: its triage applies as to a survivor
+        # a skipped mutant is one the hooks plugin found triaged: its triage applies as to a survivor
         unkilled = r.status.undetected or r.status is MutantStatus.SKIPPED
         if entry is None:
             if unkilled:
@@ -132,7 +133,7 @@ def score(records: tuple[MutantRecord, ...]) -> Score:
     for r in records:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
     detected = sum(counts.get(s.text, 0) for s in MutantStatus if s.detected)
-    undetected = sum(counts.get(s.text, 0) for s in MutantStatus if s.undetected)
+    undetected = sum(counts.get(s.text, 0) for s in MutantStatus if s.undetected) + counts.get(SKIPPED_SURVIVOR, 0)
     valid = detected + undetected
     return Score(
         total=len(records),

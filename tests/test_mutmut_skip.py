@@ -1,4 +1,5 @@
-"""Mutants triaged equivalent are skipped by the hooks plugin, but only when mutmut made that very change."""
+"""Mutants triaged (equivalent or missing-check) are skipped by the hooks plugin, but only when mutmut made that very
+change; a skipped missing-check survivor still counts as undetected."""
 
 from __future__ import annotations
 
@@ -53,36 +54,37 @@ def _skip_file(tmp_path, monkeypatch, entries: dict) -> None:
     monkeypatch.setenv(mutmut_hooks.SKIP_ENV, str(path))
 
 
-def test_a_triaged_equivalent_is_skipped_only_when_it_is_that_change(generated, tmp_path, monkeypatch):
-    entry = {"line": "y = x / 2", "original": "/", "replacement": "*"}
+def test_a_triaged_mutant_is_skipped_only_when_it_is_that_change(generated, tmp_path, monkeypatch):
+    entry = {"line": "y = x / 2", "original": "/", "replacement": "*", "verdict": "equivalent"}
     _skip_file(tmp_path, monkeypatch, {
         "ppo_generated_example.x_halve__mutmut_1": entry,
         # renumbered: the entry says `/` -> `*`, but mutant 2 makes 2 -> 3
         "ppo_generated_example.x_halve__mutmut_2": entry,
         "ppo_generated_example.xǁBoxǁget__mutmut_1": {"line": "return self.value + 0", "original": "+",
-                                                      "replacement": "-"},
+                                                      "replacement": "-", "verdict": "missing-check"},
     })  # fmt: skip
-    assert mutmut_hooks.triaged_equivalent("ppo_generated_example.x_halve__mutmut_1")
-    assert not mutmut_hooks.triaged_equivalent("ppo_generated_example.x_halve__mutmut_2")
-    assert mutmut_hooks.triaged_equivalent("ppo_generated_example.xǁBoxǁget__mutmut_1")
-    assert not mutmut_hooks.triaged_equivalent("ppo_generated_example.x_halve__mutmut_9")  # not listed
+    assert mutmut_hooks.triaged("ppo_generated_example.x_halve__mutmut_1") == "equivalent"
+    assert mutmut_hooks.triaged("ppo_generated_example.x_halve__mutmut_2") is None
+    assert mutmut_hooks.triaged("ppo_generated_example.xǁBoxǁget__mutmut_1") == "missing-check"
+    assert mutmut_hooks.triaged("ppo_generated_example.x_halve__mutmut_9") is None  # not listed
 
 
 def test_nothing_is_skipped_without_the_driver_s_file(generated, monkeypatch, tmp_path):
     monkeypatch.delenv(mutmut_hooks.SKIP_ENV, raising=False)
-    assert not mutmut_hooks.triaged_equivalent("ppo_generated_example.x_halve__mutmut_1")
+    assert mutmut_hooks.triaged("ppo_generated_example.x_halve__mutmut_1") is None
     monkeypatch.setenv(mutmut_hooks.SKIP_ENV, str(tmp_path / "missing.json"))
-    assert not mutmut_hooks.triaged_equivalent("ppo_generated_example.x_halve__mutmut_1")
+    assert mutmut_hooks.triaged("ppo_generated_example.x_halve__mutmut_1") is None
 
 
-def test_the_skip_file_lists_the_equivalents_only(tmp_path):
+def test_the_skip_file_lists_every_triaged_mutant_with_its_verdict(tmp_path):
     entries = {
         "a": TriageEntry("a", "y = x / 2", "/", "*", TriageVerdict.EQUIVALENT, "why"),
         "b": TriageEntry("b", "y = x / 2", "2", "3", TriageVerdict.MISSING_CHECK, "why"),
     }
     path = mutmut_run.write_skip_file(tmp_path, entries)
     assert json.loads(path.read_text(encoding="utf-8")) == {
-        "a": {"line": "y = x / 2", "original": "/", "replacement": "*"}
+        "a": {"line": "y = x / 2", "original": "/", "replacement": "*", "verdict": "equivalent"},
+        "b": {"line": "y = x / 2", "original": "2", "replacement": "3", "verdict": "missing-check"},
     }
 
 
@@ -101,3 +103,12 @@ def test_a_skipped_mutant_takes_its_triage_and_one_without_is_a_problem():
     assert triaged[0].outcome == "equivalent"
     assert problems and "untriaged survivor x_halve__mutmut_3" in problems[0]
     assert scoring.score(triaged[:1]).score is None  # an equivalent counts neither way
+
+
+def test_a_skipped_missing_check_survivor_counts_as_undetected_not_as_nothing():
+    survivor = TriageEntry("m.x_halve__mutmut_1", "y = x / 2", "/", "*", TriageVerdict.MISSING_CHECK, "why")
+    records = (_record("m.x_halve__mutmut_1", "skipped"), _record("m.x_halve__mutmut_2", "killed"))
+    triaged, problems, _ = scoring.triage(records, {survivor.name: survivor})
+    assert problems == [] and triaged[0].outcome == "missing-check, not run"
+    summary = scoring.score(triaged)
+    assert (summary.detected, summary.undetected, summary.missing_check, summary.score) == (1, 1, 1, 50.0)

@@ -12,10 +12,21 @@ them (`from_dict`) by the report, never used as raw dicts.
 """
 
 from .curated import ControlResult, CuratedResult, CuratedRun, Judgement
-from .results import KillCost, Location, MutantCost, MutantRecord, MutmutResults, Position, SuiteStats, TriageEntry
+from .results import (
+    SKIPPED_SURVIVOR,
+    KillCost,
+    Location,
+    MutantCost,
+    MutantRecord,
+    MutmutResults,
+    Position,
+    SuiteStats,
+    TriageEntry,
+)
 from .status import CuratedStatus, MutantStatus, SchemaStatus, TriageVerdict
 
 __all__ = [
+    "SKIPPED_SURVIVOR",
     "ControlResult",
     "CuratedResult",
     "CuratedRun",

@@ -57,6 +57,10 @@ class Location:
         )
 
 
+SKIPPED_SURVIVOR = "missing-check, not run"
+"""The outcome of a triaged missing-check survivor that the run skipped (it counts as undetected)."""
+
+
 @dataclass(frozen=True)
 class MutantCost:
     """A killed mutant's wall time against the first test mutmut runs for it, taken as the one that killed it."""
@@ -105,9 +109,17 @@ class MutantRecord:
         return self.verdict is TriageVerdict.EQUIVALENT
 
     @property
+    def skipped_survivor(self) -> bool:
+        """Whether the run skipped it as a triaged missing-check survivor: not run, counted as undetected."""
+        return self.status is MutantStatus.SKIPPED and self.verdict is TriageVerdict.MISSING_CHECK
+
+    @property
     def outcome(self) -> str:
-        """The word the counts and tables file it under: "equivalent" for a survivor triaged so, else its status."""
-        return "equivalent" if self.equivalent else self.status.text
+        """The word the counts and tables file it under: "equivalent" for a survivor triaged so, "missing-check,
+        not run" for a triaged survivor the run skipped, else its status."""
+        if self.equivalent:
+            return "equivalent"
+        return SKIPPED_SURVIVOR if self.skipped_survivor else self.status.text
 
     def to_dict(self) -> dict:
         """The record as mutmut_results.json stores it (the cost's fields flat, where there is one)."""
