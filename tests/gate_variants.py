@@ -126,3 +126,25 @@ def reward_model_unseen(spec):
 
     run = reference_factory(spec)
     return protocol_only(run, value_head=run.value_head, reward_model=copy.deepcopy(run.reward_model))
+
+
+def oversampling(spec):
+    """Samples twice the prompts it should each update (a rollout larger than the update optimises)."""
+    run = reference_factory(spec)
+    draw = run.trainer.next_queries
+    run.trainer.next_queries = lambda: torch.cat([draw(), draw()])
+    return run
+
+
+def responses_past_response_length(spec):
+    """Pads each sampled response with 3 more pad tokens than response_length allows."""
+
+    def replacement(original):
+        def sample_responses(*args, **kwargs):
+            responses = original(*args, **kwargs)
+            return torch.nn.functional.pad(responses, (0, 3), value=run.pad_token_id)
+
+        return sample_responses
+
+    run = reference_factory(spec)
+    return swapped_during_training(run, "sample_responses", replacement)

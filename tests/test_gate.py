@@ -260,3 +260,17 @@ def test_a_reward_model_whose_head_was_never_recorded_fails_loudly():
         unseen = {m.name: m for m in result.metrics if m.status == "not_recomputable"}
         assert names <= set(unseen), check_id
         assert all(unseen[n].failed and "no reward-head forward was recorded" in unseen[n].reason for n in names)
+
+
+@pytest.mark.parametrize(
+    ("variant", "says"),
+    [
+        ("oversampling", "the rollout sampled 24 responses, expected 12"),
+        ("responses_past_response_length", "responses 15 tokens wide, longer than response_length 12"),
+    ],
+)
+def test_a_rollout_of_another_size_than_the_spec_s_fails_every_check_that_reads_it(variant, says):
+    import tests.gate_variants as variants
+
+    result = check("uneven_split[epochs=1]", ObservationCache(getattr(variants, variant)))
+    assert not result.passed and says in result.message

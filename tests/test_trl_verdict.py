@@ -65,7 +65,7 @@ TRL_PASSES = {
     # outputs there (the TRL target always scores with the reward model, so this profile changes nothing)
     *(f"settings_sweep[settings=reward_model,check={c}]" for c in ("rollout_objectives", "training_signal")),
     # TRL's PPOTrainer has no reward on text: under `reward=text` the target still scores with the reward model,
-    # read as above, so this profile checks nothing more of TRL than the one before
+    # on the profile's left-padded prompts, and reads each row's score at its last real token there too
     *(f"settings_sweep[settings=reward_text,check={c}]" for c in ("rollout_objectives", "training_signal")),
     # its rollout's log-probs describe the distribution it samples from
     "sampling[temperature=run]",

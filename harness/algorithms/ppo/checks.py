@@ -86,6 +86,12 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
             check.fail(f"update {i + 1}: the rollout sampled {update.rollout.samples} responses, expected {samples} "
                        f"(per_device_train_batch_size * gradient_accumulation_steps * num_mini_batches)")  # fmt: skip
             return None
+        width = update.rollout.responses.shape[-1] if update.rollout is not None else 0
+        if width > obs.spec.response_length:
+            check.fail(f"update {i + 1}: responses {width} tokens wide, longer than response_length "
+                       f"{obs.spec.response_length} (a position past it is no response token, and V must not reach "
+                       f"it)")  # fmt: skip
+            return None
     return view
 
 

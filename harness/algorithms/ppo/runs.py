@@ -29,5 +29,9 @@ updates (the gate's one run of more than two: the third shows an update counter 
 
 
 def spec_for(base: ScenarioSpec, run: ScenarioSpec) -> ScenarioSpec:
-    """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting."""
-    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, **{k: getattr(run, k) for k in SETTINGS})
+    """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting. Left padding of
+    the prompts is the larger of the two: a run that needs it (left_padded) keeps it, and a settings profile that
+    asks for it (the reward on text) adds it to every run of its checks."""
+    settings = {k: getattr(run, k) for k in SETTINGS}
+    pads = max(base.prompt_pads, run.prompt_pads)
+    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, prompt_pads=pads, **settings)

@@ -44,9 +44,10 @@ PROFILES = {
     "clipped": {"max_grad_norm": 1.0},
     "dropout": {"dropout": 0.1},
     "reward_model": {"reward": "model"},
-    "reward_text": {"reward": "text"},
+    "reward_text": {"reward": "text", "prompt_pads": 3},
 }
-"""The settings sweep: each profile changes the run-wide settings of its checks in SWEEP."""
+"""The settings sweep: each profile changes the run-wide settings of its checks in SWEEP. The reward on text runs on
+prompts left-padded by 0 to 3 pads, so that its prompts, decoded, must lose their pad tokens too."""
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
