@@ -101,7 +101,8 @@ def check(check_id, cache):
 def test_the_reference_records_the_gradient_and_passes(reference_cache):
     result = check("logp_gradient[loss_type=bnpo]", reference_cache)
     assert result.passed, result.message
-    obs = reference_cache.get(gradient_checks.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo")), spy=False)
+    spec = gradient_checks.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
+    obs = reference_cache.get(spec, spy=False)
     assert all(r["logp_grad"].dtype == torch.float64 for r in obs.ran.loss_inputs)
 
 

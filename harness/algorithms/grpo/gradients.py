@@ -72,8 +72,9 @@ def token_gradient(record: Mapping[str, Any], s: Settings) -> TokenGradient:
     clipped = ratio.clamp(lower, upper)
     d_clipped = torch.where((ratio >= lower) & (ratio <= upper), ratio, torch.zeros_like(ratio))
     unclipped_term, clipped_term = capped * adv, clipped * adv
+    tie = (d_capped + d_clipped) / 2  # torch.min splits a tie's gradient; both are r there
     d_ratio = torch.where(unclipped_term < clipped_term, d_capped,
-                          torch.where(clipped_term < unclipped_term, d_clipped, (d_capped + d_clipped) / 2))  # fmt: skip
+                          torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
     value = -adv * d_ratio
     if s.beta != 0:
         if record["ref_logps"] is None:
@@ -215,4 +216,5 @@ def gaps(records: Sequence[Mapping[str, Any]], g: Geometry) -> Gaps:
 
 def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:
     """(the largest relative gap, as if logged; an Expectation of 0 with scale 1; a note on the factors)."""
-    return {METRIC: gap.largest}, {METRIC: Expectation(METRIC, 0.0, scale=1.0)}, factor_note(gap.factors, whole="window")
+    note = factor_note(gap.factors, whole="window")
+    return {METRIC: gap.largest}, {METRIC: Expectation(METRIC, 0.0, scale=1.0)}, note

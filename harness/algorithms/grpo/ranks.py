@@ -18,8 +18,8 @@ from harness.verdict import Check, CheckId, CheckResult
 
 from . import gradients
 from .contract import pooled_names
-from .gradient_checks import judge
 from .expect import expected_metrics, intervals
+from .gradient_checks import judge
 from .scenarios import UNEVEN
 from .spec import GRPOSpec
 
