@@ -39,9 +39,10 @@ TRL_GRPO_PASSES = {
     "every_microbatch_applied",
     "logit_recompute",  # its per-token log-probs and entropies are right; only their pooling is not
     # the gradient at the log-probs is the formula's for grpo, dr_grpo and dapo (TRL PR 6024 scales dapo's count
-    # to the window), with beta 0, without the KL's bias correction, and with tokens clipped
+    # to the window), with beta 0, without the KL's bias correction, with tokens clipped and windows of one row
     *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
     *(f"logp_gradient[run={r}]" for r in ("short_window", "extremes", "beta0", "kl_uncorrected")),
+    *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
 }
 REL = 1e-6
 

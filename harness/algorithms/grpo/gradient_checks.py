@@ -2,7 +2,9 @@
 
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes), so
 they cost nothing more; two more runs, of the extremes geometry (two passes at LR 0.05, tokens
-clipped), cover beta 0 and a KL without the bias correction. gradients.py has the formula.
+clipped), cover beta 0 and a KL without the bias correction, and two small ones (grpo, dr_grpo)
+windows of a single completion, where a count clamped at the wrong floor shows. gradients.py has
+the formula.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ RUNS = {
     "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
 }
 """The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type)."""
+SINGLE = ("grpo", "dr_grpo")
+"""Loss types run with windows of a single completion (`run=single_completion`): their counts are completions."""
 CLIPPED = ("extremes", "beta0", "kl_uncorrected")
 """Runs that exist to show clipped tokens: each must have some token whose gradient the clip zeroes."""
 
@@ -35,6 +39,10 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
     name = case.param("run")
     if name is None:
         return spec_for(UNEVEN, run).with_(loss_type=case.param("loss_type", run.loss_type))
+    if name == "single_completion":  # per_device_train_batch_size=1, one micro-batch per window: a count of 1
+        return spec_for(UNEVEN, run).with_(name="logp_gradient", loss_type=case.param("loss_type"),
+                                           per_device_train_batch_size=1, gradient_accumulation_steps=1,
+                                           steps_per_generation=4, max_steps=8, logging_steps=4)  # fmt: skip
     if name == "short_window":
         return spec_for(SHORT, run)
     spec = spec_for(EXTREME, run)
@@ -84,6 +92,6 @@ LOGP_GRADIENT = Scenario(
     logp_gradient,
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
-    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected)",
-    tuple((("run", name),) for name in RUNS),
+    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; windows of one completion)",
+    (*((("run", name),) for name in RUNS), *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE)),
 )
