@@ -122,6 +122,17 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
     # of the table's other rows (trainers take log_softmax in float32 even in float64 runs). bfloat16 as the
     # per-token loss. A normaliser off by any factor is off by (factor - 1) times the scale.
     "gradient/logp": ((0.0, 0.0, 1e-6), (0.0, 0.0, 1e-5), (0.0, 0.0, 4e-1)),
+    # not a logged metric: GRPO, the largest |dL/dlogp recorded - formula| / (|formula| + mean |formula| over the
+    # masks) per token (scale 1; harness/algorithms/grpo/gradients.py). Measured on the reference GRPO trainer, every
+    # logp_gradient case (uneven lengths for each loss type, windows 3+1, clipped runs with beta 0.04, 0 and the KL
+    # uncorrected, windows of one completion), seeds 0-4: at most 4.5e-7 at float32, 6.9e-16 at float64, 1.4e-2 at
+    # bfloat16; TRL 1.12.0 at float32, seeds 0-2, the nine cases it passes: 2.6e-7 (bnpo fails by 0.52: a mean of
+    # micro-batch means). Rows: float32 about nine times that; float64 1e-6, the allowance of the table's other
+    # float64 rows for a trainer that builds its loss in float32 even in a float64 run (about eight float32 ulps);
+    # bfloat16 about ten times. Relative to each token's own size, because with the ratios of the clipped runs (up
+    # to 58) one token's gradient is sixty times the mean: measured against the mean alone, its float32 rounding
+    # was 2.1e-5 of it. A normaliser off by a factor f is off by about |f - 1| / 2 or more.
+    "gradient/logp_relative": ((0.0, 0.0, 1e-6), (0.0, 0.0, 4e-6), (0.0, 0.0, 1.5e-1)),
     # not a logged metric: the largest |dL/dv recorded - formula| per position of the value head's output
     # (scale: mean |formula| over V; value_gradients.py). Measured on the reference (LR-0 cuts 4+2 and 2+2+2, the
     # uneven split over 2 epochs, seeds 0-3; the example trainer gives the same numbers at seed 0): at most 1.3e-6

@@ -1031,6 +1031,104 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         notes="invisible without dropout in the models; with attention dropout 0.1, tokens are clipped at LR 0",
         algorithm="grpo",
     ),
+    Mutant(
+        id="g29_dapo_divided_by_accumulation_steps",
+        bug_class=29,
+        title="GRPO dapo loss, already over the window's share of the generation's tokens, divided by the "
+        "accumulation steps again",
+        source="modelscope/ms-swift issue 10117, PR 10116 (the GRPO form of class 29)",
+        killed_by=("logp_gradient", "gradient_partition[loss_type=dapo]"),
+        patch=(
+            grpo_replace(
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n"
+                '        if cfg.loss_type == "dapo":\n'
+                "            loss = loss / cfg.gradient_accumulation_steps\n",
+            ),
+        ),
+        notes="every logged statistic is right; the gradient is 1/gradient_accumulation_steps of dapo's",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g28_dapo_generation_tokens_unscaled",
+        bug_class=28,
+        title="GRPO dapo loss over the whole generation batch's tokens in every window, not the window's share",
+        source="huggingface/trl issue 5619, PR 6024 (the GRPO form of class 28)",
+        killed_by=("logp_gradient",),
+        patch=(
+            grpo_replace(
+                "        return max(counts.generation_tokens, 1.0) * counts.generation_share\n",
+                "        return max(counts.generation_tokens, 1.0)\n",
+            ),
+        ),
+        notes="exact when a window is the whole generation (every gradient_partition cut); with two windows per "
+        "generation each window's gradient is half dapo's, the same factor in every micro-batch",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g26_clipped_surrogate_max",
+        bug_class=26,
+        title="GRPO clipped surrogate: the max of the negated terms is taken as the min (-max(rA, clip(r)A))",
+        source="yandexdataschool/Practical_RL issue 248 (the GRPO form of class 26)",
+        killed_by=("logp_gradient[run=extremes]", "extremes"),
+        patch=(
+            grpo_replace(
+                "    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)\n",
+                "    per_token_loss = -torch.max(coef_1 * advantages, coef_2 * advantages)\n",
+            ),
+        ),
+        notes="exact while every ratio lies inside the clip range; only tokens outside it show",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g21_k3_wrong_way_round",
+        bug_class=21,
+        title="GRPO k3 KL with the log-ratio the wrong way round: exp(logp - ref) - (logp - ref) - 1",
+        source="Rolv-Arild/rocket-learn PR 12 (the GRPO form of class 21)",
+        killed_by=("logp_gradient", "uneven_lengths"),
+        patch=(
+            grpo_replace(
+                "            per_token_kl = kl_to_reference(per_token_logps, ref_per_token_logps, ratio)\n",
+                "            per_token_kl = kl_to_reference(ref_per_token_logps, per_token_logps, ratio)\n",
+            ),
+        ),
+        notes="the logged kl is the other direction's too; its gradient pushes the policy the wrong way",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g41_kl_term_subtracted",
+        bug_class=41,
+        title="GRPO: the KL penalty subtracted from the loss instead of added",
+        source="no public report (class 41's sign slip, found by mutmut in the value term, in GRPO's KL term)",
+        killed_by=("logp_gradient", "uneven_lengths"),
+        patch=(
+            grpo_replace(
+                "            per_token_loss = per_token_loss + cfg.beta * per_token_kl\n",
+                "            per_token_loss = per_token_loss - cfg.beta * per_token_kl\n",
+            ),
+        ),
+        notes="the logged kl is right; policy_loss and the gradient reward moving away from the reference",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g31_no_world_factor",
+        bug_class=31,
+        title="GRPO loss not multiplied by the number of ranks, whose gradients data parallelism averages",
+        source="no public report found (the GRPO form of class 31)",
+        killed_by=(VERIFY_DIST,),
+        patch=(
+            grpo_replace(
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) "
+                "* world / denominator\n",
+                "        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) / denominator\n",
+            ),
+        ),
+        command="verify-dist",
+        notes="exact on one process; on two every gradient is half the objective's",
+        algorithm="grpo",
+    ),
 )
 """Mutants of the reference GRPO trainer, killed by the GRPO gate (`--target reference-grpo`)."""
 

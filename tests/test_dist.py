@@ -46,6 +46,7 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
     assert {c["id"]: c["status"] for c in report["checks"]} == {
         "uneven_lengths[ranks=2]": "pass",
         "freshness[ranks=2]": "pass",
+        "logp_gradient[ranks=2]": "pass",
     }
     assert report["algorithm"] == "grpo"
 

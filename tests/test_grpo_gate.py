@@ -164,7 +164,8 @@ def grpo_check(check_id, cache):
 
 def test_no_loss_records_fail_every_pooled_check():
     cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
-    for check_id in ("uneven_lengths[loss_type=dapo]", "short_window", "extremes", "freshness", "all_masked"):
+    for check_id in ("uneven_lengths[loss_type=dapo]", "short_window", "extremes", "freshness", "all_masked",
+                     "logp_gradient[loss_type=dapo]", "logp_gradient[run=beta0]"):  # fmt: skip
         result = grpo_check(check_id, cache)
         assert not result.passed and "recorded no loss inputs" in result.message, check_id
 
@@ -257,7 +258,8 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )
-    assert len(cases("grpo")) == 16  # 4 loss types twice, 7 single checks, partition again with dropout
+    assert len(cases("grpo")) == 26  # 4 loss types three times, 7 single checks, partition again with dropout,
+    # logp_gradient's 4 runs without a loss type and its windows of one completion for grpo and dr_grpo
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

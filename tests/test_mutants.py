@@ -704,7 +704,7 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 55  # 43 PPO, 12 GRPO
+    assert len(ids) == 61  # 43 PPO, 18 GRPO
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}

@@ -31,8 +31,9 @@ KEYS = {
     "advantages",
     "entropies",
     "logit_gaps",
+    "logp_grad",
 }
-TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies")
+TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies", "logp_grad")
 TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 

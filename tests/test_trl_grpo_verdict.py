@@ -32,11 +32,17 @@ TRL_GRPO_FAILS = {
     # modules only, and the Trainer trains in train mode, so Llama's functional attention dropout acts (class 43)
     "partition[dropout=0.1]",
     "gradient_partition[loss_type=bnpo]",  # bnpo's loss is a mean of micro-batch token means
+    "logp_gradient[loss_type=bnpo]",  # the same, against the formula: 1/2 of each micro-batch's own token mean's
 }
 TRL_GRPO_PASSES = {
     *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
     "every_microbatch_applied",
     "logit_recompute",  # its per-token log-probs and entropies are right; only their pooling is not
+    # the gradient at the log-probs is the formula's for grpo, dr_grpo and dapo (TRL PR 6024 scales dapo's count
+    # to the window), with beta 0, without the KL's bias correction, with tokens clipped and windows of one row
+    *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
+    *(f"logp_gradient[run={r}]" for r in ("short_window", "extremes", "beta0", "kl_uncorrected")),
+    *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
 }
 REL = 1e-6
 
@@ -85,6 +91,12 @@ def test_each_trl_grpo_failure_is_one_line_with_logged_and_expected_values(trl_g
         assert re.search(r"logged=\S+ expected=\S+", line), line
     for check_id in ("uneven_lengths[loss_type=dapo]", "partition", "all_masked"):
         assert "entropy" in lines[check_id], lines[check_id]  # the first failure is a pooled token mean
+
+
+def test_trl_grpo_bnpo_gradient_is_a_mean_of_micro_batch_means(trl_grpo_verdict):
+    _, report, _ = trl_grpo_verdict
+    (check,) = [c for c in report["checks"] if c["id"] == "logp_gradient[loss_type=bnpo]"]
+    assert "0.5 (1/2) times each micro-batch's own token mean's, not the window's" in check["message"]
 
 
 def test_trl_grpo_clips_tokens_at_lr0_only_with_dropout(trl_grpo_verdict):

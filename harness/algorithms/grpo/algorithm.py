@@ -10,6 +10,7 @@ from harness.scenario import Scenario
 from harness.verdict import CheckResult
 
 from . import ranks
+from .gradient_checks import LOGP_GRADIENT
 from .scenarios import SCENARIOS
 from .spec import GRPOSpec, parse_settings
 
@@ -19,7 +20,7 @@ class GRPOAlgorithm:
     """GRPO: the scenarios of docs/grpo-metrics.md, run on `GRPOSpec`s."""
 
     name: str = "grpo"
-    scenarios: tuple[Scenario, ...] = SCENARIOS
+    scenarios: tuple[Scenario, ...] = (*SCENARIOS, LOGP_GRADIENT)
     spy: bool = False
     """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
 

@@ -2,7 +2,9 @@
 
 Each rank saves its `Ran` (logs and loss records); the parent checks that every interval's
 logged metrics equal the oracle's value over the union of all ranks' records (TRL PR 6380
-fixed a mean of per-rank means), after checking that a mean of per-rank values would differ.
+fixed a mean of per-rank means), after checking that a mean of per-rank values would differ; and that
+each rank's gradient at its log-probs is the loss type's formula over every rank's tokens, times the
+number of ranks (data parallelism averages the ranks' gradients).
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.compare import compare
+from harness.errors import NotRecomputable
 from harness.instrument.observe import Ran
 from harness.verdict import Check, CheckId, CheckResult
 
+from . import gradients
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
+from .gradient_checks import judge
 from .scenarios import UNEVEN
 from .spec import GRPOSpec
 
@@ -28,13 +33,34 @@ def rank_specs(seed: int) -> dict[str, GRPOSpec]:
 
 
 def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
-    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank."""
+    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank; logp_gradient on every
+    rank's recorded gradients, against the formula with every rank's counts and the world factor."""
     ranks = runs["uneven_lengths"]
     spec = UNEVEN
     return [
-        pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)))
-        for index, name in enumerate(("uneven_lengths", "freshness"))
-    ]
+        *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)))
+          for index, name in enumerate(("uneven_lengths", "freshness"))),
+        logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", (("ranks", len(ranks)),))),
+    ]  # fmt: skip
+
+
+def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:
+    """Each rank's dL/dlogp == world * the window weight over every rank's tokens * d l_t / d logp_t."""
+    check = Check(check_id)
+    if not all(r.loss_inputs for r in ranks):
+        check.fail("a rank recorded no loss inputs")
+        return check.finish()
+    records = [rec for r in ranks for rec in r.loss_inputs]
+    try:
+        gap = gradients.gaps(records, gradients.Geometry.of(spec, world=len(ranks)))
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    if gap.compared == 0 or not gap.scale > 0:
+        check.fail(f"no token with a non-zero gradient to compare ({gap.compared} compared)")
+        return check.finish()
+    judge(check, gap, spec, f"{len(ranks)} ranks {gap.where}")
+    return check.finish()
 
 
 def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_id: CheckId) -> CheckResult:

@@ -105,9 +105,10 @@ def _same(values: list[float]) -> bool:
     return bool(values) and max(values) - min(values) <= 1e-3 * max(abs(v) for v in values)
 
 
-def factor_note(factors: list[Factor], what: str = "dL/dlogp") -> str:
+def factor_note(factors: list[Factor], what: str = "dL/dlogp", whole: str = "minibatch") -> str:
     """What a failure of the gradient `what` looks like as factors: one common factor; each micro-batch's own
-    token mean times one factor (a mean of micro-batch means); or neither, the factors listed."""
+    token mean times one factor (a mean of micro-batch means); or neither, the factors listed. `whole`: what
+    the micro-batches make up (the minibatch of one optimizer step; GRPO's accumulation window)."""
     finite = [(f, n, total) for f, n, total in factors if f == f and n > 0]
     if not finite:
         return ""
@@ -118,7 +119,7 @@ def factor_note(factors: list[Factor], what: str = "dL/dlogp") -> str:
     if _same(own):
         return (
             f"the recorded {what} is {own[0]:.4g} (1/{1 / own[0]:.4g}) times each micro-batch's own token mean's, "
-            "not the minibatch's: a mean of micro-batch means"
+            f"not the {whole}'s: a mean of micro-batch means"
         )
     listed = ", ".join(f"{f:.4g}" for f in ratios)
     return f"recorded {what} over the formula's, per micro-batch: {listed}"

@@ -7,7 +7,8 @@ micro-step runs, the module-level `selective_log_softmax` and `entropy_from_logi
 `reference_ppo.grpo` are wrapped to keep a copy of what they return (the first log-prob
 call of a micro-step is `per_token_logps`; docs/grpo-metrics.md lists the call sites), and
 put back afterwards; the wrappers also keep the largest gap between each result and its float64
-recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.py).
+recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.py), and a hook on the
+micro-step's log-probs keeps the gradient its backward pass delivers to them (`logp_grad`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ class ReferenceGRPORun:
 
         def selective_log_softmax(logits, index):
             out = log_softmax(logits, index)
-            seen.setdefault("logps", out)
+            if "logps" not in seen:
+                seen["logps"] = out
+                if out.requires_grad:  # the gradient of the loss at the log-probs, as the backward pass delivers it
+                    out.register_hook(lambda grad: seen.__setitem__("logp_grad", grad.detach().clone()))
             return out
 
         def entropy_from_logits(logits):
@@ -127,6 +131,7 @@ class ReferenceGRPORun:
             "advantages": _copy(batch.advantages[rows]),
             "entropies": _copy(seen.get("entropies")),
             "logit_gaps": seen["gaps"].gaps(),
+            "logp_grad": _copy(seen.get("logp_grad")),
         }
 
     @property

@@ -16,7 +16,9 @@ received (`completion_mask`, times the tool mask when there is one; `advantages`
 `old_per_token_logps`, absent on on-policy steps; `ref_per_token_logps`, when `beta != 0`) and what
 its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`), and the largest
 gaps between what the module's `selective_log_softmax` and `entropy_from_logits` returned in that
-call and their float64 recomputations from the logits (`logit_gaps`). The wrappers call
+call and their float64 recomputations from the logits (`logit_gaps`), and the gradient the
+backward pass of that micro-batch delivered to those log-probs (`logp_grad`, a tensor hook; the
+key is absent when no backward pass reached them). The wrappers call
 TRL's own methods with the same arguments and return what they return. docs/trl-grpo.md says what
 TRL logs from them, measured.
 """
@@ -179,6 +181,7 @@ class _Recorder:
     _gaps: LogitGaps = field(default_factory=LogitGaps)
     _inside_loss: bool = False
     _seen: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+    _slot: dict[str, Any] = field(default_factory=dict)
 
     def install(self) -> None:
         compute_loss = self.trainer._compute_loss
@@ -194,10 +197,13 @@ class _Recorder:
             out = logps_and_entropies(*args, **kwargs)
             if self._inside_loss:
                 self._seen.append((_copy(out[0]), _copy(out[1])))
+                if out[0].requires_grad:  # the backward pass (after the loss returns) fills the record's logp_grad
+                    slot = self._slot
+                    out[0].register_hook(lambda grad: slot.__setitem__("logp_grad", _copy(grad)))
             return out
 
         def recorded_loss(model, inputs):
-            self._inside_loss, self._seen, self._gaps = True, [], LogitGaps()
+            self._inside_loss, self._seen, self._gaps, self._slot = True, [], LogitGaps(), {}
             originals = (self.module.selective_log_softmax, self.module.entropy_from_logits)
             self.module.selective_log_softmax, self.module.entropy_from_logits = self._gaps.wrap(*originals)
             try:
@@ -220,7 +226,8 @@ class _Recorder:
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
-        self.sink.append(
+        record = self._slot  # the dict the log-probs' gradient hook writes `logp_grad` into
+        record.update(
             {
                 "generation": self.generations - 1,
                 "window": int(self.trainer.state.global_step),
@@ -234,6 +241,7 @@ class _Recorder:
                 "logit_gaps": self._gaps.gaps(),
             }
         )
+        self.sink.append(record)
 
 
 @dataclass

@@ -1,0 +1,97 @@
+"""The GRPO gate's `logp_gradient`: the gradient at the new log-probs against the loss type's formula.
+
+Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes), so
+they cost nothing more; two more runs, of the extremes geometry (two passes at LR 0.05, tokens
+clipped), cover beta 0 and a KL without the bias correction, and two small ones (grpo, dr_grpo)
+windows of a single completion, where a count clamped at the wrong floor shows. gradients.py has
+the formula.
+"""
+
+from __future__ import annotations
+
+from harness.compare import compare
+from harness.errors import NotRecomputable
+from harness.instrument.observe import ObservationCache
+from harness.require import require_ran
+from harness.scenario import Case, Scenario
+from harness.verdict import Check, CheckResult
+
+from . import gradients
+from .checks import require_records
+from .scenarios import EXTREME, SHORT, UNEVEN, spec_for
+from .spec import LOSS_TYPES, GRPOSpec
+
+RUNS = {
+    "short_window": "windows of 3 and 1 micro-batches (dapo's window share 3/4 and 1/4)",
+    "extremes": "two passes at LR 0.05: ratios off 1, tokens clipped",
+    "beta0": "the extremes run with beta 0 and the grpo loss type",
+    "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
+}
+"""The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type)."""
+SINGLE = ("grpo", "dr_grpo")
+"""Loss types run with windows of a single completion (`run=single_completion`): their counts are completions."""
+CLIPPED = ("extremes", "beta0", "kl_uncorrected")
+"""Runs that exist to show clipped tokens: each must have some token whose gradient the clip zeroes."""
+
+
+def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
+    """The run a case checks: the gate's own where it has one (the cache runs it once)."""
+    name = case.param("run")
+    if name is None:
+        return spec_for(UNEVEN, run).with_(loss_type=case.param("loss_type", run.loss_type))
+    if name == "single_completion":  # per_device_train_batch_size=1, one micro-batch per window: a count of 1
+        return spec_for(UNEVEN, run).with_(name="logp_gradient", loss_type=case.param("loss_type"),
+                                           per_device_train_batch_size=1, gradient_accumulation_steps=1,
+                                           steps_per_generation=4, max_steps=8, logging_steps=4)  # fmt: skip
+    if name == "short_window":
+        return spec_for(SHORT, run)
+    spec = spec_for(EXTREME, run)
+    if name == "beta0":
+        return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
+    if name == "kl_uncorrected":
+        beta = run.beta or GRPOSpec().beta
+        return spec.with_(name="logp_gradient", beta=beta, use_bias_correction_kl=False, loss_type="dr_grpo")
+    return spec
+
+
+def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """dL/dlogp of every token of every micro-batch equals world * (the window weight of the loss type) *
+    d l_t / d logp_t (docs/grpo-metrics.md, section 4; harness/algorithms/grpo/gradients.py)."""
+    check = Check(case.id)
+    obs = cache.get(run_spec(run, case), spy=False)
+    if require_ran(obs, check) is None or require_records(obs, check) is None:
+        return check.finish()
+    spec = obs.spec
+    try:
+        gap = gradients.gaps(obs.ran.loss_inputs, gradients.Geometry.of(spec))
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    if gap.compared == 0 or not gap.scale > 0:
+        check.fail(f"no token with a non-zero gradient to compare ({gap.compared} compared)")
+        return check.finish()
+    if case.param("run") in CLIPPED and gap.clipped == 0:
+        check.fail("no token's gradient was zeroed by the clip: the run did not show the clipped branch")
+        return check.finish()
+    judge(check, gap, spec, f"{spec.split_label} {gap.where}")
+    return check.finish()
+
+
+def judge(check: Check, gap: gradients.Gaps, spec: GRPOSpec, where: str) -> None:
+    """Compare the largest gap with 0 (tolerance scaled by the mean |formula|); a note on the factors if it fails."""
+    logged, expected, note = gradients.expectation(gap)
+    verdicts = list(compare(logged, expected, spec.dtype, kind="formula", where=where))
+    check.absorb(verdicts)
+    if note and any(v.failed for v in verdicts):
+        check.note(note)
+    check.note(f"{gap.compared} tokens compared, {gap.clipped} of them clipped")
+
+
+LOGP_GRADIENT = Scenario(
+    "logp_gradient",
+    logp_gradient,
+    (("loss_type", LOSS_TYPES),),
+    "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
+    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; windows of one completion)",
+    (*((("run", name),) for name in RUNS), *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE)),
+)

@@ -1,0 +1,220 @@
+"""The gradient of a GRPO window's loss at the new log-probs, against the loss type's formula.
+
+Every token's per-token loss is l_t = -min(r'_t A, clip(r_t) A) + beta kl_t (docs/grpo-metrics.md,
+section 4), r_t = exp(logp_t - logp_old,t), r' = min(r, delta) when `delta` is set, and
+kl_t = k3_t (times r'_t when the KL is bias-corrected). Its derivative at logp_t:
+
+    policy term   -A r_t   where the unclipped branch is the smaller (its r' not capped by delta), or
+                           where the clipped one is and r_t lies inside [1 - epsilon_low, 1 + epsilon_high]
+                           (both branches are one function there); 0 where the clipped branch is the
+                           smaller outside that range (it is flat in r)
+    KL term       beta (1 - exp(ref - logp))              uncorrected
+                  beta ((1 - exp(ref - logp)) r' + k3 r')  bias-corrected (the second term where r <= delta)
+
+The window's loss weighs l_t by (section 4, every count over every rank):
+
+    grpo      1 / (tokens of t's completion * completions of the window)
+    bnpo      1 / tokens of the window
+    dr_grpo   1 / (completions of the window * max_completion_length)
+    dapo      1 / (tokens of t's generation batch * micro-batches of the window / steps_per_generation)
+
+and each rank's loss is multiplied by the number of ranks (data parallelism averages the ranks'
+gradients), so the gradient a rank's backward pass delivers to its log-probs is world * weight * dl/dlogp.
+The targets record that gradient per micro-batch (`logp_grad`, a hook on the tensor the log-prob
+function returned in the loss); the oracle recomputes the formula in float64 from the records alone.
+Unlike the comparison of two cuts (`gradient_partition`), the formula does not move with the cut: a
+normaliser off by the same factor everywhere, a KL term of the wrong sign, a clipped surrogate that
+keeps the wrong branch all show. Tokens whose ratio lies within the dtype's rounding margin of a clip
+bound (or of delta), where the trainer's own rounding may pick either branch, are not compared.
+Each token's gap is relative to its own size, floored at the mean |formula| over the masks: with
+ratios far from 1 (an unclipped token of negative advantage) one token's gradient can be many
+times the mean, and its float rounding with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.algorithms.ppo.gradients import Factor, factor_note
+from harness.errors import NotRecomputable
+from harness.oracle.expectation import Expectation
+
+from .expect import Settings, record_problems
+
+METRIC = "gradient/logp_relative"
+
+
+@dataclass(frozen=True)
+class TokenGradient:
+    """d l_t / d logp_t of one micro-batch (float64), and where the trainer's rounding may pick either branch."""
+
+    value: torch.Tensor
+    uncertain: torch.Tensor
+    clipped: torch.Tensor
+    """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside)."""
+
+
+def token_gradient(record: Mapping[str, Any], s: Settings) -> TokenGradient:
+    """The derivative of the per-token loss at the new log-prob, per token: the formula of the module docstring."""
+    mask = record["completion_mask"].bool()
+    logps = record["logps"].double()
+    old = record["old_logps"].double() if record["old_logps"] is not None else logps
+    adv = record["advantages"].double().unsqueeze(1)
+    ratio = torch.exp(logps - old)
+    lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
+    capped, d_capped = ratio, ratio
+    if s.delta is not None:
+        capped, d_capped = ratio.clamp(max=s.delta), torch.where(ratio <= s.delta, ratio, torch.zeros_like(ratio))
+    clipped = ratio.clamp(lower, upper)
+    d_clipped = torch.where((ratio >= lower) & (ratio <= upper), ratio, torch.zeros_like(ratio))
+    unclipped_term, clipped_term = capped * adv, clipped * adv
+    tie = (d_capped + d_clipped) / 2  # torch.min splits a tie's gradient; both are r there
+    d_ratio = torch.where(unclipped_term < clipped_term, d_capped,
+                          torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
+    value = -adv * d_ratio
+    if s.beta != 0:
+        if record["ref_logps"] is None:
+            raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
+        gap = record["ref_logps"].double() - logps
+        d_kl = 1 - torch.exp(gap)
+        if s.use_bias_correction_kl:
+            d_kl = d_kl * capped + (torch.exp(gap) - gap - 1) * d_capped
+        value = value + s.beta * d_kl
+    margin = s.margin
+    near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
+    near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
+    if s.delta is not None:
+        near |= (ratio - s.delta).abs() <= margin * s.delta
+    zeroed = mask & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
+    return TokenGradient(value, near & mask, zeroed)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the window weights need beyond the records: the trainer settings and the number of ranks."""
+
+    settings: Settings
+    steps_per_generation: int
+    num_iterations: int
+    world: int = 1
+
+    @classmethod
+    def of(cls, spec: Any, world: int = 1) -> Geometry:
+        return cls(Settings.of(spec), spec.generation_steps, spec.num_iterations, world)
+
+
+def generation_tokens(records: Sequence[Mapping[str, Any]], g: Geometry) -> dict[int, float]:
+    """Completion tokens of each generation batch, every rank: each pass covers the batch once. A generation that
+    did not run all its steps_per_generation * num_iterations micro-batches on every rank has no count."""
+    tokens: dict[int, float] = {}
+    runs: dict[int, int] = {}
+    for record in records:
+        gen = int(record["generation"])
+        tokens[gen] = tokens.get(gen, 0.0) + float(record["completion_mask"].sum())
+        runs[gen] = runs.get(gen, 0) + 1
+    full = g.steps_per_generation * g.num_iterations * g.world
+    return {gen: tokens[gen] / g.num_iterations for gen in tokens if runs[gen] == full}
+
+
+def window_weights(records: Sequence[Mapping[str, Any]], g: Geometry, generations: dict[int, float]
+                   ) -> list[torch.Tensor]:  # fmt: skip
+    """d(window loss) / d l_t of each record's tokens (B, T), times the number of ranks, zero off the mask.
+    `records` are one window's micro-batches on every rank; `generations` the token count of each generation."""
+    s = g.settings
+    masks = [r["completion_mask"].double() for r in records]
+    tokens = max(sum(float(m.sum()) for m in masks), 1.0)
+    completions = max(float(sum(m.shape[0] for m in masks)), 1.0)
+    share = len(records) / g.world / g.steps_per_generation
+    out = []
+    for record, mask in zip(records, masks):
+        if s.loss_type == "grpo":
+            weight = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1) * completions)
+        elif s.loss_type == "bnpo":
+            weight = mask / tokens
+        elif s.loss_type == "dr_grpo":
+            weight = mask / (completions * s.max_completion_length)
+        elif s.loss_type == "dapo":
+            gen = int(record["generation"])
+            if gen not in generations:
+                raise NotRecomputable(f"generation {gen} did not run in full: its token count (dapo's) is unknown")
+            weight = mask / (max(generations[gen], 1.0) * share)
+        else:
+            raise NotRecomputable(f"unknown loss_type {s.loss_type!r}")
+        out.append(weight * g.world)
+    return out
+
+
+def recorded(record: Mapping[str, Any], where: str) -> torch.Tensor:
+    """The recorded gradient at a micro-batch's log-probs; NotRecomputable when no backward pass reached them."""
+    grad = record.get("logp_grad")
+    if grad is None:
+        raise NotRecomputable(
+            f"{where}: no gradient reached the log-probs of the loss (not recorded, or the loss was not built "
+            "from them)"
+        )
+    if tuple(grad.shape) != tuple(record["completion_mask"].shape):
+        raise NotRecomputable(f"{where}: gradient of shape {tuple(grad.shape)} for a mask of "
+                              f"{tuple(record['completion_mask'].shape)}")  # fmt: skip
+    return grad.double()
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """The comparison of one run's recorded gradients with the formula."""
+
+    largest: float
+    """The largest |recorded - formula| / (|formula| + scale) over the compared tokens (a NaN stays)."""
+    where: str
+    scale: float
+    """Mean |formula| over the masked tokens."""
+    factors: list[Factor]
+    compared: int
+    clipped: int
+
+
+def gaps(records: Sequence[Mapping[str, Any]], g: Geometry) -> Gaps:
+    """Recorded against formula over every micro-batch of every window (every rank's records together)."""
+    if not records:
+        raise NotRecomputable("the target recorded no loss inputs")
+    for i, record in enumerate(records):
+        problems = record_problems(record)
+        if problems:
+            raise NotRecomputable(f"loss record {i + 1}: {problems[0]}")
+    windows: dict[int, list[int]] = {}
+    for i, record in enumerate(records):
+        windows.setdefault(int(record["window"]), []).append(i)
+    generations = generation_tokens(records, g)
+    compared_rows = []
+    for w, indices in sorted(windows.items()):
+        group = [records[i] for i in indices]
+        window_tokens = int(sum(int(r["completion_mask"].sum()) for r in group))
+        for i, record, weight in zip(indices, group, window_weights(group, g, generations)):
+            label = f"window {w + 1} micro-batch {i + 1}"
+            terms = token_gradient(record, g.settings)
+            compared_rows.append((label, recorded(record, label), weight * terms.value, terms, window_tokens, record))
+    masked = [want[rec["completion_mask"].bool()].abs() for _, _, want, _, _, rec in compared_rows]
+    values = torch.cat(masked) if masked else torch.zeros(0, dtype=torch.float64)
+    scale = float(values.mean()) if values.numel() else 0.0
+    largest, where, compared, clipped, factors = 0.0, "", 0, 0, []
+    for label, got, want, terms, window_tokens, record in compared_rows:
+        keep = ~terms.uncertain
+        relative = (got - want).abs() / (want.abs() + scale)  # a token's own size, floored at the mean's
+        gap = float(torch.where(keep, relative, torch.zeros_like(want)).max()) if want.numel() else 0.0
+        if gap > largest or gap != gap:
+            largest, where = gap, label
+        mask = record["completion_mask"].bool()
+        compared += int((keep & mask).sum())
+        clipped += int((terms.clipped & keep).sum())
+        norm = float((want * want).sum())
+        factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(mask.sum()), window_tokens))
+    return Gaps(largest, where, scale, factors, compared, clipped)
+
+
+def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:
+    """(the largest relative gap, as if logged; an Expectation of 0 with scale 1; a note on the factors)."""
+    note = factor_note(gap.factors, whole="window")
+    return {METRIC: gap.largest}, {METRIC: Expectation(METRIC, 0.0, scale=1.0)}, note
