@@ -10,6 +10,7 @@ from harness.scenario import Scenario
 from harness.verdict import CheckResult
 
 from . import ranks
+from .reward_scenarios import REWARD_SCENARIOS
 from .scenarios import SCENARIOS
 from .spec import GRPOSpec, parse_settings
 
@@ -19,7 +20,7 @@ class GRPOAlgorithm:
     """GRPO: the scenarios of docs/grpo-metrics.md, run on `GRPOSpec`s."""
 
     name: str = "grpo"
-    scenarios: tuple[Scenario, ...] = SCENARIOS
+    scenarios: tuple[Scenario, ...] = (*SCENARIOS, *REWARD_SCENARIOS)
     spy: bool = False
     """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
 
