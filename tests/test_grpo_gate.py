@@ -257,7 +257,7 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )
-    assert len(cases("grpo")) == 16  # 4 loss types twice, 7 single checks, partition again with dropout
+    assert len(cases("grpo")) == 22  # 4 loss types twice, 7 single checks, partition with dropout, 3 scales twice
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
