@@ -1057,13 +1057,14 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         bug_class=50,
         title="GRPO: the reward is the plain sum of the reward functions' scores, reward_weights not applied",
         source="NousResearch/atropos PR 485 (sub-reward weights ignored in a combined reward)",
-        killed_by=("advantages",),
+        killed_by=("advantages", "reward_stats"),
         patch=(
             grpo_replace(
                 "    total = (per_function * weights).nansum(dim=1)\n", "    total = per_function.nansum(dim=1)\n"
             ),
         ),
-        notes="invisible with one reward function of weight 1 (every scenario but the reward ones)",
+        notes="invisible with one reward function of weight 1 (every scenario but the reward ones); the logged reward "
+        "is the unweighted one too",
         algorithm="grpo",
     ),
     Mutant(
