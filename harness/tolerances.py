@@ -94,6 +94,16 @@ _ROWS: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]
             "clip_ratio/high_max",
         )
     },  # fmt: skip
+    # not a logged metric: GRPO, the worst |advantage the loss saw - the oracle's float64 one from the recorded
+    # scores| over every loss row (harness/algorithms/grpo/rewards.py, `advantages` scenario). Both trainers keep
+    # advantages in float32 whatever the models' dtype (the reference rounds its float64 ones, TRL computes in
+    # float32), so every dtype has the float32 row (the reference passes at float64 and bfloat16 too). Measured,
+    # scale_rewards group/batch/none, |A| up to about 1.5: reference 8.6e-8 abs / 5.3e-8 rel (seeds 0-9), TRL
+    # 1.12.0 3.1e-7 abs / 2.8e-7 rel (seeds 0-4); the row is ten times TRL's. A population std is off by 15%
+    # (groups of 4), an epsilon subtracted instead of added by 2e-4 / std.
+    "advantage": ((1e-6, 3e-6), (1e-6, 3e-6), (1e-6, 3e-6)),
+    # The reward statistics (`reward_stats`) keep the default rows: measured gaps, seeds 0-4, reference at most
+    # 4.4e-16 (float64 sums of float32-exact scores), TRL 1.3e-7 absolute (float32 nanmean / nanstd).
     # not a logged metric: max |grad_a - grad_b| / max |grad_a| between two cuts of one minibatch, and the
     # part of a step's .grad that its micro-batches' (clipped) gradients do not explain
     "gradient": ((1e-9, 1e-9), (1e-5, 1e-5), (2e-2, 2e-2)),

@@ -43,8 +43,8 @@ VERIFY_DIST = "verify_dist"
 
 
 PPO_CLASSES = (*range(1, 16), *range(20, 48))
-"""The PPO classes of docs/bug-catalogue.md (16-19 are GRPO's): each needs a mutant or a reason."""
-GRPO_CLASSES = (16, 17, 18, 19)
+"""The PPO classes of docs/bug-catalogue.md (16-19 and 48-51 are GRPO's): each needs a mutant or a reason."""
+GRPO_CLASSES = (16, 17, 18, 19, 48, 49, 50, 51)
 """The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant."""
 
 
@@ -1127,6 +1127,77 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         ),
         command="verify-dist",
         notes="exact on one process; on two every gradient is half the objective's",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g48_population_std",
+        bug_class=48,
+        title="GRPO advantages divided by the population std (divisor n), not the Bessel-corrected one",
+        source="numpy std and nanstd default to ddof=0 (numbagg issue 138: that default, changed); no GRPO report",
+        killed_by=("advantages", "reward_stats"),
+        patch=(grpo_replace("    var = total / (count - 1).clamp(min=1)\n", "    var = total / count.clamp(min=1)\n"),),
+        notes="groups of 4: every scaled advantage 15% larger (sqrt(4/3)); the logged reward_std too",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g49_batch_std_for_group",
+        bug_class=49,
+        title="GRPO: scale_rewards='group' divides the advantages by the generation batch's std",
+        source="no public report found (TRL's scale_rewards has both branches side by side)",
+        killed_by=("advantages[scale_rewards=group]",),
+        patch=(
+            grpo_replace(
+                "        advantages = advantages / (group_std + STD_EPS)\n",
+                "        advantages = advantages / (nanstd(rewards) + STD_EPS)\n",
+            ),
+        ),
+        notes="only under 'group' (the default); every logged statistic is right",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g50_unscorable_reward_as_zero",
+        bug_class=50,
+        title="GRPO: a completion no reward function could score gets reward 0, which enters its group's mean",
+        source="huggingface/trl PR 5902 (nansum collapsed an all-NaN row to 0); trl PR 6426 (the same in SDPO)",
+        killed_by=("advantages", "reward_stats"),
+        patch=(
+            grpo_replace(
+                '    return total.masked_fill(per_function.isnan().all(dim=1), float("nan"))\n', "    return total\n"
+            ),
+        ),
+        notes="the unscorable completion gets a spurious advantage and moves its scored siblings'",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g51_reward_weights_ignored",
+        bug_class=51,
+        title="GRPO: the reward is the plain sum of the reward functions' scores, reward_weights not applied",
+        source="NousResearch/atropos PR 485 (sub-reward weights ignored in a combined reward)",
+        killed_by=("advantages", "reward_stats"),
+        patch=(
+            grpo_replace(
+                "    total = (per_function * weights).nansum(dim=1)\n", "    total = per_function.nansum(dim=1)\n"
+            ),
+        ),
+        notes="invisible with one reward function of weight 1 (every scenario but the reward ones); the logged reward "
+        "is the unweighted one too",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g51_logged_reward_unweighted",
+        bug_class=51,
+        title="GRPO: logged reward and reward_std are the unweighted sum of the scores; the advantages are weighted",
+        source="huggingface/trl issue 5352, PR 5353 (logged reward ignored reward_weights)",
+        killed_by=("reward_stats",),
+        patch=(
+            grpo_replace(
+                "[completion_mask.sum(dim=1).double(), terminated.double(), rewards[local], "
+                "zero_std[local].double()], 1\n",
+                "[completion_mask.sum(dim=1).double(), terminated.double(), per_function.nansum(dim=1), "
+                "zero_std[local].double()], 1\n",
+            ),
+        ),
+        notes="the training signal is right; only the dashboard's reward is not the one optimised",
         algorithm="grpo",
     ),
 )

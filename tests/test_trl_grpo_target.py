@@ -32,6 +32,7 @@ KEYS = {
     "entropies",
     "logit_gaps",
     "logp_grad",
+    "completions",
 }
 TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies", "logp_grad")
 TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -237,6 +238,13 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
         assert (entry["generation"], entry["rank"]) == (0, 0)
     lengths = torch.cat([e["completion_mask"].sum(1) for e in run.loss_inputs])
     assert len(set(lengths.tolist())) > 1, "the toy world should give completions of uneven length"
+    # each row named by its place in the generation batch the reward function scored: every one once per pass
+    rows = sorted(torch.cat([e["completions"] for e in run.loss_inputs]).tolist())
+    batch = spec.per_device_train_batch_size * spec.steps_per_generation
+    assert rows == sorted(list(range(batch)) * spec.num_iterations)
+    (call,) = run.reward_calls  # one reward function, one generation
+    assert (call["generation"], call["rank"], call["function"], call["index"]) == (0, 0, "toy_reward", 0)
+    assert call["scores"].shape == (batch,) and call["scores"].dtype == torch.float64
 
 
 def test_windows_and_old_logps_follow_trls_loop(cut_4x2, short_window):

@@ -33,6 +33,8 @@ TRL_GRPO_FAILS = {
     "partition[dropout=0.1]",
     "gradient_partition[loss_type=bnpo]",  # bnpo's loss is a mean of micro-batch token means
     "logp_gradient[loss_type=bnpo]",  # the same, against the formula: 1/2 of each micro-batch's own token mean's
+    # under batch scaling frac_reward_zero_std tests the batch's reward std, not each group's
+    "reward_stats[scale_rewards=batch]",
 }
 TRL_GRPO_PASSES = {
     *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
@@ -43,6 +45,11 @@ TRL_GRPO_PASSES = {
     *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo")),
     *(f"logp_gradient[run={r}]" for r in ("short_window", "extremes", "beta0", "kl_uncorrected")),
     *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
+    # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
+    # where it tests each group's std
+    *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
+    "reward_stats[scale_rewards=group]",
+    "reward_stats[scale_rewards=none]",
 }
 REL = 1e-6
 
@@ -212,3 +219,25 @@ def test_trl_grpo_failing_pooled_metrics_are_diagnosed_as_docs_say(trl_grpo_verd
         assert diagnosis["gap"] <= 1e-6 * (1 + abs(m["logged"]))
         named.add((m["name"], tuple(diagnosis["classes"])))
     assert ("entropy", (16,)) in named and ("clip_ratio/high_max", (18,)) in named
+
+
+def test_trl_grpo_frac_reward_zero_std_under_batch_scaling_tests_the_batch_std():
+    """reward_stats[scale_rewards=batch]: TRL flags a completion 'std 0' by the std its advantages are divided by,
+    under batch scaling the generation batch's (never 0 here) where the contract takes its group's; under group
+    scaling the two agree. Each interval of these runs is one generation."""
+    if not _trl_grpo_available():
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    from harness.algorithms.grpo import rewards
+    from harness.algorithms.grpo.reward_scenarios import REWARDS
+    from harness.algorithms.grpo.targets import trl
+
+    for scale in ("batch", "group"):
+        spec = REWARDS.with_(scale_rewards=scale)
+        run = trl.build(spec)
+        logged = [log["frac_reward_zero_std"] for log in run.train()]
+        made = rewards.generations(run.reward_calls, spec)
+        groups = [float(made[g].zero_std.double().mean()) for g in sorted(made)]
+        if scale == "batch":
+            assert logged == [0.0, 0.0] and max(groups) > 0, groups  # measured: a group of four with std 0
+        else:
+            assert logged == pytest.approx(groups, abs=1e-9)

@@ -52,7 +52,8 @@ class TargetRun(Protocol):
     # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust), and
     # for a reward on decoded text `scored_texts` (per rollout, the (prompts, responses) strings the reward was
     # given) with `tokenizer` (what the oracle decodes the rollout's token ids with to check those strings).
-    # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss (docs/architecture.md).
+    # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss, and may have `reward_calls`: one
+    # dict per call of a reward function it handed its trainer (docs/architecture.md).
 
 
 def missing_members(run: Any) -> list[str]:
@@ -83,6 +84,8 @@ class Ran:
     """The run's site map (its names for the call sites), or None for the algorithm's default."""
     loss_inputs: tuple[dict, ...] | None = None
     """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
+    reward_calls: tuple[dict, ...] | None = None
+    """What a GRPO run recorded at each call of its reward functions (None: the run records none)."""
     networks: Any = None
     """Float64 CPU copies of the run's `models`, taken before training (None: the run exposes none)."""
     prompts: torch.Tensor | None = None
@@ -185,6 +188,7 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         scores=None if scores is None else tuple(scores),
         sites=getattr(run, "site_map", None),
         loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
+        reward_calls=None if getattr(run, "reward_calls", None) is None else tuple(run.reward_calls),
         networks=networks,
         prompts=prompts,
         reward_model=reward_model is not None,

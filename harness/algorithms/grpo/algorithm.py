@@ -11,6 +11,7 @@ from harness.verdict import CheckResult
 
 from . import ranks
 from .gradient_checks import LOGP_GRADIENT
+from .reward_scenarios import REWARD_SCENARIOS
 from .scenarios import SCENARIOS
 from .spec import GRPOSpec, parse_settings
 
@@ -20,7 +21,7 @@ class GRPOAlgorithm:
     """GRPO: the scenarios of docs/grpo-metrics.md, run on `GRPOSpec`s."""
 
     name: str = "grpo"
-    scenarios: tuple[Scenario, ...] = (*SCENARIOS, LOGP_GRADIENT)
+    scenarios: tuple[Scenario, ...] = (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS)
     spy: bool = False
     """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
 

@@ -60,6 +60,10 @@ class GRPOSpec:
     epsilon_high: float = 0.2
     delta: float | None = None
     scale_rewards: str = "group"
+    reward_weights: tuple[float, ...] | None = None
+    """One weight per toy reward function. None or one weight: one function, which scores every completion; two:
+    two functions, each of which cannot score some completions, and some completions neither can (the targets'
+    toy rewards; the reward is the weighted sum over the functions that scored)."""
     max_grad_norm: float | None = None
     # the built-in toy world
     vocab_size: int = 32
@@ -147,6 +151,10 @@ class GRPOSpec:
         if self.scale_rewards not in SCALE_REWARDS:
             raise HarnessConfigError(
                 f"scale_rewards={self.scale_rewards!r}: expected one of {', '.join(SCALE_REWARDS)}"
+            )
+        if self.reward_weights is not None and len(self.reward_weights) not in (1, 2):
+            raise HarnessConfigError(
+                f"reward_weights={self.reward_weights}: the toy world has one or two reward functions"
             )
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")

@@ -9,6 +9,9 @@ call of a micro-step is `per_token_logps`; docs/grpo-metrics.md lists the call s
 put back afterwards; the wrappers also keep the largest gap between each result and its float64
 recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.py), and a hook on the
 micro-step's log-probs keeps the gradient its backward pass delivers to them (`logp_grad`).
+The reward functions it hands the trainer are wrapped to record their scores (`reward_calls`,
+harness/algorithms/grpo/reward_calls.py), and `generate` to say which generation they score;
+each loss record names its rows' places in their generation batch (`completions`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from harness.errors import HarnessConfigError
 from harness.targets.logged import LogTap
 
 from ..logit_gaps import LogitGaps
+from ..reward_calls import RewardTap
 
 CONFIG_FIELDS = (
     "per_device_train_batch_size",
@@ -41,6 +45,7 @@ CONFIG_FIELDS = (
     "epsilon_high",
     "delta",
     "scale_rewards",
+    "reward_weights",
     "max_grad_norm",
     "seed",
 )
@@ -66,11 +71,20 @@ class ReferenceGRPORun:
     rank: int
     tap: LogTap
     log_steps: tuple[int, ...]
+    rewards: RewardTap = field(default_factory=RewardTap)
     loss_inputs: list[dict] = field(default_factory=list)
     windows: int = 0
+    generations: int = 0
 
     def __post_init__(self) -> None:
-        micro_step, window_step = self.trainer.micro_step, self.trainer.window_step
+        micro_step, window_step, generate = self.trainer.micro_step, self.trainer.window_step, self.trainer.generate
+
+        def recorded_generate():
+            self.rewards.generation = self.generations
+            try:
+                return generate()
+            finally:
+                self.generations += 1
 
         def recorded_window_step(batch, micro_batches):
             try:
@@ -89,6 +103,12 @@ class ReferenceGRPORun:
 
         self.trainer.window_step = recorded_window_step
         self.trainer.micro_step = recorded_micro_step
+        self.trainer.generate = recorded_generate
+
+    @property
+    def reward_calls(self) -> list[dict]:
+        """One record per call of a reward function the trainer was handed (reward_calls.py)."""
+        return self.rewards.calls
 
     def _watch(self) -> dict:
         """Wrap the module's log-prob and entropy functions for one micro-step; returns what they will see."""
@@ -125,6 +145,7 @@ class ReferenceGRPORun:
             "window": self.windows,
             "rank": self.rank,
             "completion_mask": _copy(batch.completion_mask[rows]).bool(),
+            "completions": rows.detach().to("cpu", torch.int64).clone(),
             "logps": _copy(seen.get("logps")),
             "old_logps": None if old is None else _copy(old[rows]),
             "ref_logps": None if ref is None else _copy(ref[rows]),
@@ -162,18 +183,41 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
         raise HarnessConfigError(f"reference-grpo target: {exc}") from None
     accelerator, tap = accelerator or Accelerator(cpu=spec.device == "cpu"), LogTap()
     tap.attach(accelerator)
+    rewards = RewardTap(rank=accelerator.process_index)
+    funcs = toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, toy.count_token_reward(7))
     trainer = grpo.GRPOTrainer(
         config,
         world.policy,
         world.ref_policy if spec.beta != 0 else None,
-        {"count_w7": toy.count_token_reward(7)},
+        {name: rewards.wrap(name, f) for name, f in funcs.items()},
         world.prompts,
         world.pad_token_id,
         callbacks=[tap.callback],
         accelerator=accelerator,
     )
     return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index,
-                            tap, log_steps(spec.max_steps, spec.logging_steps))  # fmt: skip
+                            tap, log_steps(spec.max_steps, spec.logging_steps), rewards)  # fmt: skip
+
+
+def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:
+    """The toy world's reward functions: token 7's count (`count_w7`), which scores every completion; or, for two
+    weights, that count and whether the completion ended with the stop token (1 or 0), each unable to score some
+    completions (NaN): the count where the first token is a multiple of 4 (pad, an empty completion, included),
+    the stop where it is that or odd. So about a quarter of the completions get no score at all, half of them one,
+    and rewards tie often enough that some groups have std 0."""
+    if count == 1:
+        return {"count_w7": count_w7}
+    nan = float("nan")
+
+    def count_w7_partial(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        return count_w7(queries, responses).masked_fill(responses[:, 0] % 4 == 0, nan)
+
+    def stopped_partial(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        first = responses[:, 0]
+        stopped = (responses == stop_token_id).any(dim=1).to(torch.float32)
+        return stopped.masked_fill((first % 4 == 0) | (first % 2 == 1), nan)
+
+    return {"count_w7": count_w7_partial, "stopped": stopped_partial}
 
 
 def log_steps(max_steps: int, logging_steps: int) -> tuple[int, ...]:

@@ -16,11 +16,13 @@ received (`completion_mask`, times the tool mask when there is one; `advantages`
 `old_per_token_logps`, absent on on-policy steps; `ref_per_token_logps`, when `beta != 0`) and what
 its call of `_get_per_token_logps_and_entropies` returned (`logps`, `entropies`), and the largest
 gaps between what the module's `selective_log_softmax` and `entropy_from_logits` returned in that
-call and their float64 recomputations from the logits (`logit_gaps`), and the gradient the
-backward pass of that micro-batch delivered to those log-probs (`logp_grad`, a tensor hook; the
-key is absent when no backward pass reached them). The wrappers call
-TRL's own methods with the same arguments and return what they return. docs/trl-grpo.md says what
-TRL logs from them, measured.
+call and their float64 recomputations from the logits (`logit_gaps`), the gradient the backward
+pass of that micro-batch delivered to those log-probs (`logp_grad`, a tensor hook; the key is absent
+when no backward pass reached them), and which completions of their generation batch the rows are
+(`completions`, found by their prompt and completion ids in what `_generate_and_score_completions`
+returned). The reward functions handed to TRL are wrapped to record every score (`reward_calls`,
+harness/algorithms/grpo/reward_calls.py). The wrappers call TRL's own methods and functions with the
+same arguments and return what they return. docs/trl-grpo.md says what TRL logs from them, measured.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from harness.algorithms.ppo.targets.trl import _quiet
 from harness.errors import HarnessConfigError
 
 from ..logit_gaps import LogitGaps
+from ..reward_calls import RewardTap
 
 TRL_VERSION = "1.12.0"
 _MISSING = f"trl-grpo target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
@@ -67,6 +70,28 @@ SPEC_FIELDS = tuple(
 def toy_reward(completion_ids: list[list[int]], **kwargs) -> list[float]:
     """The number of completion tokens whose id is a multiple of 3 (EOS excluded): deterministic, uneven in a group."""
     return [float(sum(1 for t in ids if t % 3 == 0 and t > 2)) for ids in completion_ids]
+
+
+def multiple_of_3_partial(completion_ids: list[list[int]], **kwargs) -> list[float | None]:
+    """1 for a completion with a token whose id is a multiple of 3 (EOS excluded), else 0: rewards tie, so some
+    groups have std 0. None (cannot score) for a completion whose first token is a multiple of 4, or that is empty."""
+    return [
+        None if not ids or ids[0] % 4 == 0 else float(s > 0)
+        for ids, s in zip(completion_ids, toy_reward(completion_ids))
+    ]
+
+
+def stopped_partial(completion_ids: list[list[int]], **kwargs) -> list[float | None]:
+    """1 for a completion that ends with EOS, else 0; None where its first token is a multiple of 4 or odd."""
+    stop = kwargs.get("eos_token_id", 1)
+    return [None if not ids or ids[0] % 4 == 0 or ids[0] % 2 == 1 else float(ids[-1] == stop) for ids in completion_ids]
+
+
+def toy_rewards(spec) -> list[Callable]:
+    """The reward functions of the spec's `reward_weights`: `toy_reward` for one weight (or none); for two, the two
+    partial ones (the reference target's toy world has the same pattern: some completions neither can score)."""
+    weights = _spec_value(spec, "reward_weights")
+    return [toy_reward] if weights is None or len(weights) == 1 else [multiple_of_3_partial, stopped_partial]
 
 
 def _import_trl(module: str | None = None):
@@ -177,7 +202,10 @@ class _Recorder:
     trainer: Any
     sink: list[dict[str, Any]]
     module: types.ModuleType
+    rewards: RewardTap = field(default_factory=RewardTap)
     generations: int = 0
+    _rows: dict[int, dict[tuple, list[int]]] = field(default_factory=dict)
+    _used: dict[tuple[int, tuple], int] = field(default_factory=dict)
     _gaps: LogitGaps = field(default_factory=LogitGaps)
     _inside_loss: bool = False
     _seen: list[tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
@@ -189,9 +217,16 @@ class _Recorder:
         generate = self.trainer._generate_and_score_completions
 
         def recorded_generate(inputs):
-            if self.trainer.model.training:
+            training = self.trainer.model.training
+            if training:
                 self.generations += 1
-            return generate(inputs)
+                self.rewards.generation = self.generations - 1
+            output = generate(inputs)
+            if training:
+                self._rows[self.generations - 1] = rows = {}
+                for i, key in enumerate(_row_keys(output)):
+                    rows.setdefault(key, []).append(i)
+            return output
 
         def recorded_logps(*args, **kwargs):
             out = logps_and_entropies(*args, **kwargs)
@@ -223,16 +258,24 @@ class _Recorder:
         if len(self._seen) != 1:
             raise RuntimeError(f"TRL's loss computed log-probs {len(self._seen)} times in one micro-batch, not once")
         logps, entropies = self._seen[0]
+        generation = self.generations - 1
+        completions = []
+        for key in _row_keys(inputs):
+            places = self._rows.get(generation, {}).get(key, [-1])
+            seen = self._used.get((generation, key), 0)  # identical rows take their places in turn
+            self._used[(generation, key)] = seen + 1
+            completions.append(places[seen % len(places)])
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
         record = self._slot  # the dict the log-probs' gradient hook writes `logp_grad` into
         record.update(
             {
-                "generation": self.generations - 1,
+                "generation": generation,
                 "window": int(self.trainer.state.global_step),
                 "rank": int(self.trainer.accelerator.process_index),
                 "completion_mask": mask.detach().to("cpu").bool(),
+                "completions": torch.tensor(completions, dtype=torch.int64),
                 "logps": logps,
                 "old_logps": _copy(inputs.get("old_per_token_logps")),
                 "ref_logps": _copy(inputs.get("ref_per_token_logps")),
@@ -242,6 +285,11 @@ class _Recorder:
             }
         )
         self.sink.append(record)
+
+
+def _row_keys(batch: dict[str, Any]) -> list[tuple]:
+    """Each row's prompt ids, then -1, then its completion ids (pads included): what tells the rows apart."""
+    return [(*p, -1, *c) for p, c in zip(batch["prompt_ids"].tolist(), batch["completion_ids"].tolist())]
 
 
 @dataclass
@@ -256,6 +304,8 @@ class TrlGRPORun:
     trainer: Any
     spec: Any
     loss_inputs: list[dict[str, Any]] = field(default_factory=list)
+    reward_calls: list[dict[str, Any]] = field(default_factory=list)
+    """One record per call of a reward function handed to TRL (reward_calls.py)."""
     _metrics: list[dict[str, float]] = field(default_factory=list)
     _workdir: tempfile.TemporaryDirectory | None = None
     _trained: bool = False
@@ -367,9 +417,10 @@ def build(
             world.ref_policy.save_pretrained(reference_dir)
             world.policy.config._name_or_path = reference_dir
         config = grpo_trainer.GRPOConfig(**_trl_args(spec, workdir.name, dict(extra or {})))
+        rewards = RewardTap()
         trainer = grpo_trainer.GRPOTrainer(
             model=world.policy,
-            reward_funcs=toy_reward,
+            reward_funcs=[rewards.wrap(f.__name__, f) for f in toy_rewards(spec)],
             args=config,
             train_dataset=dataset,
             processing_class=world.tokenizer,
@@ -382,7 +433,8 @@ def build(
     trainer.add_callback(_metrics_callback(metrics))
 
     loss_inputs: list[dict[str, Any]] = []
-    _Recorder(trainer, loss_inputs, grpo_trainer).install()
+    rewards.rank = int(trainer.accelerator.process_index)
+    _Recorder(trainer, loss_inputs, grpo_trainer, rewards).install()
 
     trainer.create_optimizer_and_scheduler(num_training_steps=spec.max_steps)
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
@@ -397,6 +449,7 @@ def build(
         trainer=trainer,
         spec=spec,
         loss_inputs=loss_inputs,
+        reward_calls=rewards.calls,
         _metrics=metrics,
         _workdir=workdir,
     )
