@@ -133,3 +133,22 @@ def test_a_run_without_a_clipped_token_fails_the_clipped_cases(reference_cache):
     obs = reference_cache.get(spec, spy=False)
     result = check("logp_gradient[run=extremes]", _with(obs, lambda r: {**r, "old_logps": r["logps"]}))
     assert not result.passed and "no token's gradient was zeroed by the clip" in result.message
+
+
+def test_a_run_whose_every_advantage_is_0_at_beta_0_passes_only_with_a_zero_gradient():
+    """Under `--set beta=0` a run may have every advantage 0 (all groups alike): the formula is 0 everywhere, and
+    the recorded gradient must be too; a non-zero one, or beta != 0, fails."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    spec = GRPOSpec(beta=0.0)
+    kase = case("logp_gradient[loss_type=bnpo]", "grpo")
+    obs = ObservationCache(factory).get(gradient_checks.run_spec(spec, kase), spy=False)
+
+    def still(r, grad=0.0):
+        zero = torch.zeros_like(r["advantages"])
+        return {**r, "advantages": zero, "logp_grad": torch.full_like(r["logp_grad"], grad)}
+
+    flat = kase.run(_with(obs, still), spec)
+    assert flat.passed and "the loss's normalisation is not seen" in " ".join(flat.notes)
+    moved = kase.run(_with(obs, lambda r: still(r, 1e-3)), spec)
+    assert not moved.passed and "the recorded one reaches 0.001" in moved.message
