@@ -6,7 +6,9 @@ each `scale_rewards`. `advantages` holds the advantage of every row the loss saw
 (harness/algorithms/grpo/rewards.py), `reward_stats` each interval's `reward`, `reward_std`,
 `frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the completions trained
 in it. A target that records no scores, or does not say which completion a loss row is, fails
-both as not recomputable.
+both as not recomputable. `completion_lengths` holds each interval's length statistics, clipped
+ratio and terminated lengths to the oracle's (harness/algorithms/grpo/lengths.py) from the same
+run's masks and token ids; a target that keeps no ids, or names no stop token, fails it so.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     if bad is not None:
         check.fail(f"not recomputable: {bad}")
         return check.finish()
+    if not require(check, all(trained), "an interval trained no completion"):
+        return check.finish()
     cap, every = obs.spec.max_completion_length, [c for t in trained for c in t]
     stopped, full = sum(c.terminated for c in every), sum(c.length == cap for c in every)
     if not require(check, stopped and full, f"of the {len(every)} trained completions {stopped} ended with the stop "
@@ -137,13 +141,16 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
         where = f"log {index + 1}" if len(trained) > 1 else None
         verdicts = compare(obs.ran.logs[index], lengths.length_stats(completions), obs.spec.dtype, where=where)
         check.absorb(verdicts)
-        padded = lengths.pad_as_stop(completions)
-        if any(v.failed for v in verdicts) and padded != completions and not any(
-            v.failed for v in compare(obs.ran.logs[index], lengths.length_stats(padded), obs.spec.dtype)
-        ):
+        if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):
             check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
                        f"whose last token is the pad as ended with the stop token")  # fmt: skip
     return check.finish()
+
+
+def _pad_explains(log, completions, dtype) -> bool:
+    """Whether the logged length statistics are those of a trainer that takes a final pad for the stop token."""
+    padded = lengths.pad_as_stop(completions)
+    return padded != completions and not any(v.failed for v in compare(log, lengths.length_stats(padded), dtype))
 
 
 def _number(value) -> bool:
