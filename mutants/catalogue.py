@@ -1237,7 +1237,7 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="g54_pad_as_stop",
         bug_class=54,
-        title="GRPO: a completion that ended at a pad token counted as terminated, as one that ended with the stop token",
+        title="GRPO: a completion that ended at a pad token counted as terminated, as if it ended with the stop token",
         source="trl 1.12.0, measured (truncated only when the last id is neither EOS nor pad; docs/trl-grpo.md)",
         killed_by=("completion_lengths",),
         patch=(
