@@ -1200,6 +1200,56 @@ GRPO_MUTANTS: tuple[Mutant, ...] = (
         notes="the training signal is right; only the dashboard's reward is not the one optimised",
         algorithm="grpo",
     ),
+    Mutant(
+        id="g52_length_with_prompt",
+        bug_class=52,
+        title="GRPO: completion lengths logged with the prompt's tokens counted in",
+        source="modelscope/ms-swift PR 8247 (Megatron GRPO logged prompt + completion length); NousResearch/atropos "
+        "PR 211 (a completion's length counted masked-out tokens)",
+        killed_by=("completion_lengths",),
+        patch=(
+            grpo_replace(
+                "[completion_mask.sum(dim=1).double(), terminated.double(),",
+                "[(completion_mask.sum(dim=1) + queries.shape[1]).double(), terminated.double(),",
+            ),
+        ),
+        notes="every length statistic off by the prompt length; the same for every cut, so the partition check is "
+        "blind to it",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g53_clipped_by_longest",
+        bug_class=53,
+        title="GRPO: clipped_ratio counts the completions as long as the interval's longest, not those that did not "
+        "end with the stop token",
+        source="verl-project/verl issue 7817, PR 7821 (truncation measured against the padded width, the batch's "
+        "longest)",
+        killed_by=("completion_lengths",),
+        patch=(
+            grpo_replace(
+                '"completions/clipped_ratio": (~terminated).double().mean().item(),',
+                '"completions/clipped_ratio": (length == length.max()).double().mean().item(),',
+            ),
+        ),
+        notes="a completion cut short without its stop token (a pad) is not counted, one that stopped at the cap is",
+        algorithm="grpo",
+    ),
+    Mutant(
+        id="g54_pad_as_stop",
+        bug_class=54,
+        title="GRPO: a completion that ended at a pad token counted as terminated, as if it ended with the stop token",
+        source="trl 1.12.0, measured (truncated only when the last id is neither EOS nor pad; docs/trl-grpo.md)",
+        killed_by=("completion_lengths",),
+        patch=(
+            grpo_replace(
+                "terminated = ((completions == cfg.stop_token_id) & completion_mask).any(dim=1)",
+                "terminated = ((completions == cfg.stop_token_id) | (completions == self.pad_token_id)).any(dim=1)",
+            ),
+        ),
+        notes="clipped_ratio too low and the terminated lengths over the pad-ended completions too; advantages and "
+        "losses unchanged",
+        algorithm="grpo",
+    ),
 )
 """Mutants of the reference GRPO trainer, killed by the GRPO gate (`--target reference-grpo`)."""
 

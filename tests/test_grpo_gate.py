@@ -258,7 +258,7 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )
-    assert len(cases("grpo")) == 32  # 4 loss types three times, 7 single checks, partition again with dropout,
+    assert len(cases("grpo")) == 33  # 4 loss types three times, 8 single checks, partition again with dropout,
     # logp_gradient's 4 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice
 
 

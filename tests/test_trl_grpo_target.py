@@ -33,6 +33,7 @@ KEYS = {
     "logit_gaps",
     "logp_grad",
     "completions",
+    "completion_ids",
 }
 TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies", "logp_grad")
 TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -236,6 +237,8 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
         gaps = entry["logit_gaps"]  # TRL's log-probs and entropies against float64 from its logits (measured 8e-7)
         assert set(gaps) == {"logps", "entropies"} and all(0 <= g < 1e-5 for g in gaps.values()), gaps
         assert (entry["generation"], entry["rank"]) == (0, 0)
+        ids = entry["completion_ids"]  # TRL's padded ids: the mask ends at the first EOS, or runs to the last id
+        assert ids.dtype == torch.int64 and ids.shape == mask.shape
     lengths = torch.cat([e["completion_mask"].sum(1) for e in run.loss_inputs])
     assert len(set(lengths.tolist())) > 1, "the toy world should give completions of uneven length"
     # each row named by its place in the generation batch the reward function scored: every one once per pass

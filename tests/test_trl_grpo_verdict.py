@@ -50,6 +50,9 @@ TRL_GRPO_PASSES = {
     *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
     "reward_stats[scale_rewards=group]",
     "reward_stats[scale_rewards=none]",
+    # its completion lengths, clipped ratio and terminated lengths, at seed 0; at seed 6 one completion ends with
+    # a sampled pad and TRL counts it as terminated (test_trl_grpo_counts_a_completion_ending_in_pad_as_terminated)
+    "completion_lengths",
 }
 REL = 1e-6
 
@@ -241,3 +244,23 @@ def test_trl_grpo_frac_reward_zero_std_under_batch_scaling_tests_the_batch_std()
             assert logged == [0.0, 0.0] and max(groups) > 0, groups  # measured: a group of four with std 0
         else:
             assert logged == pytest.approx(groups, abs=1e-9)
+
+
+def test_trl_grpo_counts_a_completion_ending_in_pad_as_terminated():
+    """completion_lengths at seed 6: TRL calls a completion truncated when its last id is neither EOS nor pad, so a
+    completion that ran to max_completion_length and whose last sampled token is the pad counts as terminated (its
+    clipped_ratio 0 where one of 16 did not end with EOS). The only failure at seeds 0-9."""
+    if not _trl_grpo_available():
+        pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
+    from harness.algorithms import case
+    from harness.algorithms.grpo.spec import GRPOSpec
+    from harness.algorithms.grpo.targets import trl
+    from harness.instrument.observe import ObservationCache
+
+    result = case("completion_lengths", "grpo").run(ObservationCache(trl.build), GRPOSpec(seed=6))
+    assert not result.passed
+    failed = {(m.name, m.where) for m in result.metrics if m.failed}
+    assert failed == {("completions/clipped_ratio", "log 2"), ("completions/mean_terminated_length", "log 2")}
+    assert "log 2: the logged values are those of a trainer that counts a completion whose last token is the pad" in (
+        result.message
+    )

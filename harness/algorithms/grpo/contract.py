@@ -25,9 +25,9 @@ PER_COMPLETION = (
     "reward_std",
     "frac_reward_zero_std",
 )
-"""Over G, each completion once: the records of the loss do not determine them all (no ids), so the partition
-check holds them to one value per generation batch however it is cut; `reward_stats` recomputes the reward ones
-from the scores recorded at the reward functions (rewards.py)."""
+"""Over G, each completion once: the partition check holds them to one value per generation batch however it is
+cut; `reward_stats` recomputes the reward ones from the scores recorded at the reward functions (rewards.py), and
+`completion_lengths` the length ones, the terminated lengths too, from the records' masks and ids (lengths.py)."""
 LR0_IDENTITIES = {"clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
                   "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0}  # fmt: skip
 """At learning rate 0 every ratio is 1 and no token is clipped."""

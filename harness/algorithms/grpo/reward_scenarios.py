@@ -6,7 +6,9 @@ each `scale_rewards`. `advantages` holds the advantage of every row the loss saw
 (harness/algorithms/grpo/rewards.py), `reward_stats` each interval's `reward`, `reward_std`,
 `frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the completions trained
 in it. A target that records no scores, or does not say which completion a loss row is, fails
-both as not recomputable.
+both as not recomputable. `completion_lengths` holds each interval's length statistics, clipped
+ratio and terminated lengths to the oracle's (harness/algorithms/grpo/lengths.py) from the same
+run's masks and token ids; a target that keeps no ids, or names no stop token, fails it so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from . import rewards
+from . import lengths, rewards
 from .checks import require_logs, require_records
 from .scenarios import UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
@@ -112,6 +114,45 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     return check.finish()
 
 
+def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Each interval's completion length statistics equal the oracle's over the completions it trained, each once,
+    from their masks and ids (lengths.py). The run must train a completion that ended with the stop token and one
+    that ran to max_completion_length, or the terminated statistics and the clipped ratio would test nothing."""
+    check, obs = Check(case.id), reward_run(cache, run, case)
+    per_interval = require_records(obs, check)
+    if per_interval is None:
+        return check.finish()
+    trained = [lengths.trained_completions(records, obs.ran.stop_token_id, obs.ran.pad_token_id)
+               for records in per_interval]  # fmt: skip
+    bad = next((t for t in trained if isinstance(t, str)), None)
+    if bad is not None:
+        check.fail(f"not recomputable: {bad}")
+        return check.finish()
+    if not require(check, all(trained), "an interval trained no completion"):
+        return check.finish()
+    cap, every = obs.spec.max_completion_length, [c for t in trained for c in t]
+    stopped, full = sum(c.terminated for c in every), sum(c.length == cap for c in every)
+    if not require(check, stopped and full, f"of the {len(every)} trained completions {stopped} ended with the stop "
+                   f"token and {full} ran to max_completion_length={cap} (at least one of each)"):  # fmt: skip
+        return check.finish()
+    if not require_logs(obs, lengths.LENGTH_NAMES, check):
+        return check.finish()
+    for index, completions in enumerate(trained):
+        where = f"log {index + 1}" if len(trained) > 1 else None
+        verdicts = compare(obs.ran.logs[index], lengths.length_stats(completions), obs.spec.dtype, where=where)
+        check.absorb(verdicts)
+        if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):
+            check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
+                       f"whose last token is the pad as ended with the stop token")  # fmt: skip
+    return check.finish()
+
+
+def _pad_explains(log, completions, dtype) -> bool:
+    """Whether the logged length statistics are those of a trainer that takes a final pad for the stop token."""
+    padded = lengths.pad_as_stop(completions)
+    return padded != completions and not any(v.failed for v in compare(log, lengths.length_stats(padded), dtype))
+
+
 def _number(value) -> bool:
     try:
         return math.isfinite(float(value))
@@ -124,4 +165,7 @@ REWARD_SCENARIOS = (
              "two weighted reward functions, some completions unscored: every advantage == oracle's from the scores"),
     Scenario("reward_stats", reward_stats, (("scale_rewards", SCALE_REWARDS),),
              "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's"),
+    Scenario("completion_lengths", completion_lengths, (),
+             "the same run: completions/*_length, clipped_ratio, *_terminated_length per interval == oracle's "
+             "from the masks and ids"),
 )  # fmt: skip

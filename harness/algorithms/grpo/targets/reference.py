@@ -11,7 +11,9 @@ recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.
 micro-step's log-probs keeps the gradient its backward pass delivers to them (`logp_grad`).
 The reward functions it hands the trainer are wrapped to record their scores (`reward_calls`,
 harness/algorithms/grpo/reward_calls.py), and `generate` to say which generation they score;
-each loss record names its rows' places in their generation batch (`completions`).
+each loss record names its rows' places in their generation batch (`completions`) and keeps their
+sampled token ids (`completion_ids`), which with the run's `stop_token_id` say whether each ended
+with the stop token.
 """
 
 from __future__ import annotations
@@ -146,6 +148,7 @@ class ReferenceGRPORun:
             "rank": self.rank,
             "completion_mask": _copy(batch.completion_mask[rows]).bool(),
             "completions": rows.detach().to("cpu", torch.int64).clone(),
+            "completion_ids": batch.completion_ids[rows].detach().to("cpu", torch.int64).clone(),
             "logps": _copy(seen.get("logps")),
             "old_logps": None if old is None else _copy(old[rows]),
             "ref_logps": None if ref is None else _copy(ref[rows]),

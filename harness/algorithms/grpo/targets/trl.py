@@ -20,7 +20,8 @@ call and their float64 recomputations from the logits (`logit_gaps`), the gradie
 pass of that micro-batch delivered to those log-probs (`logp_grad`, a tensor hook; the key is absent
 when no backward pass reached them), and which completions of their generation batch the rows are
 (`completions`, found by their prompt and completion ids in what `_generate_and_score_completions`
-returned). The reward functions handed to TRL are wrapped to record every score (`reward_calls`,
+returned) and their token ids (`completion_ids`, int64, padded as TRL pads them). The reward
+functions handed to TRL are wrapped to record every score (`reward_calls`,
 harness/algorithms/grpo/reward_calls.py). The wrappers call TRL's own methods and functions with the
 same arguments and return what they return. docs/trl-grpo.md says what TRL logs from them, measured.
 """
@@ -276,6 +277,7 @@ class _Recorder:
                 "rank": int(self.trainer.accelerator.process_index),
                 "completion_mask": mask.detach().to("cpu").bool(),
                 "completions": torch.tensor(completions, dtype=torch.int64),
+                "completion_ids": inputs["completion_ids"].detach().to("cpu", torch.int64, copy=True),
                 "logps": logps,
                 "old_logps": _copy(inputs.get("old_per_token_logps")),
                 "ref_logps": _copy(inputs.get("ref_per_token_logps")),
