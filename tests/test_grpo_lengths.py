@@ -12,6 +12,7 @@ from harness.algorithms.grpo import lengths
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import Observation, ObservationCache
+from tests.test_grpo_gate import FixedCache
 
 STOP, PAD = 1, 0
 CHECK = "completion_lengths"
@@ -79,14 +80,6 @@ def reference_cache():
     return ObservationCache(factory)
 
 
-class FixedCache:
-    def __init__(self, obs):
-        self.obs = obs
-
-    def get(self, spec, spy=True):
-        return self.obs
-
-
 def run_check(cache):
     return case(CHECK, "grpo").run(cache, GRPOSpec())
 
@@ -113,7 +106,7 @@ def test_without_ids_or_a_stop_token_the_check_is_not_recomputable(reference_cac
     no_ids = tuple({k: v for k, v in r.items() if k != "completion_ids"} for r in obs.ran.loss_inputs)
     for broken, why in ((altered(obs, loss_inputs=no_ids), "`completion_ids`"),
                         (altered(obs, stop_token_id=None), "`stop_token_id`")):  # fmt: skip
-        result = run_check(FixedCache(broken))
+        result = run_check(FixedCache.of(broken))
         assert not result.passed and "not recomputable" in result.message and why in result.message
 
 
@@ -122,7 +115,7 @@ def test_a_run_without_a_completion_cut_at_the_cap_tests_nothing(reference_cache
     records = [dict(r, completion_mask=r["completion_mask"].clone()) for r in obs.ran.loss_inputs]
     for r in records:
         r["completion_mask"][:, -1] = False  # no completion runs to max_completion_length
-    result = run_check(FixedCache(altered(obs, loss_inputs=tuple(records))))
+    result = run_check(FixedCache.of(altered(obs, loss_inputs=tuple(records))))
     assert not result.passed and "0 ran to max_completion_length=12" in result.message
     assert "did not test" in result.message
 
@@ -132,10 +125,10 @@ def test_a_wrong_or_missing_length_statistic_fails(reference_cache):
     for name, change in (("completions/mean_terminated_length", 1.0), ("completions/clipped_ratio", 1 / 16)):
         logs = [dict(log) for log in obs.ran.logs]
         logs[1][name] += change
-        result = run_check(FixedCache(altered(obs, logs=tuple(logs))))
+        result = run_check(FixedCache.of(altered(obs, logs=tuple(logs))))
         assert not result.passed and f"{name} @ log 2" in result.message
     logs = [{k: v for k, v in log.items() if k != "completions/max_length"} for log in obs.ran.logs]
-    result = run_check(FixedCache(altered(obs, logs=tuple(logs))))
+    result = run_check(FixedCache.of(altered(obs, logs=tuple(logs))))
     assert not result.passed and "never logged completions/max_length" in result.message
 
 
@@ -151,6 +144,6 @@ def test_a_trainer_that_takes_a_final_pad_for_the_stop_token_is_named(reference_
     logs = [dict(log) for log in obs.ran.logs]
     for log, trained in zip(logs, per_log):
         log.update({n: e.value for n, e in lengths.length_stats(lengths.pad_as_stop(trained)).items()})
-    result = run_check(FixedCache(altered(obs, loss_inputs=tuple(records), logs=tuple(logs))))
+    result = run_check(FixedCache.of(altered(obs, loss_inputs=tuple(records), logs=tuple(logs))))
     assert not result.passed and "completions/clipped_ratio @ log 1" in result.message
     assert "counts a completion whose last token is the pad as ended with the stop token" in result.message

@@ -15,6 +15,7 @@ from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.observe import Observation, ObservationCache
+from tests.test_grpo_gate import FixedCache
 
 NAN = math.nan
 
@@ -100,14 +101,6 @@ def reference_cache():
     return ObservationCache(factory)
 
 
-class FixedCache:
-    def __init__(self, obs):
-        self.obs = obs
-
-    def get(self, spec, spy=True):
-        return self.obs
-
-
 def run_check(check_id, cache):
     return case(check_id, "grpo").run(cache, GRPOSpec())
 
@@ -134,7 +127,7 @@ def test_without_scores_or_rows_the_checks_are_not_recomputable(reference_cache)
     for broken, why in ((altered(obs, reward_calls=None), "no reward calls"),
                         (altered(obs, loss_inputs=no_rows), "does not say which completions")):  # fmt: skip
         for check_id in ("advantages[scale_rewards=group]", "reward_stats[scale_rewards=group]"):
-            result = run_check(check_id, FixedCache(broken))
+            result = run_check(check_id, FixedCache.of(broken))
             assert not result.passed and "not recomputable" in result.message and why in result.message
 
 
@@ -144,7 +137,7 @@ def test_a_wrong_advantage_or_a_nan_one_fails(reference_cache):
         records = [dict(r) for r in obs.ran.loss_inputs]
         records[3]["advantages"] = records[3]["advantages"].clone()
         records[3]["advantages"][1] += value
-        result = run_check("advantages[scale_rewards=group]", FixedCache(altered(obs, loss_inputs=tuple(records))))
+        result = run_check("advantages[scale_rewards=group]", FixedCache.of(altered(obs, loss_inputs=tuple(records))))
         assert (
             not result.passed
             and "advantage @ generation 0" in result.message
@@ -156,7 +149,7 @@ def test_a_wrong_reward_statistic_fails_and_an_unlogged_empty_one_is_noted(refer
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
     logs[1]["reward_std"] += 0.01
-    result = run_check("reward_stats[scale_rewards=group]", FixedCache(altered(obs, logs=tuple(logs))))
+    result = run_check("reward_stats[scale_rewards=group]", FixedCache.of(altered(obs, logs=tuple(logs))))
     assert not result.passed and "reward_std @ log 2" in result.message
     # one trained completion scored by the second function: its std is over an empty set, logged or not
     calls = [dict(c) for c in obs.ran.reward_calls]
@@ -168,6 +161,6 @@ def test_a_wrong_reward_statistic_fails_and_an_unlogged_empty_one_is_noted(refer
     for log in logs:
         log["rewards/stopped/mean"] = 1.0
     broken = altered(obs, reward_calls=tuple(calls), logs=tuple(logs))
-    result = run_check("reward_stats[scale_rewards=group]", FixedCache(broken))
+    result = run_check("reward_stats[scale_rewards=group]", FixedCache.of(broken))
     assert "rewards/stopped/std over too few scores" in result.message
     assert all(m.name != "rewards/stopped/std" for m in result.metrics)
