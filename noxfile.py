@@ -129,10 +129,11 @@ def install_trl(session: nox.Session, what: str) -> None:
 
 @nox.session(python=PYTHON)
 def verify(session: nox.Session) -> None:
-    """The gate: every scenario against a target. Without `--target`, both reference trainers on the CPU: the
-    PPO gate (`reference`, reports in reports/) and the GRPO gate (`reference-grpo`, reports in reports/grpo/);
-    the session exits 2 if either was a usage error, else 1 if either failed a check. `--target` or `--check`
-    runs one gate (check ids belong to one algorithm; the default target is `reference`).
+    """The gate: every scenario against a target. Without `--target`, every registered algorithm's reference
+    trainer on the CPU (`python -m harness algorithms` lists them): the PPO gate (`reference`, reports in
+    reports/), then the GRPO gate (`reference-grpo`, reports in reports/grpo/); the session exits 2 if any was
+    a usage error, else 1 if any failed a check. `--target` or `--check` runs one gate (check ids belong to one
+    algorithm; the default target is `reference`).
 
     `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a checkout, a wheel, a
     version) into the session first, so that TRL's adapter runs against it.
@@ -145,11 +146,14 @@ def verify(session: nox.Session) -> None:
         run_exit_code(session, "-m", "harness", "verify", *args)
         return
     reports, rest = report_dir(args)
-    ppo = harness_code(session, "-m", "harness", "verify", "--report-dir", reports, *rest)
-    grpo = harness_code(session, "-m", "harness", "verify", "--target", "reference-grpo",
-                        "--report-dir", os.path.join(reports, "grpo"), *rest)  # fmt: skip
-    session.log(f"PPO gate (reference): exit {ppo}; GRPO gate (reference-grpo): exit {grpo}")
-    exit_with(session, worst([ppo, grpo]))
+    listed = session.run("python", "-m", "harness", "algorithms", silent=True, log=False)
+    codes, said = [], []
+    for k, (name, target) in enumerate(line.split() for line in listed.strip().splitlines()):
+        where = reports if k == 0 else os.path.join(reports, name)  # the default algorithm's reports at the top
+        codes.append(harness_code(session, "-m", "harness", "verify", "--target", target, "--report-dir", where, *rest))
+        said.append(f"{name.upper()} gate ({target}): exit {codes[-1]}")
+    session.log("; ".join(said))
+    exit_with(session, worst(codes))
 
 
 @nox.session(python=PYTHON)

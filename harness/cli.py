@@ -1,4 +1,4 @@
-"""`python -m harness verify | verify-dist | checks`. Exit 0 pass, 1 a check failed, 2 usage or configuration."""
+"""`python -m harness verify | verify-dist | checks | algorithms`. Exit 0 pass, 1 a check failed, 2 usage or configuration."""
 
 from __future__ import annotations
 
@@ -35,7 +35,22 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     checks = sub.add_parser("checks", help="list the check ids of a target's algorithm (for --check)")
     checks.add_argument("--target", default="reference")
     checks.add_argument("--markdown", action="store_true", help="a Markdown table with each scenario's summary")
+    sub.add_parser("algorithms", help="list the registered algorithms and each one's default target")
     return parser.parse_known_args(argv)
+
+
+def list_algorithms() -> int:
+    """Print `NAME DEFAULT_TARGET` for every registered algorithm, the default first."""
+    from .algorithms import get, known_algorithms
+    from .errors import HarnessConfigError
+
+    try:
+        rows = [(name, get(name).default_target) for name in known_algorithms()]
+    except HarnessConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(f"{name} {target}" for name, target in rows))
+    return 0
 
 
 def list_checks(args: argparse.Namespace) -> int:
@@ -46,10 +61,10 @@ def list_checks(args: argparse.Namespace) -> int:
 
     try:
         algorithm = resolve(args.target).algorithm
+        every = cases(algorithm)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    every = cases(algorithm)
     if not args.markdown:
         print("\n".join(str(c.id) for c in every))
         return 0
@@ -134,23 +149,18 @@ VERDICT = {0: "pass", 1: "fail", 2: "error"}
 
 
 def verify(args: argparse.Namespace, extra: list[str]) -> int:
+    """The gate in one process: the configuration validated once (one line and exit 2), then every check."""
     import pytest
 
-    from .algorithms import get
     from .errors import HarnessConfigError
-    from .targets import resolve
+    from .preflight import preflight
 
     try:
-        get(resolve(args.target).algorithm).parse_settings(args.settings)
+        preflight(args.target, args.seed, args.device, args.dtype, args.settings, args.check)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        write_config_error(args, str(exc))
         return 2
-    if args.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            print(f"error: --device {args.device} but torch {torch.__version__} sees no CUDA device", file=sys.stderr)
-            return 2
     pytest_args = [
         "--pyargs",
         SUITE,
@@ -176,6 +186,21 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
     return pytest_exit_code(pytest.main(pytest_args))
 
 
+def write_config_error(args: argparse.Namespace, message: str) -> None:
+    """verify.json (and verify.md) saying once that the run could not be configured, with no check run."""
+    from .report import Report
+
+    try:
+        from .targets import resolve
+
+        algorithm = resolve(args.target).algorithm
+    except Exception:  # the target itself is what could not be configured
+        algorithm = None
+    report = Report(target=args.target, device=args.device, seed=args.seed, dtype=args.dtype, algorithm=algorithm)
+    report.config_errors.append(message)
+    report.write(args.report_dir, step_summary=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(sys.argv[1:] if argv is None else argv)
     if args.command == "verify" and args.seeds is not None:
@@ -184,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return verify(args, extra)
     if args.command == "checks":
         return list_checks(args)
+    if args.command == "algorithms":
+        return list_algorithms()
     from .dist import verify_dist
 
     return verify_dist(args, extra)

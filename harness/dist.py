@@ -50,9 +50,7 @@ def worker(target: str, seed: int, out: Path) -> int:
         factory = resolve(target).factory
         algorithm = algorithm_of(target)
         for name, spec in algorithm.rank_specs(seed).items():
-            if hasattr(spec, "rank"):  # PPO's specs vary the padding by rank
-                spec = spec.with_(rank=rank, world_size=world)
-            obs = observe(factory, spec, spy=getattr(algorithm, "spy", True))
+            obs = observe(factory, algorithm.for_rank(spec, rank, world), spy=algorithm.spy)
             ran = obs.ran if obs.ran is None else dataclasses.replace(obs.ran, networks=None)  # no model copies
             torch.save(ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others

@@ -1,32 +1,75 @@
-"""The registry of algorithms. An algorithm is one folder: its contract, spec, view, expectations, scenarios, targets.
+"""The registry of algorithms: found by entry point, loaded when asked for, each declaring what the gate needs.
 
-Each registered algorithm satisfies `Algorithm`; adding one (GRPO) is adding a sibling
-folder and a line here. Modules are imported only when asked for, so that loading the
-pytest plugin imports no torch.
+An algorithm is a package (`harness.algorithms.ppo`, `harness.algorithms.grpo`, or one of your
+own) whose object satisfies `Algorithm`. It registers with one line in the entry-point group
+`ppo_stats_harness.algorithms` of its distribution's metadata, as pytest and flake8 find plugins:
+
+    [project.entry-points."ppo_stats_harness.algorithms"]
+    rloo = "my_pkg.rloo.algorithm:RLOO"
+
+An algorithm goes through three states, as a flake8 plugin does: found (a name and a
+`module:attr`, from the installed distributions' entry points and, when the harness runs from
+a source tree, from that tree's own pyproject.toml, so an edit there counts without
+reinstalling), loaded (the object imported), and checked (it declares every member of
+`Algorithm`; a check id must match `CHECK_NAME`). Nothing here names an algorithm's metric,
+and callers read what an algorithm declares instead of probing it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Protocol
 
 from harness.errors import HarnessConfigError
 from harness.scenario import Case, Scenario
 
+ENTRY_POINT_GROUP = "ppo_stats_harness.algorithms"
 DEFAULT_ALGORITHM = "ppo"
-_ALGORITHMS = {"ppo": "harness.algorithms.ppo.algorithm:PPO", "grpo": "harness.algorithms.grpo.algorithm:GRPO"}
-"""name -> where its `Algorithm` object lives."""
-_TARGET_TABLES = {"ppo": "harness.algorithms.ppo.targets", "grpo": "harness.algorithms.grpo.targets"}
-"""name -> a light module (no torch) whose `TARGETS` maps built-in target names to `module:factory`, and whose
-optional `TARGETS_WITH_ARGUMENT` maps names of `NAME:ARGUMENT` targets to `module:function` (ARGUMENT -> factory)."""
+"""The algorithm of a factory that names none, of `case(id)` for an id several algorithms have, of old reports."""
+CHECK_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+"""What a scenario's name (the part of a check id before `[`) must look like."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """What mutmut mutates for an algorithm, and where its survivors and scores are kept (mutants/)."""
+
+    files: tuple[str, ...]
+    """The mutated files, relative to the repository root, the trainer first."""
+    triage_file: str
+    """The file in mutants/ that triages its survivors."""
+    baseline_section: str | None
+    """Where its scores sit in mutants/baseline.json: None at the top level, else that key."""
 
 
 class Algorithm(Protocol):
-    """What the gate needs of an algorithm."""
+    """What the gate needs of an algorithm; every member is declared, none is probed for."""
 
     name: str
-    scenarios: Sequence[Scenario]
+    """The algorithm's name, as targets and reports name it."""
+    default_target: str
+    """The built-in target its gate runs when none is given (its reference trainer)."""
+    targets: Mapping[str, str]
+    """Built-in target name -> `module:factory`."""
+    targets_with_argument: Mapping[str, str]
+    """Names of `NAME:ARGUMENT` targets -> `module:function`, the function taking ARGUMENT and returning a factory."""
+    spy: bool
+    """Whether its checks read the spy's records (observe runs the trainer under the spy)."""
+    tolerances: Mapping[str, tuple[tuple[float, ...], ...]]
+    """Its rows of the tolerance table: metric -> (abs, rel[, scale]) for float64, float32, bfloat16."""
+    mutation: Mutation | None
+    """What `python -m mutants mutmut --algorithm NAME` mutates (None: mutmut does not run over it)."""
+
+    @property
+    def scenarios(self) -> Sequence[Scenario]:
+        """Its scenarios, in report order."""
+        ...
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> Any:
         """The run-wide settings every scenario spec of this algorithm takes."""
@@ -36,41 +79,112 @@ class Algorithm(Protocol):
         """`--set KEY=VALUE` assignments as typed settings (HarnessConfigError listing the keys)."""
         ...
 
+    def impossible_spec(self, run_spec: Any) -> Any:
+        """A spec whose sizes do not divide: building its run must raise HarnessConfigError ("not divisible")."""
+        ...
+
+    def rank_specs(self, seed: int) -> Mapping[str, Any]:
+        """The runs each rank of `verify-dist` makes, by name."""
+        ...
+
+    def for_rank(self, spec: Any, rank: int, world_size: int) -> Any:
+        """`spec` as rank `rank` of `world_size` runs it."""
+        ...
+
+    def rank_checks(self, runs: Mapping[str, Sequence[Any]]) -> list:
+        """The checks of `verify-dist` on every rank's runs (`Ran`s by run name)."""
+        ...
+
+
+MEMBERS = (
+    "name", "default_target", "targets", "targets_with_argument", "spy", "tolerances", "mutation", "scenarios",
+    "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
+)  # fmt: skip
+"""Every member of `Algorithm`, checked when an algorithm is loaded."""
+
+
+def _source_tree_entries() -> dict[str, str]:
+    """The entry points of this group in the pyproject.toml of the source tree the harness runs from, if any."""
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            return {}
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    if data.get("project", {}).get("name") != "ppo-stats-harness":
+        return {}
+    return dict(data["project"].get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+
+
+@functools.lru_cache(maxsize=1)
+def found() -> dict[str, str]:
+    """Every registered algorithm: name -> `module:attr` (the source tree's own entries win over stale metadata)."""
+    every = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    every.update(_source_tree_entries())
+    return every
+
 
 def known_algorithms() -> list[str]:
-    """The registered algorithm names."""
-    return list(_ALGORITHMS)
+    """The registered algorithm names, the default first."""
+    names = sorted(found())
+    return sorted(names, key=lambda n: n != DEFAULT_ALGORITHM)
 
 
+@functools.cache
 def get(name: str) -> Algorithm:
-    """The registered algorithm `name` (HarnessConfigError for an unknown one)."""
-    if name not in _ALGORITHMS:
-        raise HarnessConfigError(f"unknown algorithm {name!r}; known: {', '.join(known_algorithms())}")
-    module, _, attr = _ALGORITHMS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """The registered algorithm `name`, loaded and checked (HarnessConfigError for an unknown or incomplete one)."""
+    every = found()
+    if name not in every:
+        known = ", ".join(known_algorithms()) or "none (is the package installed?)"
+        raise HarnessConfigError(f"unknown algorithm {name!r}; known: {known}")
+    module, _, attr = every[name].partition(":")
+    try:
+        algorithm = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise HarnessConfigError(f"algorithm {name!r}: cannot load {every[name]!r} ({exc})") from None
+    lacking = [member for member in MEMBERS if member not in dir(algorithm)]
+    if lacking:
+        raise HarnessConfigError(f"algorithm {name!r} ({every[name]}) does not declare {', '.join(lacking)}")
+    if algorithm.name != name:
+        raise HarnessConfigError(f"algorithm registered as {name!r} calls itself {algorithm.name!r}")
+    return algorithm
 
 
 def builtin_targets() -> Mapping[str, tuple[str, str]]:
     """Every built-in target name -> (algorithm, `module:factory`)."""
     out: dict[str, tuple[str, str]] = {}
-    for algorithm, table in _TARGET_TABLES.items():
-        for target, path in importlib.import_module(table).TARGETS.items():
-            out[target] = (algorithm, path)
+    for name in known_algorithms():
+        for target, path in get(name).targets.items():
+            out[target] = (name, path)
     return out
 
 
 def builtin_targets_with_argument() -> Mapping[str, tuple[str, str]]:
     """Every built-in `NAME:ARGUMENT` target name -> (algorithm, `module:function`), the function taking ARGUMENT."""
     out: dict[str, tuple[str, str]] = {}
-    for algorithm, table in _TARGET_TABLES.items():
-        for target, path in getattr(importlib.import_module(table), "TARGETS_WITH_ARGUMENT", {}).items():
-            out[target] = (algorithm, path)
+    for name in known_algorithms():
+        for target, path in get(name).targets_with_argument.items():
+            out[target] = (name, path)
     return out
+
+
+@functools.cache
+def _cases(name: str) -> tuple[Case, ...]:
+    every = tuple(case for scenario in get(name).scenarios for case in scenario.cases())
+    bad = sorted({c.scenario.name for c in every if not CHECK_NAME.match(c.scenario.name)})
+    if bad:
+        raise HarnessConfigError(f"algorithm {name!r}: scenario names must match {CHECK_NAME.pattern}: {bad}")
+    return every
 
 
 def cases(name: str) -> list[Case]:
     """Every check of algorithm `name`, one case per point of each scenario's sweep."""
-    return [case for scenario in get(name).scenarios for case in scenario.cases()]
+    return list(_cases(name))
 
 
 def check_ids(name: str = DEFAULT_ALGORITHM) -> dict[str, str]:
@@ -78,9 +192,18 @@ def check_ids(name: str = DEFAULT_ALGORITHM) -> dict[str, str]:
     return {str(case.id): case.scenario.name for case in cases(name)}
 
 
-def case(check_id: str, name: str = DEFAULT_ALGORITHM) -> Case:
-    """The case of algorithm `name` whose check id is `check_id` (KeyError naming the known ids otherwise)."""
-    found = {str(c.id): c for c in cases(name)}
-    if check_id not in found:
-        raise KeyError(f"no check {check_id!r} in {name}; known: {', '.join(found)}")
-    return found[check_id]
+def case(check_id: str, name: str | None = None) -> Case:
+    """The case whose check id is `check_id`, of algorithm `name`.
+
+    Without `name`, the algorithm is found from the id: the default algorithm's case where it has
+    one (ids such as `freshness` exist in several), else the one algorithm that has it. A KeyError
+    names the known ids otherwise.
+    """
+    names = [name] if name is not None else known_algorithms()
+    for algorithm in names:
+        found_case = next((c for c in cases(algorithm) if str(c.id) == check_id), None)
+        if found_case is not None:
+            return found_case
+    where = name or " or ".join(names)
+    known = ", ".join(str(c.id) for n in names for c in cases(n))
+    raise KeyError(f"no check {check_id!r} in {where}; known: {known}")

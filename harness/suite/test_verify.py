@@ -13,16 +13,10 @@ def test_check(ppo_case, ppo_cache, ppo_run_spec, ppo_report):
         pytest.fail("\n".join(result.failure_lines()), pytrace=False)
 
 
-def test_sizes_that_do_not_divide_are_a_usage_error(ppo_target, ppo_run_spec):
+def test_sizes_that_do_not_divide_are_a_usage_error(ppo_target, ppo_run_spec, ppo_algorithm):
     """Not a check of the trainer: the harness itself rejects impossible geometry before any model work."""
     from harness.errors import HarnessConfigError
     from harness.instrument.observe import observe
 
-    if hasattr(ppo_run_spec, "num_mini_batches"):  # PPO: a local batch of 12 rows in 5 minibatches
-        impossible = ppo_run_spec.with_(
-            per_device_train_batch_size=4, gradient_accumulation_steps=3, num_mini_batches=5
-        )
-    else:  # GRPO: a generation batch of 3 * 2 completions in groups of 4
-        impossible = ppo_run_spec.with_(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=4)
     with pytest.raises(HarnessConfigError, match="not divisible"):
-        observe(ppo_target, impossible)
+        observe(ppo_target, ppo_algorithm.impossible_spec(ppo_run_spec))

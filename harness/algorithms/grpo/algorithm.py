@@ -1,19 +1,34 @@
-"""The GRPO algorithm as the registry sees it."""
+"""The GRPO algorithm as the registry sees it (entry point `grpo` of `ppo_stats_harness.algorithms`).
+
+Light at import: the scenarios, ranks and spec (which import torch) load when first asked for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from harness.instrument.observe import Ran
-from harness.scenario import Scenario
-from harness.verdict import CheckResult
+from harness.algorithms import Mutation
 
-from . import ranks
-from .gradient_checks import LOGP_GRADIENT
-from .reward_scenarios import REWARD_SCENARIOS
-from .scenarios import SCENARIOS
-from .spec import GRPOSpec, parse_settings
+from .tolerances import ROWS
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Ran
+    from harness.scenario import Scenario
+    from harness.verdict import CheckResult
+
+    from .spec import GRPOSpec
+
+
+TARGETS = {
+    "reference-grpo": "harness.algorithms.grpo.targets.reference:factory",
+    "trl-grpo": "harness.algorithms.grpo.targets.trl:build",
+}
+"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here)."""
+TARGETS_WITH_ARGUMENT: dict[str, str] = {}
+"""`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (none yet)."""
 
 
 @dataclass(frozen=True)
@@ -21,25 +36,61 @@ class GRPOAlgorithm:
     """GRPO: the scenarios of docs/grpo-metrics.md, run on `GRPOSpec`s."""
 
     name: str = "grpo"
-    scenarios: tuple[Scenario, ...] = (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS)
+    default_target: str = "reference-grpo"
+    targets: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS))
+    targets_with_argument: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS_WITH_ARGUMENT))
     spy: bool = False
     """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
+    tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
+    mutation: Mutation | None = Mutation(
+        ("reference_ppo/grpo.py", "reference_ppo/grpo_config.py"), "equivalent_grpo.toml", "grpo"
+    )
+
+    @property
+    def scenarios(self) -> Sequence[Scenario]:
+        """The pooling, gradient and reward scenarios, in report order."""
+        return _scenarios()
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> GRPOSpec:
         """The run-wide settings every GRPO scenario spec takes (`settings`: from `verify --set`)."""
+        from .spec import GRPOSpec
+
         return GRPOSpec(seed=seed, device=device, dtype=dtype, **(settings or {}))
 
     def parse_settings(self, assignments: list[str]) -> dict:
         """`verify --set KEY=VALUE` assignments as settings (HarnessConfigError listing the keys)."""
+        from .spec import parse_settings
+
         return parse_settings(assignments)
+
+    def impossible_spec(self, run_spec: GRPOSpec) -> GRPOSpec:
+        """A generation batch of 3 * 2 completions in groups of 4."""
+        return run_spec.with_(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=4)
 
     def rank_specs(self, seed: int) -> dict[str, GRPOSpec]:
         """The runs each rank of `verify-dist` makes."""
+        from . import ranks
+
         return ranks.rank_specs(seed)
 
-    def rank_checks(self, runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
+    def for_rank(self, spec: GRPOSpec, rank: int, world_size: int) -> GRPOSpec:
+        """Every rank runs the same spec (the trainer reads its rank from the process group)."""
+        return spec
+
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]]) -> list[CheckResult]:
         """The checks of `verify-dist` on every rank's runs."""
-        return ranks.rank_checks(runs)
+        from . import ranks
+
+        return ranks.rank_checks(dict(runs))
+
+
+@functools.lru_cache(maxsize=1)
+def _scenarios() -> tuple[Scenario, ...]:
+    from .gradient_checks import LOGP_GRADIENT
+    from .reward_scenarios import REWARD_SCENARIOS
+    from .scenarios import SCENARIOS
+
+    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS)
 
 
 GRPO = GRPOAlgorithm()

@@ -1,17 +1,34 @@
-"""The PPO algorithm as the registry sees it."""
+"""The PPO algorithm as the registry sees it (entry point `ppo` of `ppo_stats_harness.algorithms`).
+
+Light at import: the scenarios, ranks and spec (which import torch) load when first asked for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from harness.instrument.observe import Ran
-from harness.scenario import Scenario
-from harness.verdict import CheckResult
+from harness.algorithms import Mutation
 
-from . import ranks
-from .scenarios import SCENARIOS
-from .spec import ScenarioSpec, parse_settings
+from .tolerances import ROWS
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Ran
+    from harness.scenario import Scenario
+    from harness.verdict import CheckResult
+
+    from .spec import ScenarioSpec
+
+
+TARGETS = {
+    "reference": "harness.algorithms.ppo.targets.reference:factory",
+    "trl": "harness.algorithms.ppo.targets.trl:factory",
+}
+"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here)."""
+TARGETS_WITH_ARGUMENT = {"trl": "harness.algorithms.ppo.targets.trl:factory_for"}
+"""`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (`trl:my_pkg.ppo_trainer`)."""
 
 
 @dataclass(frozen=True)
@@ -19,23 +36,59 @@ class PPOAlgorithm:
     """PPO: the scenarios of docs/metrics.md, run on `ScenarioSpec`s."""
 
     name: str = "ppo"
-    scenarios: tuple[Scenario, ...] = SCENARIOS
+    default_target: str = "reference"
+    targets: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS))
+    targets_with_argument: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS_WITH_ARGUMENT))
+    spy: bool = True
+    """The PPO checks read the spy's records of masked_mean and selective_log_softmax."""
+    tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
+    mutation: Mutation | None = Mutation(
+        ("reference_ppo/trainer.py", "reference_ppo/config.py"), "equivalent.toml", None
+    )
+
+    @property
+    def scenarios(self) -> Sequence[Scenario]:
+        """The PPO scenarios (harness.algorithms.ppo.scenarios.SCENARIOS)."""
+        return _scenarios()
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> ScenarioSpec:
         """The run-wide settings every PPO scenario spec takes (`settings`: from `verify --set`)."""
+        from .spec import ScenarioSpec
+
         return ScenarioSpec(seed=seed, device=device, dtype=dtype, **(settings or {}))
 
     def parse_settings(self, assignments: list[str]) -> dict:
         """`verify --set KEY=VALUE` assignments as settings (HarnessConfigError listing the keys)."""
+        from .spec import parse_settings
+
         return parse_settings(assignments)
+
+    def impossible_spec(self, run_spec: ScenarioSpec) -> ScenarioSpec:
+        """A local batch of 12 rows in 5 minibatches."""
+        return run_spec.with_(per_device_train_batch_size=4, gradient_accumulation_steps=3, num_mini_batches=5)
 
     def rank_specs(self, seed: int) -> dict[str, ScenarioSpec]:
         """The runs each rank of `verify-dist` makes."""
+        from . import ranks
+
         return ranks.rank_specs(seed)
 
-    def rank_checks(self, runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
+    def for_rank(self, spec: ScenarioSpec, rank: int, world_size: int) -> ScenarioSpec:
+        """PPO's specs vary the padding by rank."""
+        return spec.with_(rank=rank, world_size=world_size)
+
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]]) -> list[CheckResult]:
         """The checks of `verify-dist` on every rank's runs."""
-        return ranks.rank_checks(runs)
+        from . import ranks
+
+        return ranks.rank_checks(dict(runs))
+
+
+@functools.lru_cache(maxsize=1)
+def _scenarios() -> tuple[Scenario, ...]:
+    from .scenarios import SCENARIOS
+
+    return tuple(SCENARIOS)
 
 
 PPO = PPOAlgorithm()

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 import torch
 
 from harness.oracle.masks import derive_masks
-from harness.tolerances import SAMPLING_Z
 from harness.verdict import Check
 
+from .tolerances import SAMPLING_Z
 from .view import RolloutView
 
 

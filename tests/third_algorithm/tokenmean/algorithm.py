@@ -1,0 +1,146 @@
+"""The made-up algorithm as the gate's registry sees it: every member of `harness.algorithms.Algorithm`."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.compare import compare
+from harness.errors import HarnessConfigError
+from harness.oracle.expectation import Expectation
+from harness.require import require, require_ran
+from harness.scenario import Scenario
+from harness.verdict import Check
+
+from . import trainer
+
+METRIC = "toy/token_mean"
+
+
+@dataclass(frozen=True)
+class TokenMeanSpec:
+    """A run: `rows` rows cut into micro-batches of `micro` rows."""
+
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    rows: int = 6
+    micro: int = 4
+    updates: int = 2
+    flat: bool = False
+
+    @property
+    def split_label(self) -> str:
+        return f"{self.rows} rows in micro-batches of {self.micro}"
+
+    def with_(self, **changes) -> TokenMeanSpec:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        """The last micro-batch may be short (the uneven cut is the point), but not empty or the only one."""
+        if not 0 < self.micro < self.rows:
+            raise HarnessConfigError(f"rows={self.rows} not divisible into micro-batches of {self.micro} rows")
+
+
+@dataclass
+class TokenMeanRun:
+    """The `harness.instrument.observe.TargetRun` of a toy trainer run."""
+
+    spec: TokenMeanSpec
+    flat: bool
+    module: types.ModuleType = trainer
+    pad_token_id: int = 0
+    stop_token_id: int = 1
+
+    def __post_init__(self) -> None:
+        generator = torch.Generator().manual_seed(self.spec.seed)
+        self.model = torch.nn.Linear(4, 1)
+        with torch.no_grad():
+            self.model.weight.copy_(torch.randn(1, 4, generator=generator))
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.SGD(self.params, lr=0.1)
+        self.inputs = torch.randn(self.spec.rows, 5, 4, generator=generator)
+        lengths = torch.arange(self.spec.rows) % 5 + 1  # ragged: 1 to 5 real tokens a row
+        self.masks = (torch.arange(5)[None, :] < lengths[:, None]).float()
+
+    def train(self) -> list[dict[str, float]]:
+        return trainer.train(self.model, self.optimizer, self.inputs, self.masks, self.spec.micro,
+                             self.spec.updates, self.flat)  # fmt: skip
+
+
+def reference(spec: TokenMeanSpec) -> TokenMeanRun:
+    """The correct trainer."""
+    return TokenMeanRun(spec, flat=False)
+
+
+def broken(spec: TokenMeanSpec) -> TokenMeanRun:
+    """The trainer that logs a flat mean of micro-batch means."""
+    return TokenMeanRun(spec, flat=True)
+
+
+def token_mean(cache, run: TokenMeanSpec, case) -> object:
+    """Each update's logged `toy/token_mean` is the float64 token mean of every value handed to masked_mean."""
+    check = Check(case.id)
+    obs = cache.get(run)
+    ran = require_ran(obs, check)
+    if ran is not None:
+        calls = [r for r in ran.records if r.fn == "masked_mean"]
+        per_update = -(-run.rows // run.micro)
+        if require(check, len(calls) == per_update * run.updates and len(ran.logs) == run.updates,
+                   f"{len(calls)} masked_mean calls and {len(ran.logs)} logs for {run.updates} updates"):  # fmt: skip
+            for u, logged in enumerate(ran.logs):
+                mine = calls[u * per_update : (u + 1) * per_update]
+                total = sum(float((c.values.double() * c.mask.double()).sum()) for c in mine)
+                count = sum(float(c.mask.double().sum()) for c in mine)
+                check.absorb(compare(logged, {METRIC: Expectation(METRIC, total / count)}, run.dtype,
+                                     where=f"update {u + 1}"))  # fmt: skip
+    return check.finish()
+
+
+@dataclass(frozen=True)
+class TokenMeanAlgorithm:
+    """The made-up algorithm."""
+
+    name: str = "tokenmean"
+    default_target: str = "tokenmean-reference"
+    targets: Mapping[str, str] = field(default_factory=lambda: {
+        "tokenmean-reference": "tokenmean.algorithm:reference",
+        "tokenmean-broken": "tokenmean.algorithm:broken",
+    })  # fmt: skip
+    targets_with_argument: Mapping[str, str] = field(default_factory=dict)
+    spy: bool = True
+    tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(
+        default_factory=lambda: {METRIC: ((1e-9, 1e-9), (1e-6, 1e-6), (1e-2, 1e-2))}
+    )
+    mutation: None = None
+
+    @property
+    def scenarios(self) -> Sequence[Scenario]:
+        return (Scenario("token_mean", token_mean, summary="the logged token mean is the oracle's"),)
+
+    def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> TokenMeanSpec:
+        return TokenMeanSpec(seed=seed, device=device, dtype=dtype, **(settings or {}))
+
+    def parse_settings(self, assignments: list[str]) -> dict:
+        if assignments:
+            raise HarnessConfigError(f"tokenmean takes no --set: {assignments}")
+        return {}
+
+    def impossible_spec(self, run_spec: TokenMeanSpec) -> TokenMeanSpec:
+        return run_spec.with_(micro=0)
+
+    def rank_specs(self, seed: int) -> Mapping[str, TokenMeanSpec]:
+        return {"token_mean": TokenMeanSpec(seed=seed)}
+
+    def for_rank(self, spec: TokenMeanSpec, rank: int, world_size: int) -> TokenMeanSpec:
+        return spec
+
+    def rank_checks(self, runs: Mapping[str, Sequence]) -> list:
+        return []
+
+
+TOKENMEAN = TokenMeanAlgorithm()
