@@ -1,4 +1,4 @@
-"""The harness's two exceptions. A failed check is a `verdict.CheckResult`, never an exception (exit 1)."""
+"""The harness's exceptions. A failed check is a `verdict.CheckResult`, never an exception (exit 1)."""
 
 
 class HarnessConfigError(Exception):
@@ -7,3 +7,8 @@ class HarnessConfigError(Exception):
 
 class NotRecomputable(Exception):
     """The records do not determine a value (ambiguous rows, a site never called); the message says why."""
+
+
+class ContractViolation(Exception):
+    """The trainer did what the contract rules out, as an instrument saw it while the trainer ran (e.g. it handed
+    a spied function tensors of impossible shapes): the run fails every check that reads it (exit 1), naming it."""

@@ -95,6 +95,14 @@ def ppo_run_spec(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
+def ppo_algorithm(pytestconfig: pytest.Config):
+    """The `harness.algorithms.Algorithm` of the target named by --ppo-target."""
+    from .algorithms import get
+
+    return get(_target(pytestconfig).algorithm)
+
+
+@pytest.fixture(scope="session")
 def ppo_cache(ppo_target):
     """Each (target, scenario spec) runs once per session, however many checks read it."""
     from .instrument.observe import ObservationCache
@@ -138,7 +146,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     from .errors import HarnessConfigError
 
     if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError):
-        item.config.stash[CONFIG_ERROR].append(f"{item.nodeid}: {call.excinfo.value}")
+        # the configuration is the same for every check: said once, and the session stops
+        errors = item.config.stash[CONFIG_ERROR]
+        if not errors:
+            errors.append(str(call.excinfo.value))
+        item.session.shouldstop = f"configuration error: {call.excinfo.value}"
         report = outcome.get_result()
         report.longrepr = f"configuration error: {call.excinfo.value}"
 

@@ -169,11 +169,15 @@ def test_wrapper_returns_the_real_result_object():
     assert len(spy.records) == 1 and spy.records[0].result.item() == 0.25
 
 
-def test_unrecordable_call_is_a_spy_error():
+def test_unrecordable_call_is_the_trainers_contract_violation_not_a_configuration_error():
+    """A call the contract rules out is the trainer's doing: a failed check (exit 1), not a usage error (exit 2)."""
+    from harness.errors import ContractViolation, HarnessConfigError
+
     module = types.ModuleType("odd_result")
     module.masked_mean = lambda values, mask, axis=None: object()
-    with Spy(module, functions=("masked_mean",)), pytest.raises(SpyError, match="cannot record"):
+    with Spy(module, functions=("masked_mean",)), pytest.raises(ContractViolation, match="cannot record") as info:
         module.masked_mean(torch.ones(2), torch.ones(2, dtype=torch.bool))
+    assert not isinstance(info.value, HarnessConfigError)
     assert not hasattr(module.masked_mean, "__spy__")
 
 

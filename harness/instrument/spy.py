@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import HarnessConfigError
+from harness.errors import ContractViolation, HarnessConfigError
 
 from .callsite import call_site
 from .records import LogProbCall, Mark, MaskedMeanCall, OtherCall, Record, Site, ValueHeadCall
@@ -204,7 +204,7 @@ class Spy:
             record = self.recorders[fn](site, -1, _bind(real, args, kwargs), result)
         except (TypeError, ValueError, RuntimeError, IndexError) as why:
             where = f"{site.file}:{site.function} ({site.name})"
-            raise SpyError(f"cannot record the call of {fn} at {where}, not per the contract: {why}") from why
+            raise ContractViolation(f"cannot record the call of {fn} at {where}, not per the contract: {why}") from why
         with self._lock:  # numbered as appended, so that call order and list order agree across threads
             record = dataclasses.replace(record, seq=next(_SEQ))
             self.records.append(record)
