@@ -84,8 +84,9 @@ class Diagnosis:
 
     def line(self) -> str:
         """`= <formula> (class 5 + 2)`: what the failure line is followed by."""
-        named = f"class {' + '.join(str(c) for c in self.classes)}" if self.classes else "not in the catalogue"
-        return f"= {self.formula} ({named}): {fmt(self.value)}, gap {fmt(self.gap)}"
+        from harness.report.format import diagnosis_line
+
+        return diagnosis_line(self)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for verify.json."""
@@ -195,37 +196,6 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def fmt(value: Any) -> str:
-    """A number for people: 6 significant digits; 'n/a' for None."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    return f"{value:.6g}"
-
-
-def failure_line(scenario: str, metric: MetricVerdict) -> str:
-    """`FAIL <scenario> <metric>: logged=<v> expected=<v> gap=<abs> (rel <r>, tol <t>)`, one pasteable line.
-
-    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`.
-    """
-    logged = "missing" if metric.status is MetricStatus.MISSING else fmt(metric.logged)
-    line = (
-        f"FAIL {scenario} {metric.label}: logged={logged} expected={fmt(metric.expected)} "
-        f"gap={fmt(metric.abs_err)} (rel {fmt(metric.rel_err)}, tol {fmt(metric.tol)})"
-    )
-    if metric.status is not MetricStatus.FAIL:
-        line += f" [{metric.status.value}: {metric.reason or 'no reason given'}]"
-    return line
-
-
-def diagnosis_text(metric: MetricVerdict) -> str:
-    """What the gate says about why `metric` failed: `= <formula> (class N): ...`, the reason there is none, or ''."""
-    if metric.diagnosis is not None:
-        return metric.diagnosis.line()
-    return f"= ? {metric.diagnosis_reason}" if metric.diagnosis_reason else ""
-
-
 @dataclass(frozen=True)
 class CheckResult:
     """The frozen verdict of one named check: what failed (`problems`), what it noted, each metric."""
@@ -255,14 +225,10 @@ class CheckResult:
         return "; ".join(self.problems + self.notes)
 
     def failure_lines(self) -> list[str]:
-        """The check's problems and each failing metric, one pasteable line each."""
-        lines = [f"FAIL {self.scenario}: {self.message}"] if self.problems else []
-        for m in self.metrics:
-            if m.failed:
-                lines.append(failure_line(self.scenario, m))
-                if diagnosis_text(m):
-                    lines.append("    " + diagnosis_text(m))
-        return lines
+        """The check's problems and each failing metric, one pasteable line each (harness/report/format.py)."""
+        from harness.report.format import check_failure_lines
+
+        return check_failure_lines(self)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for verify.json."""

@@ -10,6 +10,7 @@ import pytest
 from harness.compare import compare
 from harness.oracle.expectation import Expectation
 from harness.report import JSON_NAME, MARKDOWN_NAME, Report
+from harness.report.format import failure_line
 from harness.report.markdown import render_markdown
 from harness.report.terminal import failure_lines, render_terminal
 from harness.verdict import (
@@ -19,7 +20,6 @@ from harness.verdict import (
     CheckStatus,
     MetricStatus,
     MetricVerdict,
-    failure_line,
 )
 
 METRIC_KEYS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.verdict import diagnosis_text, fmt
+from harness.report.format import diagnosis_text, fmt
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows

@@ -8,7 +8,8 @@ is the metric table, then one failure line per failing metric or failed check.
 
 from __future__ import annotations
 
-from harness.verdict import CheckResult, CheckStatus, diagnosis_text, failure_line, fmt
+from harness.report.format import diagnosis_text, failure_line, fmt
+from harness.verdict import CheckResult, CheckStatus
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
