@@ -1,9 +1,9 @@
 """Which trainer mutmut mutates, and the scratch `[tool.mutmut]` that says so: one entry per algorithm.
 
 `python -m mutants mutmut --algorithm ppo|grpo` (PPO by default). Each algorithm names, once,
-the files mutmut mutates (its trainer first, then its configuration), the gate target its
-tests run against (`--ppo-target`), the file its survivors are triaged in, and where its
-baseline scores sit in mutants/baseline.json.
+the files mutmut mutates (its trainer first, then its configuration), the file its survivors
+are triaged in, and where its baseline scores sit in mutants/baseline.json (its `mutation`,
+harness/algorithms); its tests run against its default target (`--ppo-target`).
 
 The project's own `[tool.mutmut]` (pyproject.toml) is PPO's: it must mutate exactly PPO's
 files and name no target (the verify suite's default is `reference`). The driver writes
@@ -53,19 +53,22 @@ class MutmutAlgorithm:
         return self.name.upper()
 
 
-ALGORITHMS = {
-    "ppo": MutmutAlgorithm(
-        "ppo", ("reference_ppo/trainer.py", "reference_ppo/config.py"), "reference", "equivalent.toml", None
-    ),
-    "grpo": MutmutAlgorithm(
-        "grpo",
-        ("reference_ppo/grpo.py", "reference_ppo/grpo_config.py"),
-        "reference-grpo",
-        "equivalent_grpo.toml",
-        "grpo",
-    ),
-}
+def _algorithms() -> dict[str, MutmutAlgorithm]:
+    """One entry per registered algorithm that declares a `mutation` (harness.algorithms), never typed here."""
+    from harness.algorithms import get, known_algorithms
+
+    out = {}
+    for name in known_algorithms():
+        algorithm = get(name)
+        if algorithm.mutation is not None:
+            m = algorithm.mutation
+            out[name] = MutmutAlgorithm(name, m.files, algorithm.default_target, m.triage_file, m.baseline_section)
+    return out
+
+
+ALGORITHMS = _algorithms()
 DEFAULT = "ppo"
+"""The algorithm of the project's own `[tool.mutmut]`, and of results that name none."""
 
 
 def algorithm(name: str | None) -> MutmutAlgorithm:

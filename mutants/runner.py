@@ -23,167 +23,29 @@ control): a kill means something only if the same checks pass without the
 mutant, and the control proves the scratch copy, the gate and the import path
 work. `--full` runs the full suite for every mutant instead and records every
 check that fails, named or not (the kill matrix of the report).
+
+The gate's run in a scratch copy is in harness_run.py, the verdict in verdicts.py,
+the controls in controls.py; this module runs the mutants and the controls together.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import catalogue
 from .catalogue import Mutant
+from .controls import CONTROLS, control_name, has_command, run_control
 from .curated_output import print_summary, write_curated_json
-from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus, Judgement
-from .project import ROOT, copy_project, scratch_env
-
-DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
-
-
-@dataclass
-class RunOutcome:
-    """One `python -m harness ...` run in a scratch copy."""
-
-    returncode: int | None
-    checks: list[dict]
-    seconds: float
-    log: str
-    problem: str = ""
-
-    @property
-    def failed(self) -> list[str]:
-        """The ids of the checks that failed, named by the mutant or not."""
-        return [c["id"] for c in self.checks if c.get("status") == "fail"]
-
-
-def harness_command(
-    command: str, report_dir: Path, selection: list[str] | tuple[str, ...] = (), target: str = "reference"
-) -> list[str]:
-    """The gate's command line in a scratch copy: verify against a reference trainer, or verify-dist."""
-    args = [sys.executable, "-m", "harness", command, "--target", target, "--report-dir", str(report_dir)]
-    if command == "verify":
-        args += [f"--check={check}" for check in selection]
-    return args
-
-
-def read_checks(report_dir: Path) -> tuple[list[dict], str]:
-    """Checks of every JSON report under `report_dir` (verify.json; verify-dist writes dist/verify.json)."""
-    files = sorted(report_dir.rglob("*.json"))
-    if not files:
-        return [], f"no JSON report in {report_dir}"
-    checks: list[dict] = []
-    for path in files:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            return [], f"{path.name} is unreadable: {exc}"
-        found = data.get("checks") if isinstance(data, dict) else None
-        if not isinstance(found, list):
-            return [], f"{path.name} has no list of checks"
-        checks += [c for c in found if isinstance(c, dict) and "id" in c and "status" in c]
-    return checks, ""
-
-
-def run_harness(
-    scratch: Path,
-    command: str = "verify",
-    selection: list[str] | tuple[str, ...] = (),
-    timeout: float = 900.0,
-    target: str = "reference",
-) -> RunOutcome:
-    """Run the gate in `scratch` and collect its checks."""
-    report_dir = scratch / "_report"
-    shutil.rmtree(report_dir, ignore_errors=True)
-    report_dir.mkdir()
-    log_path = scratch / "_run.log"
-    start = time.perf_counter()
-    with open(log_path, "w", encoding="utf-8") as log:
-        try:
-            proc = subprocess.run(
-                harness_command(command, report_dir, selection, target),
-                cwd=scratch,
-                env=scratch_env(scratch),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-            )
-            code: int | None = proc.returncode
-            problem = ""
-        except subprocess.TimeoutExpired:
-            code, problem = None, f"timed out after {timeout:.0f} s"
-    seconds = time.perf_counter() - start
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    checks, unreadable = read_checks(report_dir)
-    if code is not None and unreadable and code in (0, 1):
-        problem = unreadable
-    return RunOutcome(code, checks, seconds, text, problem)
-
-
-NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
-"""A check note's diagnosis: "...: <what it is> (class N)", at the end of a note."""
-
-
-def diagnosed_class(checks: list[dict]) -> int | None:
-    """The class named most often by the diagnoses of the failing metrics in `checks` (verify.json), or None.
-
-    Each class a diagnosis names counts once (a combination counts for both); ties go to the smaller number.
-    A failed check whose message carries a diagnosis note ending "(class N)" (the gradient checks') votes too.
-    """
-    votes: Counter[int] = Counter()
-    for check in checks:
-        for metric in check.get("metrics", ()):
-            diagnosis = metric.get("diagnosis") if metric.get("failed") else None
-            votes.update(set((diagnosis or {}).get("classes") or ()))
-        if check.get("status") == "fail":
-            votes.update({int(n) for n in NOTED_CLASS.findall(check.get("message") or "")})
-    if not votes:
-        return None
-    return min(votes, key=lambda c: (-votes[c], c))
-
-
-def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:
-    """The verdict on one mutant's run: a kill is exit 1 with a check the mutant names among the failures."""
-    failed = outcome.failed
-    if mutant.command == "verify-dist" and catalogue.VERIFY_DIST in mutant.killed_by:
-        if DIST_RUN in failed:  # the processes themselves failed: a crash, not a kill
-            return Judgement(CuratedStatus.ERROR, (), f"the two-process run failed ({DIST_RUN})")
-        named = tuple(failed)
-    else:
-        wanted = set(catalogue.named_checks(mutant)) | set(mutant.killed_by)
-        named = tuple(
-            c["id"]
-            for c in outcome.checks
-            if c.get("status") == "fail" and (c["id"] in wanted or c.get("scenario") in wanted)
-        )
-    if outcome.problem:
-        return Judgement(CuratedStatus.ERROR, named, outcome.problem)
-    if outcome.returncode == 0:
-        return Judgement(CuratedStatus.SURVIVED, named, "the verify run passed")
-    if outcome.returncode == 1:
-        if named:
-            return Judgement(CuratedStatus.KILLED, named)
-        if failed:
-            why = f"failed: {', '.join(failed)}; named: {', '.join(mutant.killed_by)}"
-            return Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, named, why)
-        return Judgement(CuratedStatus.ERROR, named, "exit 1 but no check failed in the report (a crash?)")
-    return Judgement(
-        CuratedStatus.ERROR, named, f"exit code {outcome.returncode} (2 is a usage or configuration error)"
-    )
-
-
-def log_tail(text: str, lines: int = 25) -> str:
-    """The end of a run's log, enough to say why it erred without the whole of it."""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+from .harness_run import log_tail, run_harness
+from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus
+from .project import ROOT, copy_project
+from .verdicts import diagnosed_class, judge
 
 
 def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = None) -> CuratedResult:
@@ -219,71 +81,6 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
         if keep is not None:
             shutil.copytree(scratch, keep / mutant.id, dirs_exist_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-GRPO_CONTROL = "verify-grpo"
-"""The control of the GRPO mutants: the full GRPO verify suite against `reference-grpo`."""
-CONTROLS = {
-    "verify": ("verify", "ppo"),
-    "verify-dist": ("verify-dist", "ppo"),
-    GRPO_CONTROL: ("verify", "grpo"),
-    "verify-dist-grpo": ("verify-dist", "grpo"),
-}
-"""Control name (as curated.json keys it) -> (command, algorithm) run on the unmodified copy."""
-
-
-def control_name(command: str, algorithm: str) -> str:
-    """The control a mutant of `algorithm` run under `command` is judged beside."""
-    return next(name for name, key in CONTROLS.items() if key == (command, algorithm))
-
-
-def run_control(timeout: float, command: str = "verify") -> ControlResult:
-    """The unmodified copy under control `command` (a key of CONTROLS): the full verify suite (or the
-    two-process run) of its algorithm, against that algorithm's reference target, must pass."""
-    command, algorithm = CONTROLS[command]
-    target = catalogue.TARGETS[algorithm]
-    scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-{algorithm}-"))
-    try:
-        copy_project(scratch)
-        probe = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import reference_ppo.trainer as t, harness; print(t.__file__); print(harness.__file__)",
-            ],
-            cwd=tempfile.gettempdir(),
-            env=scratch_env(scratch),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        paths = probe.stdout.split()
-        if (
-            probe.returncode != 0
-            or len(paths) != 2
-            or not all(Path(p).resolve().is_relative_to(scratch.resolve()) for p in paths)
-        ):
-            return ControlResult(
-                False, 0.0, 0, f"the scratch copy is not what gets imported: {probe.stdout}{probe.stderr}"
-            )
-        outcome = run_harness(scratch, command, "", timeout, target)
-        if outcome.problem or outcome.returncode != 0:
-            why = outcome.problem or f"exit code {outcome.returncode}, failed: {', '.join(outcome.failed) or 'none'}"
-            return ControlResult(
-                False, outcome.seconds, len(outcome.checks), f"{command}: {why}\n{log_tail(outcome.log)}"
-            )
-        ids = {c["id"] for c in outcome.checks}
-        missing = sorted(set(catalogue.ALGORITHM_CHECKS[algorithm]) - ids) if command == "verify" else []
-        if missing:
-            return ControlResult(False, outcome.seconds, len(ids), f"the gate no longer reports check(s) {missing}")
-        return ControlResult(True, outcome.seconds, len(ids))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def has_command(command: str, root: Path = ROOT) -> bool:
-    """Whether the checkout under `root` has `command` (verify-dist needs harness/dist.py, which may be absent)."""
-    return command == "verify" or (root / "harness" / "dist.py").is_file()
 
 
 def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:

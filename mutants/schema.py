@@ -18,27 +18,34 @@ from .model import CuratedResult, CuratedRun, Location, MutantRecord, MutmutResu
 from .project import ROOT
 
 TRAINER = catalogue.TRAINER
-GRPO_TRAINER = catalogue.GRPO_TRAINER
 
 TEST_FILE = "harness/suite/test_verify.py"
 THRESHOLDS = {"high": 90, "low": 75}
 
 
 def test_id(algorithm: str, check: str) -> str:
-    """The id of a check in the report's tests: the check id for PPO, `grpo:<check id>` for GRPO."""
-    return check if algorithm == "ppo" else f"{algorithm}:{check}"
+    """The id of a check in the report's tests: the check id for the default algorithm (PPO), `<algorithm>:<check
+    id>` for another (`grpo:<check id>`: GRPO reuses some PPO scenario names)."""
+    from harness.algorithms import DEFAULT_ALGORITHM
+
+    return check if algorithm == DEFAULT_ALGORITHM else f"{algorithm}:{check}"
 
 
 def curated_location(mutant: catalogue.Mutant, source: str, file: str = TRAINER) -> tuple[Location, str] | None:
-    """Location in `source` (the text of `file`) of the mutant's first replacement there, and its new text."""
+    """Location in `source` (the text of `file`) of the lines the mutant's first hunk there changes, and their
+    new text; a hunk that only inserts lines is placed on the line before them."""
     for rep in mutant.patch:
         if rep.file != file:
             continue
-        offset = source.find(rep.old)
-        if offset < 0 or source.count(rep.old) != 1:
+        offset = source.find(rep.hunk_old)
+        if offset < 0 or source.count(rep.hunk_old) != 1:
             return None
-        old = rep.old.rstrip("\n")
-        return Location(Position.at(source, offset), Position.at(source, offset + len(old))), rep.new.rstrip("\n")
+        start, old, new = offset + len(rep.before), rep.old, rep.new
+        if not old and rep.before:
+            line = rep.before.splitlines(keepends=True)[-1]
+            start, old, new = start - len(line), line, line + new
+        old = old.rstrip("\n")
+        return Location(Position.at(source, start), Position.at(source, start + len(old))), new.rstrip("\n")
     return None
 
 
@@ -84,25 +91,36 @@ def curated_entry(r: CuratedResult, source: str, file: str = TRAINER) -> dict | 
     return entry
 
 
+def trainers() -> dict[str, str]:
+    """Each algorithm's trainer file (the first of its mutated files): its curated mutants are placed there."""
+    from .mutmut_algorithms import ALGORITHMS
+
+    return {name: algorithm.trainer for name, algorithm in ALGORITHMS.items()}
+
+
 def schema_report(
     curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
     records = results.mutants if results is not None else ()
-    mutants = [mutmut_entry(r) for r in records if r.file == TRAINER]
-    # the GRPO trainer as a mutmut run over it copied it, else as it is now (the curated GRPO mutants' source)
-    grpo_source = (results.sources.get(GRPO_TRAINER) if results is not None else None) or (
-        ROOT / GRPO_TRAINER
-    ).read_text(encoding="utf-8")
-    grpo_mutants = [mutmut_entry(r) for r in records if r.file == GRPO_TRAINER]
+    paths = trainers()
+
+    def text_of(path: str) -> str:
+        """A trainer as a mutmut run over it copied it, else as it is now (its curated mutants' source)."""
+        if path == TRAINER:
+            return source
+        copied = results.sources.get(path) if results is not None else None
+        return copied or (ROOT / path).read_text(encoding="utf-8")
+
+    entries = {path: [mutmut_entry(r) for r in records if r.file == path] for path in (TRAINER, *paths.values())}
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
-        grpo = r.mutant.algorithm == "grpo"
-        entry = curated_entry(r, grpo_source, GRPO_TRAINER) if grpo else curated_entry(r, source)
+        path = paths[r.mutant.algorithm]
+        entry = curated_entry(r, text_of(path), path)
         if entry is None:
             unplaced.append(r.id)
         else:
-            (grpo_mutants if grpo else mutants).append(entry)
+            entries[path].append(entry)
     tests = [
         {"id": test_id(algorithm, cid), "name": f"{TEST_FILE}::{node}"}
         for algorithm, checks in catalogue.ALGORITHM_CHECKS.items()
@@ -111,18 +129,16 @@ def schema_report(
     thresholds = dict(THRESHOLDS)
     if baseline is not None:
         thresholds["break"] = int(baseline)
+    others = {path: {"language": "python", "source": text_of(path), "mutants": entries[path]}
+              for path in paths.values() if path != TRAINER and entries[path]}  # fmt: skip
     report = {
         "schemaVersion": "2",
         "thresholds": thresholds,
         "projectRoot": str(ROOT),
         "files": {
-            TRAINER: {"language": "python", "source": source, "mutants": mutants},
+            TRAINER: {"language": "python", "source": source, "mutants": entries[TRAINER]},
             **other_files(results),
-            **(
-                {GRPO_TRAINER: {"language": "python", "source": grpo_source, "mutants": grpo_mutants}}
-                if grpo_mutants
-                else {}
-            ),
+            **others,
         },
         "testFiles": {TEST_FILE: {"tests": tests}},
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
@@ -131,12 +147,12 @@ def schema_report(
 
 
 def other_files(results: MutmutResults | None) -> dict:
-    """The schema-v2 file entries of the files mutmut mutated besides the two trainers (config.py, grpo_config.py)."""
+    """The schema-v2 file entries of the files mutmut mutated besides the trainers (config.py, grpo_config.py)."""
     if results is None:
         return {}
     entries = {}
     for path, text in results.sources.items():
-        if path not in (TRAINER, GRPO_TRAINER):
+        if path not in (TRAINER, *trainers().values()):
             mutants = [mutmut_entry(r) for r in results.mutants if r.file == path]
             entries[path] = {"language": "python", "source": text, "mutants": mutants}
     return entries

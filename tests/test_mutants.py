@@ -23,16 +23,23 @@ import pytest
 from mutants import (
     catalogue,
     curated_output,
+    harness_run,
     html_page,
     locate,
     markdown,
+    mutmut_algorithms,
+    mutmut_collect,
     mutmut_hooks,
     mutmut_run,
+    mutmut_scratch,
     project,
     runner,
     schema,
     scoring,
+    verdicts,
 )
+from mutants.catalogue import load, patches
+from mutants.controls import GRPO_CONTROL, control_name
 from mutants.model import (
     ControlResult,
     CuratedResult,
@@ -62,7 +69,8 @@ TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
 def test_patch_applies_exactly_once_to_the_current_trainer(mutant, tmp_path):
     for rep in mutant.patch:
         text = (ROOT / rep.file).read_text(encoding="utf-8")
-        assert text.count(rep.old) == 1, f"{mutant.id}: the catalogue has rotted: {rep.old.strip().splitlines()[0]!r}"
+        first = rep.hunk_old.strip().splitlines()[0]
+        assert text.count(rep.hunk_old) == 1, f"{mutant.id}: the catalogue has rotted: {first!r}"
         assert rep.old != rep.new
     project.copy_project(tmp_path)
     changed = catalogue.apply(mutant, tmp_path)
@@ -106,14 +114,66 @@ def test_a_patch_that_no_longer_matches_fails_loudly(tmp_path):
         catalogue.apply(broken, tmp_path)
 
 
+def test_a_diff_is_read_hunk_by_hunk_into_replacements_with_their_context():
+    text = (
+        "diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n"
+        "@@ -1,4 +1,4 @@\n a = 1\n-b = 2\n+b = 3\n c = 4\n\n"  # an empty context line that lost its space
+        "@@ -9,2 +9,3 @@\n x = 1\n+y = 2\n z = 3\n\\ No newline at end of file\n"
+    )
+    first, second = patches.read_diff(text)
+    assert (first.file, first.before, first.old, first.new) == ("pkg/m.py", "a = 1\n", "b = 2\n", "b = 3\n")
+    assert first.after == "c = 4\n\n"
+    assert (second.before, second.old, second.new, second.after) == ("x = 1\n", "", "y = 2\n", "z = 3")
+    source = "a = 1\nb = 2\nc = 4\n\nq\nq\nq\nq\nx = 1\nz = 3"
+    patched = patches.apply_to_text(source, [first, second], "t")
+    assert patched == "a = 1\nb = 3\nc = 4\n\nq\nq\nq\nq\nx = 1\ny = 2\nz = 3"
+    with pytest.raises(patches.PatchError, match="out of order"):
+        patches.apply_to_text(source, [second, first], "t")
+    with pytest.raises(patches.PatchError, match="found it 2 time"):
+        patches.apply_to_text("aaa", [patches.Replacement("f", "aa", "b")], "t")  # overlapping matches count
+    for bad in ("--- a/x\n+++ b/y\n", "--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n", "--- a/x\n+++ b/x\nstray\n"):
+        with pytest.raises(patches.PatchError):
+            patches.read_diff(bad)
+
+
+def test_every_entry_is_a_toml_file_with_its_diff_and_the_loader_reports_what_is_wrong(tmp_path):
+    tomls, diffs = sorted(load.ENTRIES.glob("*.toml")), sorted(load.ENTRIES.glob("*.diff"))
+    assert len(catalogue.MUTANTS) == len(tomls) == len(diffs)  # every file read, none left over
+    assert [m.id for m in catalogue.MUTANTS] == [p.stem for p in tomls] == [p.stem for p in diffs]
+    for path in diffs:  # a real unified diff of a trainer file, paths relative to the repository root
+        text = path.read_text(encoding="utf-8")
+        files = re.findall(r"^\+\+\+ b/(\S+)$", text, flags=re.M)
+        assert files and all((ROOT / f).is_file() for f in files) and text.startswith("--- a/")
+    shutil.copy(tomls[0], tmp_path / "c01_renamed.toml")
+    (tmp_path / "c02_orphan.diff").write_text("", encoding="utf-8")
+    (tmp_path / "c03_bad.toml").write_text('id = "c03_bad"\nbug_class = "3"\nextra = 1\n', encoding="utf-8")
+    entries, problems = load.read_entries(tmp_path)
+    assert entries == []
+    assert any("c01_renamed.toml: its id is" in p for p in problems)
+    assert any("c01_renamed.toml: no c01_renamed.diff" in p for p in problems)
+    assert any("c02_orphan.diff: no c02_orphan.toml" in p for p in problems)
+    assert any("c03_bad.toml: unknown key 'extra'" in p for p in problems)
+    assert any("c03_bad.toml: bug_class must be a int" in p for p in problems)
+    assert any("c03_bad.toml: no killed_by" in p for p in problems)
+    (tmp_path / "classes.toml").write_text(
+        'classes = [{ number = 2, algorithm = "ppo", name = "b" }, { number = 1, algorithm = "dpo", name = "a" }]\n',
+        encoding="utf-8",
+    )
+    classes, problems = load.read_classes(tmp_path / "classes.toml")
+    assert [c.number for c in classes] == [2] and "class 1: a number, an algorithm" in problems[0]
+
+
 def test_metadata_is_complete_for_every_ppo_and_grpo_class():
     assert catalogue.check_metadata() == []
     ppo = [m for m in catalogue.MUTANTS if m.algorithm == "ppo"]
     classes = sorted([m.bug_class for m in ppo] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
-    ppo_classes = [*range(1, 16), *range(20, 48)]  # 16-19 and 48-54 are GRPO's (docs/bug-catalogue.md)
+    ppo_classes = [c.number for c in catalogue.CLASSES if c.algorithm == "ppo"]
+    assert list(catalogue.PPO_CLASSES) == ppo_classes and ppo_classes
     assert classes == ppo_classes, "one mutant (or a reason) per PPO bug class"
     grpo = [m for m in catalogue.MUTANTS if m.algorithm == "grpo"]
-    assert {16, 17, 18, 19, *range(48, 55)} <= {m.bug_class for m in grpo}, "a GRPO mutant per GRPO bug class"
+    grpo_classes = {c.number for c in catalogue.CLASSES if c.algorithm == "grpo"}
+    assert set(catalogue.GRPO_CLASSES) == grpo_classes and grpo_classes
+    assert grpo_classes <= {m.bug_class for m in grpo}, "a GRPO mutant per GRPO bug class"
     named = {catalogue.ALGORITHM_CHECKS["grpo"][c][0] for m in grpo for c in catalogue.named_checks(m)}
     scenarios = {scenario for scenario, _ in catalogue.ALGORITHM_CHECKS["grpo"].values()}
     assert named == scenarios, f"GRPO scenarios no mutant is killed by: {sorted(scenarios - named)}"
@@ -126,18 +186,47 @@ def test_metadata_is_complete_for_every_ppo_and_grpo_class():
         if m.command == "verify":
             selection = catalogue.test_selection(m)
             assert selection and set(selection) <= set(catalogue.ALGORITHM_CHECKS[m.algorithm])
-            command = runner.harness_command("verify", ROOT, selection, m.target)
+            command = harness_run.harness_command("verify", ROOT, selection, m.target)
             assert command[-len(selection) :] == [f"--check={check}" for check in selection]
             assert command[command.index("--target") + 1] == {"ppo": "reference", "grpo": "reference-grpo"}[m.algorithm]
         else:
             assert m.killed_by == (catalogue.VERIFY_DIST,)
+    wrong = dataclasses.replace(catalogue.MUTANTS[0], id="c99_no_such_class", bug_class=99)
+    assert any("bug class 99 is not in classes.toml" in p for p in catalogue._mutant_problems(wrong, {}))
+
+
+def _ranges(numbers) -> str:
+    """`1-15 and 20-47`: runs of consecutive numbers as the docs write them."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return " and ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def test_the_bug_catalogue_overview_is_the_classes_table():
+    doc = (ROOT / "docs" / "bug-catalogue.md").read_text(encoding="utf-8")
+    overview = doc.partition("\n## Overview\n")[2].partition("\n## ")[0]
+    rows = [
+        tuple(cell.strip() for cell in line.strip("|").split("|")[:3])
+        for line in overview.splitlines()
+        if re.match(r"\| \d+ \|", line)
+    ]
+    assert rows == [(str(c.number), c.algorithm.upper(), c.name) for c in catalogue.CLASSES]
+    prose = " ".join(overview.split())
+    assert f"Classes {_ranges(catalogue.PPO_CLASSES)} concern PPO" in prose
+    assert f"Classes {_ranges(catalogue.GRPO_CLASSES)} concern GRPO" in prose
+    ppo_form = [m.id[:3] for m in catalogue.MUTANTS if m.algorithm == "grpo" and m.bug_class in catalogue.PPO_CLASSES]
+    assert f"number: {', '.join(ppo_form[:-1])} and {ppo_form[-1]}" in prose, "the GRPO mutants of PPO classes"
 
 
 def test_each_mutant_is_judged_beside_the_control_of_its_command_and_algorithm():
-    assert runner.control_name("verify", "ppo") == "verify"
-    assert runner.control_name("verify-dist", "grpo") == "verify-dist-grpo"
+    assert control_name("verify", "ppo") == "verify"
+    assert control_name("verify-dist", "grpo") == "verify-dist-grpo"
     g09 = catalogue.by_id(["g09_mean_of_rank_means"])[0]
-    command = runner.harness_command(g09.command, ROOT, (), g09.target)
+    command = harness_run.harness_command(g09.command, ROOT, (), g09.target)
     assert command[3:6] == ["verify-dist", "--target", "reference-grpo"]
 
 
@@ -153,34 +242,34 @@ def test_every_check_id_names_a_test_of_the_verify_suite():
 def outcome(code, failed=(), passed=(), problem=""):
     checks = [{"id": c, "scenario": catalogue.CHECKS[c][0], "status": "fail"} for c in failed]
     checks += [{"id": c, "scenario": catalogue.CHECKS[c][0], "status": "pass"} for c in passed]
-    return runner.RunOutcome(code, checks, 1.0, "", problem)
+    return harness_run.RunOutcome(code, checks, 1.0, "", problem)
 
 
 def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
-    assert runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.KILLED
-    assert runner.judge(m, outcome(1, failed=["freshness"])).status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
-    assert runner.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.SURVIVED
-    assert runner.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.ERROR
-    assert runner.judge(m, outcome(1)).status is CuratedStatus.ERROR
-    assert runner.judge(m, outcome(None, problem="timed out")).status is CuratedStatus.ERROR
+    assert verdicts.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.KILLED
+    assert verdicts.judge(m, outcome(1, failed=["freshness"])).status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
+    assert verdicts.judge(m, outcome(0, passed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.SURVIVED
+    assert verdicts.judge(m, outcome(2, failed=["lr0_ratio[epochs=1]"])).status is CuratedStatus.ERROR
+    assert verdicts.judge(m, outcome(1)).status is CuratedStatus.ERROR
+    assert verdicts.judge(m, outcome(None, problem="timed out")).status is CuratedStatus.ERROR
     c09 = catalogue.by_id(["c09_mean_of_rank_means"])[0]  # any check of the two-process run, but not its launch
     ranks = [{"id": "uneven_split[ranks=2]", "scenario": "uneven_split", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, ranks, 1.0, "")).status is CuratedStatus.KILLED
-    launch = [{"id": runner.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
-    assert runner.judge(c09, runner.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
+    assert verdicts.judge(c09, harness_run.RunOutcome(1, ranks, 1.0, "")).status is CuratedStatus.KILLED
+    launch = [{"id": verdicts.DIST_RUN, "scenario": "verify_dist", "status": "fail"}]
+    assert verdicts.judge(c09, harness_run.RunOutcome(1, launch, 1.0, "")).status is CuratedStatus.ERROR
     padding = catalogue.by_id(["c13_padding_rows_in_objectives"])[0]  # named by scenario, reported by check id
-    killed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"]))
+    killed = verdicts.judge(padding, outcome(1, failed=["rollout_objectives[rollout=padding_rows]"]))
     assert killed.status is CuratedStatus.KILLED
-    unnamed = runner.judge(padding, outcome(1, failed=["rollout_objectives[rollout=uneven_split]"]))
+    unnamed = verdicts.judge(padding, outcome(1, failed=["rollout_objectives[rollout=uneven_split]"]))
     assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
 
 
 def test_a_verdict_names_the_failed_checks_and_says_why():
     m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
-    killed = runner.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]", "freshness"], passed=["lr0_ratio[epochs=2]"]))
+    killed = verdicts.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]", "freshness"], passed=["lr0_ratio[epochs=2]"]))
     assert killed == Judgement(CuratedStatus.KILLED, ("lr0_ratio[epochs=1]",), "")
-    unnamed = runner.judge(m, outcome(1, failed=["freshness"]))
+    unnamed = verdicts.judge(m, outcome(1, failed=["freshness"]))
     assert unnamed == Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, (), "failed: freshness; named: lr0_ratio")
     with pytest.raises(AttributeError):
         killed.status = CuratedStatus.SURVIVED  # a verdict is frozen
@@ -202,11 +291,11 @@ def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
 
 
 def test_every_pragma_of_the_mutated_files_spares_one_line_and_says_why():
-    for path in [path for algo in mutmut_run.ALGORITHMS.values() for path in algo.files]:
+    for path in [path for algo in mutmut_algorithms.ALGORITHMS.values() for path in algo.files]:
         source = (ROOT / path).read_text(encoding="utf-8")
-        assert mutmut_run.pragma_problems(source, path) == []
+        assert mutmut_scratch.pragma_problems(source, path) == []
         assert "no mutate block" not in source
-    problems = mutmut_run.pragma_problems(
+    problems = mutmut_scratch.pragma_problems(
         "x = 1  # pragma: no mutate\n# pragma: no mutate - alone\ny = 2  # pragma: no mutate block\n"
         "z = 3  # pragma: no mutate - a progress-bar label\n",
         "f.py",
@@ -216,24 +305,24 @@ def test_every_pragma_of_the_mutated_files_spares_one_line_and_says_why():
 
 
 def test_mutmut_config_and_scratch_layout(tmp_path):
-    config = mutmut_run.mutmut_config(ROOT / "pyproject.toml")
+    config = mutmut_algorithms.mutmut_config(ROOT / "pyproject.toml")
     assert sorted(config["only_mutate"]) == sorted(mutmut_run.MUTATED_FILES)
     assert config["process_isolation"] == "fork"
-    scratch = mutmut_run.prepare_scratch(tmp_path / "scratch")
+    scratch = mutmut_scratch.prepare_scratch(tmp_path / "scratch")
     hooks = Path(mutmut_hooks.__file__).read_text(encoding="utf-8")
-    assert (scratch / f"{mutmut_run.HOOKS_MODULE}.py").read_text(encoding="utf-8") == hooks
+    assert (scratch / f"{mutmut_algorithms.HOOKS_MODULE}.py").read_text(encoding="utf-8") == hooks
     for path in mutmut_run.MUTATED_FILES:
         original = (ROOT / path).read_text(encoding="utf-8")
-        assert (scratch / mutmut_run.PRISTINE / path).read_text(encoding="utf-8") == original
+        assert (scratch / mutmut_scratch.PRISTINE / path).read_text(encoding="utf-8") == original
         assert (scratch / path).read_text(encoding="utf-8") == original  # mutmut gets the file as it is
     with pytest.raises(RuntimeError, match="inside the project"):
-        mutmut_run.prepare_scratch(ROOT / "mutants-scratch")
+        mutmut_scratch.prepare_scratch(ROOT / "mutants-scratch")
 
 
 def test_generated_names_map_back_to_the_function_they_stand_for():
-    sep = mutmut_run.CLASS_SEPARATOR
-    assert mutmut_run.function_of("x_masked_mean__mutmut_3") == ("masked_mean", "x_masked_mean__mutmut_orig")
-    assert mutmut_run.function_of(f"x{sep}PPOTrainer{sep}rollout__mutmut_12") == (
+    sep = mutmut_collect.CLASS_SEPARATOR
+    assert mutmut_collect.function_of("x_masked_mean__mutmut_3") == ("masked_mean", "x_masked_mean__mutmut_orig")
+    assert mutmut_collect.function_of(f"x{sep}PPOTrainer{sep}rollout__mutmut_12") == (
         "PPOTrainer.rollout",
         f"x{sep}PPOTrainer{sep}rollout__mutmut_orig",
     )
@@ -246,7 +335,7 @@ def test_generated_functions_get_their_original_code_names_back():
     """The harness names a spied call by its caller's code name: mutmut's copies must answer to the original's."""
     import types
 
-    sep = mutmut_run.CLASS_SEPARATOR
+    sep = mutmut_collect.CLASS_SEPARATOR
     module = types.ModuleType("fake_trainer")
     exec(
         "def x_masked_whiten__mutmut_orig(v):\n    def inner():\n        return v\n    return inner\n"
@@ -265,7 +354,7 @@ def test_generated_functions_get_their_original_code_names_back():
 
 def test_mutants_of_methods_and_default_arguments_are_placed_in_the_original_file(tmp_path):
     """mutmut writes a method's mutants inside its class and mutates default arguments on the `def` line."""
-    sep = mutmut_run.CLASS_SEPARATOR
+    sep = mutmut_collect.CLASS_SEPARATOR
     path = "pkg/mod.py"
     pristine = "def f(a, b=True):\n    return a\n\n\nclass C:\n    def m(self, x):\n        return x + 1\n"
     generated = (
@@ -275,13 +364,13 @@ def test_mutants_of_methods_and_default_arguments_are_placed_in_the_original_fil
         f"    def x{sep}C{sep}m__mutmut_orig(self, x):\n        return x + 1\n"
         f"    def x{sep}C{sep}m__mutmut_1(self, x):\n        return x - 1\n"
     )
-    (tmp_path / mutmut_run.PRISTINE / "pkg").mkdir(parents=True)
-    (tmp_path / mutmut_run.PRISTINE / path).write_text(pristine, encoding="utf-8")
+    (tmp_path / mutmut_scratch.PRISTINE / "pkg").mkdir(parents=True)
+    (tmp_path / mutmut_scratch.PRISTINE / path).write_text(pristine, encoding="utf-8")
     (tmp_path / "mutants" / "pkg").mkdir(parents=True)
     (tmp_path / "mutants" / path).write_text(generated, encoding="utf-8")
     meta = {"exit_code_by_key": {"pkg.mod.x_f__mutmut_1": 0, f"pkg.mod.x{sep}C{sep}m__mutmut_1": 1}}
     (tmp_path / "mutants" / (path + ".meta")).write_text(json.dumps(meta), encoding="utf-8")
-    by_function = {r.function: r for r in mutmut_run.collect_file(tmp_path, path)}
+    by_function = {r.function: r for r in mutmut_collect.collect_file(tmp_path, path)}
     default, method = by_function["f"], by_function["C.m"]
     assert (default.original, default.replacement, default.location.start.line) == ("True", "False", 1)
     assert default.line == "def f(a, b=True):" and "+def f(a, b=False):" in default.diff
@@ -704,12 +793,12 @@ def test_html_without_the_component_says_so(tmp_path):
 def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == 69  # 43 PPO, 26 GRPO
+    assert len(ids) == len(list(load.ENTRIES.glob("*.toml")))  # every entry of the catalogue
     code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
     data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
     by_id = {r["id"]: r for r in data["mutants"]}
     assert data["control"]["passed"], data["control"]["reason"]
-    for name in (runner.GRPO_CONTROL, "verify-dist-grpo"):
+    for name in (GRPO_CONTROL, "verify-dist-grpo"):
         assert data["controls"][name]["passed"], data["controls"][name]["reason"]
     assert {i: by_id[i]["status"] for i in ids} == {i: "killed" for i in ids}, capsys.readouterr().out
     assert all(by_id[i]["named_failed"] for i in ids)  # each killed by a check it names

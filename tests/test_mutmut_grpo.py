@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mutants import __main__ as cli
-from mutants import markdown, mutmut_hooks, mutmut_run, report, schema, scoring, selection
+from mutants import markdown, mutmut_hooks, mutmut_run, mutmut_scratch, report, schema, scoring, selection
 from mutants.model import MutantRecord, MutmutResults
 from mutants.mutmut_algorithms import (
     ALGORITHMS,
@@ -58,7 +58,7 @@ def test_each_algorithm_mutates_its_own_files_against_its_own_target():
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_the_scratch_config_mutates_the_algorithms_files_and_tests_its_target(tmp_path, name):
     algo = ALGORITHMS[name]
-    scratch = mutmut_run.prepare_scratch(tmp_path / "scratch", algo=algo)
+    scratch = mutmut_scratch.prepare_scratch(tmp_path / "scratch", algo=algo)
     config = mutmut_config(scratch / "pyproject.toml")
     assert config["only_mutate"] == list(algo.files)
     args = config["pytest_add_cli_args"]
@@ -70,8 +70,8 @@ def test_the_scratch_config_mutates_the_algorithms_files_and_tests_its_target(tm
     }
     for path in algo.files:
         original = (ROOT / path).read_text(encoding="utf-8")
-        assert (scratch / mutmut_run.PRISTINE / path).read_text(encoding="utf-8") == original
-        assert mutmut_run.pragma_problems(original, path) == []  # the pragma rules hold for GRPO's files too
+        assert (scratch / mutmut_scratch.PRISTINE / path).read_text(encoding="utf-8") == original
+        assert mutmut_scratch.pragma_problems(original, path) == []  # the pragma rules hold for GRPO's files too
 
 
 def test_the_projects_mutmut_config_is_ppos_and_names_no_target():
@@ -93,7 +93,7 @@ def test_a_project_config_that_names_a_target_is_refused_before_mutmut_runs(tmp_
     rewritten = scratch_config(text, GRPO)
     assert rewritten.partition("[tool.mutmut]")[0] == text.partition("[tool.mutmut]")[0]  # the rest untouched
 
-    monkeypatch.setattr(mutmut_run, "copy_project", lambda dest, root: _copy_with(dest, root, rewritten))
+    monkeypatch.setattr(mutmut_scratch, "copy_project", lambda dest, root: _copy_with(dest, root, rewritten))
     monkeypatch.setattr(mutmut_run, "run_mutmut", lambda *a, **k: pytest.fail("mutmut must not run"))
     assert mutmut_run.run_in_scratch(tmp_path / "scratch", tmp_path, 1, 10.0, (), GRPO) == 2
     assert "pyproject.toml: [tool.mutmut] only_mutate must list exactly" in capsys.readouterr().out

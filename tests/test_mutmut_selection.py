@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mutants import __main__ as cli
-from mutants import markdown, mutmut_run, report, scoring, selection
+from mutants import markdown, mutmut_collect, mutmut_run, report, scoring, selection
 from mutants.model import MutantRecord, MutmutResults, TriageEntry, TriageVerdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,10 +89,10 @@ def test_only_the_selected_functions_mutants_are_kept(monkeypatch):
         record("x_log__mutmut_1", "not checked", "log"),
     ]
     monkeypatch.setattr(
-        mutmut_run, "collect_file", lambda scratch, path: records if path.endswith("trainer.py") else []
+        mutmut_collect, "collect_file", lambda scratch, path: records if path.endswith("trainer.py") else []
     )
-    assert mutmut_run.collect("scratch", ("compute_gae",)) == records[:1]
-    assert mutmut_run.collect("scratch") == records
+    assert mutmut_collect.collect("scratch", ("compute_gae",)) == records[:1]
+    assert mutmut_collect.collect("scratch") == records
 
 
 def results_of(selected: tuple[str, ...], *records: MutantRecord) -> MutmutResults:

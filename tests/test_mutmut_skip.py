@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mutants import mutmut_hooks, mutmut_run, scoring
+from mutants import mutmut_hooks, mutmut_scratch, scoring
 from mutants.model import MutantRecord, TriageEntry, TriageVerdict
 
 # what mutmut generates for a function `halve` of a module: the original body, and one mutant per change
@@ -81,7 +81,7 @@ def test_the_skip_file_lists_every_triaged_mutant_with_its_verdict(tmp_path):
         "a": TriageEntry("a", "y = x / 2", "/", "*", TriageVerdict.EQUIVALENT, "why"),
         "b": TriageEntry("b", "y = x / 2", "2", "3", TriageVerdict.MISSING_CHECK, "why"),
     }
-    path = mutmut_run.write_skip_file(tmp_path, entries)
+    path = mutmut_scratch.write_skip_file(tmp_path, entries)
     assert json.loads(path.read_text(encoding="utf-8")) == {
         "a": {"line": "y = x / 2", "original": "/", "replacement": "*", "verdict": "equivalent"},
         "b": {"line": "y = x / 2", "original": "2", "replacement": "3", "verdict": "missing-check"},

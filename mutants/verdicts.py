@@ -1,0 +1,68 @@
+"""The verdict on a curated mutant's gate run, and the bug class the run's diagnoses point at.
+
+Killed means exit 1 with a check the mutant names among the failures (see runner.py for every status).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from . import catalogue
+from .catalogue import Mutant
+from .harness_run import RunOutcome
+from .model import CuratedStatus, Judgement
+
+DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
+
+
+NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
+"""A check note's diagnosis: "...: <what it is> (class N)", at the end of a note."""
+
+
+def diagnosed_class(checks: list[dict]) -> int | None:
+    """The class named most often by the diagnoses of the failing metrics in `checks` (verify.json), or None.
+
+    Each class a diagnosis names counts once (a combination counts for both); ties go to the smaller number.
+    A failed check whose message carries a diagnosis note ending "(class N)" (the gradient checks') votes too.
+    """
+    votes: Counter[int] = Counter()
+    for check in checks:
+        for metric in check.get("metrics", ()):
+            diagnosis = metric.get("diagnosis") if metric.get("failed") else None
+            votes.update(set((diagnosis or {}).get("classes") or ()))
+        if check.get("status") == "fail":
+            votes.update({int(n) for n in NOTED_CLASS.findall(check.get("message") or "")})
+    if not votes:
+        return None
+    return min(votes, key=lambda c: (-votes[c], c))
+
+
+def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:
+    """The verdict on one mutant's run: a kill is exit 1 with a check the mutant names among the failures."""
+    failed = outcome.failed
+    if mutant.command == "verify-dist" and catalogue.VERIFY_DIST in mutant.killed_by:
+        if DIST_RUN in failed:  # the processes themselves failed: a crash, not a kill
+            return Judgement(CuratedStatus.ERROR, (), f"the two-process run failed ({DIST_RUN})")
+        named = tuple(failed)
+    else:
+        wanted = set(catalogue.named_checks(mutant)) | set(mutant.killed_by)
+        named = tuple(
+            c["id"]
+            for c in outcome.checks
+            if c.get("status") == "fail" and (c["id"] in wanted or c.get("scenario") in wanted)
+        )
+    if outcome.problem:
+        return Judgement(CuratedStatus.ERROR, named, outcome.problem)
+    if outcome.returncode == 0:
+        return Judgement(CuratedStatus.SURVIVED, named, "the verify run passed")
+    if outcome.returncode == 1:
+        if named:
+            return Judgement(CuratedStatus.KILLED, named)
+        if failed:
+            why = f"failed: {', '.join(failed)}; named: {', '.join(mutant.killed_by)}"
+            return Judgement(CuratedStatus.KILLED_BY_UNNAMED_CHECKS, named, why)
+        return Judgement(CuratedStatus.ERROR, named, "exit 1 but no check failed in the report (a crash?)")
+    return Judgement(
+        CuratedStatus.ERROR, named, f"exit code {outcome.returncode} (2 is a usage or configuration error)"
+    )
