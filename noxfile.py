@@ -104,6 +104,11 @@ def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
     return found, rest
 
 
+def extra(name: str) -> list[str]:
+    """The requirements of the package's optional dependency group `name` (pyproject.toml)."""
+    return list(nox.project.load_toml(os.path.join(ROOT, "pyproject.toml"))["project"]["optional-dependencies"][name])
+
+
 def install_trl(session: nox.Session, what: str) -> None:
     """Install a TRL checkout (a folder: editable), wheel or requirement into the session, keeping torch.
 
@@ -115,6 +120,11 @@ def install_trl(session: nox.Session, what: str) -> None:
     constraints = os.path.join(session.create_tmp(), "constraints-but-trl.txt")
     with open(constraints, "w", encoding="utf-8") as f:
         f.writelines(pins)
+    # what TRL needs at run time beside itself (the `trl` extra less its TRL pin: `requests`, which
+    # trl.trainer.grpo_trainer imports and no TRL release declares), read from pyproject.toml
+    besides = [req for req in extra("trl") if not re.match(r"\s*trl\b", req)]
+    if besides:
+        session.install("-c", constraints, *besides)
     local = os.path.abspath(os.path.expanduser(what))
     if os.path.isdir(local):
         session.install("-c", constraints, "-e", local)  # edits to the checkout count without reinstalling
