@@ -11,16 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .oracle.expectation import Expectation
+from .oracle.numbers import as_float
 from .tolerances import Tolerance, close, tolerance
 from .verdict import MetricStatus, MetricVerdict
-
-
-def as_float(value: Any) -> float | None:
-    """float(value), or None when it is not a number."""
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
 
 
 def as_expectation(metric: str, want: Expectation | float) -> Expectation:

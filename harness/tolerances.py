@@ -16,10 +16,10 @@ error of 1e-3 in any of the eight pooled metrics fails at float32 and at float64
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 from harness.errors import HarnessConfigError
+from harness.oracle.numbers import finite_float
 
 
 class Tolerance(NamedTuple):
@@ -119,18 +119,9 @@ def tolerance(metric: str, dtype: Any) -> Tolerance:
     return rows.get(metric, rows[DEFAULT])[name]
 
 
-def _finite_float(value: Any) -> float | None:
-    """float(value) when it is a finite number, else None."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def close(logged: Any, expected: Any, tol: Tolerance | tuple[float, ...], scale: float | None = None) -> bool:
     """True when both are finite numbers within the tolerance's allowed gap of each other."""
-    x, y = _finite_float(logged), _finite_float(expected)
+    x, y = finite_float(logged), finite_float(expected)
     if x is None or y is None:
         return False
     return abs(x - y) <= Tolerance(*tol).allowed(y, scale)

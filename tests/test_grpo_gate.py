@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from harness.algorithms.grpo.expect import expected_metrics, intervals, record_p
 from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
 from harness.errors import HarnessConfigError
 from harness.instrument.grad import GradTrace
+from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Crashed, Observation, ObservationCache, Ran
 from tests.gate_run import verify
 
@@ -26,17 +28,17 @@ def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0
     """A loss record from nested lists (float64, as the interface says)."""
     mask = torch.tensor(mask, dtype=torch.bool)
     as64 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    return {
-        "generation": 0,
-        "window": window,
-        "rank": 0,
-        "completion_mask": mask,
-        "logps": as64(logps),
-        "old_logps": as64(old),
-        "ref_logps": as64(ref),
-        "advantages": as64(advantages),
-        "entropies": as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
-    }
+    return LossRecord(
+        generation=0,
+        window=window,
+        rank=0,
+        completion_mask=mask,
+        logps=as64(logps),
+        old_logps=as64(old),
+        ref_logps=as64(ref),
+        advantages=as64(advantages),
+        entropies=as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
+    )
 
 
 def values(expected):
@@ -100,12 +102,11 @@ def test_empty_micro_batches_add_nothing_and_an_empty_interval_logs_zero():
 
 def test_what_the_records_do_not_hold_is_not_recomputable():
     assert all(e.value is None for e in expected_metrics([], GRPOSpec()).values())
-    r = record([[1]], [[0.0]], [1.0])
-    r["entropies"] = None
+    r = dataclasses.replace(record([[1]], [[0.0]], [1.0]), entropies=None)
     got = expected_metrics([r], GRPOSpec(beta=0.04))  # no entropies, no reference log-probs
     assert got["entropy"].value is None and "entropies" in got["entropy"].reason
     assert got["kl"].value is None and "reference log-probs" in got["kl"].reason
-    assert record_problems({"completion_mask": torch.ones(1, 2, dtype=torch.bool)})[0].startswith("loss record lacks")
+    assert record_problems(dataclasses.replace(r, logps=None)) == ["logps is None"]
     bad = record([[1, 1]], [[0.0, 0.0]], [1.0, 2.0])
     assert any("advantages" in p for p in record_problems(bad))
 
@@ -199,8 +200,8 @@ def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache,
     assert grpo_check("uneven_lengths[loss_type=dapo]", reference_cache).passed
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     records = obs.ran.loss_inputs
-    assert {r["window"] for r in records} == {0, 1, 2, 3} and all(r["old_logps"] is not None for r in records)
-    assert all(r["logps"].dtype == torch.float64 and r["completion_mask"].dtype == torch.bool for r in records)
+    assert {r.window for r in records} == {0, 1, 2, 3} and all(r.old_logps is not None for r in records)
+    assert all(r.logps.dtype == torch.float64 and r.completion_mask.dtype == torch.bool for r in records)
     for change, why in ((lambda log: log.pop("kl"), "never logged kl"),
                         (lambda log: log.update(entropy=math.nan), "entropy=nan")):  # fmt: skip
         logs = [dict(log) for log in obs.ran.logs]
@@ -216,7 +217,7 @@ def test_a_generation_trained_short_of_a_micro_batch_is_caught():
     from harness.algorithms.grpo.checks import untrained_micro_batches
 
     spec = scenarios.SHORT.with_(max_steps=4)  # 4 micro-batches per generation
-    made = lambda *gens: [dict(record([[True]], [[0.0]], [0.0]), generation=g) for g in gens]  # noqa: E731
+    made = lambda *gens: [dataclasses.replace(record([[True]], [[0.0]], [0.0]), generation=g) for g in gens]  # noqa: E731
     assert untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2), spec) == ""
     assert "per generation [3, 4], expected 4" in untrained_micro_batches(made(0, 0, 0, 1, 1, 1, 1), spec)
     assert "[4, 5]" in untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 1), spec)
@@ -245,7 +246,7 @@ def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
     for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):
-        means = [float((r["entropies"] * r["completion_mask"]).sum() / r["completion_mask"].sum()) for r in records]
+        means = [float((r.entropies * r.completion_mask).sum() / r.completion_mask.sum()) for r in records]
         logs[index]["entropy"] = sum(means) / len(means)
     broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
     result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from harness.algorithms import case
-from harness.algorithms.grpo import gradient_checks, gradients
+from harness.algorithms.grpo import gradient_scenarios, gradients
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Observation, ObservationCache
@@ -41,7 +42,7 @@ def test_each_loss_type_weighs_the_per_token_gradient_as_section_4_says(loss_typ
     (got,) = formula([r], spec)
     assert torch.allclose(got, torch.tensor([[row0, row0, 0.0], [row1, 0.0, 0.0]], dtype=torch.float64))
     # two ranks with the same rows: twice the counts, and each rank's loss multiplied by the ranks
-    for each in formula([r, {**r, "rank": 1}], spec, world=2):
+    for each in formula([r, dataclasses.replace(r, rank=1)], spec, world=2):
         assert torch.allclose(each, got)
 
 
@@ -82,7 +83,7 @@ def test_the_kl_term_with_and_without_the_bias_correction():
     assert float(corrected) == pytest.approx(0.5 * ((1 - math.exp(gap)) * ratio + k3 * ratio))
     plain = gradients.token_gradient(r, gradients.Settings.of(spec.with_(use_bias_correction_kl=False))).value
     assert float(plain) == pytest.approx(0.5 * (1 - math.exp(gap)))
-    r["ref_logps"] = None
+    r = dataclasses.replace(r, ref_logps=None)
     with pytest.raises(NotRecomputable, match="no reference log-probs"):
         gradients.token_gradient(r, gradients.Settings.of(spec))
 
@@ -101,37 +102,38 @@ def check(check_id, cache):
 def test_the_reference_records_the_gradient_and_passes(reference_cache):
     result = check("logp_gradient[loss_type=bnpo]", reference_cache)
     assert result.passed, result.message
-    spec = gradient_checks.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
+    spec = gradient_scenarios.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
     obs = reference_cache.get(spec, spy=False)
-    assert all(r["logp_grad"].dtype == torch.float64 for r in obs.ran.loss_inputs)
+    assert all(r.logp_grad.dtype == torch.float64 for r in obs.ran.loss_inputs)
 
 
 def _with(obs, change):
-    records = [change(dict(r)) for r in obs.ran.loss_inputs]
+    records = [change(r) for r in obs.ran.loss_inputs]
     return FixedCache(lambda spec: Observation(obs.spec, ran(obs.ran.logs, records, obs.ran.grads.steps)))
 
 
 def test_no_gradient_a_common_factor_or_a_nan_fails_and_says_so(reference_cache):
-    spec = gradient_checks.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
+    spec = gradient_scenarios.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
     obs = reference_cache.get(spec, spy=False)
-    missing = check("logp_gradient[loss_type=bnpo]", _with(obs, lambda r: {**r, "logp_grad": None}))
+    missing = check("logp_gradient[loss_type=bnpo]", _with(obs, lambda r: dataclasses.replace(r, logp_grad=None)))
     assert not missing.passed and "no gradient reached the log-probs" in missing.message
-    doubled = check("logp_gradient[loss_type=bnpo]", _with(obs, lambda r: {**r, "logp_grad": 2 * r["logp_grad"]}))
+    doubled = check("logp_gradient[loss_type=bnpo]",
+                    _with(obs, lambda r: dataclasses.replace(r, logp_grad=2 * r.logp_grad)))  # fmt: skip
     assert not doubled.passed and "2 times the formula's in every micro-batch (a common factor)" in doubled.message
 
     def nan(r):
-        grad = r["logp_grad"].clone()
+        grad = r.logp_grad.clone()
         grad[0, 0] = math.nan
-        return {**r, "logp_grad": grad}
+        return dataclasses.replace(r, logp_grad=grad)
 
     assert not check("logp_gradient[loss_type=bnpo]", _with(obs, nan)).passed
 
 
 def test_a_run_without_a_clipped_token_fails_the_clipped_cases(reference_cache):
     """The clipped runs exist to show the clip's flat branch: records whose ratios are all 1 fail them."""
-    spec = gradient_checks.run_spec(GRPOSpec(), case("logp_gradient[run=extremes]", "grpo"))
+    spec = gradient_scenarios.run_spec(GRPOSpec(), case("logp_gradient[run=extremes]", "grpo"))
     obs = reference_cache.get(spec, spy=False)
-    result = check("logp_gradient[run=extremes]", _with(obs, lambda r: {**r, "old_logps": r["logps"]}))
+    result = check("logp_gradient[run=extremes]", _with(obs, lambda r: dataclasses.replace(r, old_logps=r.logps)))
     assert not result.passed and "no token's gradient was zeroed by the clip" in result.message
 
 
@@ -142,11 +144,11 @@ def test_a_run_whose_every_advantage_is_0_at_beta_0_passes_only_with_a_zero_grad
 
     spec = GRPOSpec(beta=0.0)
     kase = case("logp_gradient[loss_type=bnpo]", "grpo")
-    obs = ObservationCache(factory).get(gradient_checks.run_spec(spec, kase), spy=False)
+    obs = ObservationCache(factory).get(gradient_scenarios.run_spec(spec, kase), spy=False)
 
     def still(r, grad=0.0):
-        zero = torch.zeros_like(r["advantages"])
-        return {**r, "advantages": zero, "logp_grad": torch.full_like(r["logp_grad"], grad)}
+        zero = torch.zeros_like(r.advantages)
+        return dataclasses.replace(r, advantages=zero, logp_grad=torch.full_like(r.logp_grad, grad))
 
     flat = kase.run(_with(obs, still), spec)
     assert flat.passed and "the loss's normalisation is not seen" in " ".join(flat.notes)

@@ -11,6 +11,7 @@ from harness.algorithms import case
 from harness.algorithms.grpo import lengths
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
+from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation, ObservationCache
 from tests.test_grpo_gate import FixedCache
 
@@ -21,8 +22,10 @@ CHECK = "completion_lengths"
 def record(ids, lengths_, places, generation=0):
     ids = torch.tensor(ids, dtype=torch.int64)
     mask = torch.arange(ids.shape[1]) < torch.tensor(lengths_).unsqueeze(1)
-    return {"generation": generation, "rank": 0, "completion_mask": mask, "completion_ids": ids,
-            "completions": torch.tensor(places)}  # fmt: skip
+    zeros = torch.zeros(mask.shape, dtype=torch.float64)
+    return LossRecord(generation=generation, window=0, rank=0, completion_mask=mask, logps=zeros, old_logps=None,
+                      ref_logps=None, advantages=zeros[:, 0], entropies=None, completion_ids=ids,
+                      completions=torch.tensor(places))  # fmt: skip
 
 
 # ---------------------------------------------------------------- the formulas on hand-made records
@@ -60,11 +63,11 @@ def test_no_terminated_completion_gives_zeros_and_a_pad_at_the_end_is_not_a_stop
 def test_records_that_do_not_say_are_not_recomputable():
     good = record([[5, STOP]], [2], [0])
     assert "stop_token_id" in lengths.trained_completions([good], None)
-    no_ids = {k: v for k, v in good.items() if k != "completion_ids"}
+    no_ids = dataclasses.replace(good, completion_ids=None)
     assert "`completion_ids`" in lengths.trained_completions([no_ids], STOP)
-    no_places = {k: v for k, v in good.items() if k != "completions"}
+    no_places = dataclasses.replace(good, completions=None)
     assert "`completions`" in lengths.trained_completions([no_places], STOP)
-    short = dict(good, completion_ids=torch.tensor([[5]]))
+    short = dataclasses.replace(good, completion_ids=torch.tensor([[5]]))
     assert "completion_ids has shape" in lengths.trained_completions([short], STOP)
     again = record([[5, 6]], [2], [0])  # the same completion, another mask: the records contradict each other
     assert "trained again" in lengths.trained_completions([good, again], STOP)
@@ -103,7 +106,7 @@ def test_the_reference_passes_with_both_kinds_of_completion(reference_cache):
 
 def test_without_ids_or_a_stop_token_the_check_is_not_recomputable(reference_cache):
     obs = reward_obs(reference_cache)
-    no_ids = tuple({k: v for k, v in r.items() if k != "completion_ids"} for r in obs.ran.loss_inputs)
+    no_ids = tuple(dataclasses.replace(r, completion_ids=None) for r in obs.ran.loss_inputs)
     for broken, why in ((altered(obs, loss_inputs=no_ids), "`completion_ids`"),
                         (altered(obs, stop_token_id=None), "`stop_token_id`")):  # fmt: skip
         result = run_check(FixedCache.of(broken))
@@ -112,9 +115,9 @@ def test_without_ids_or_a_stop_token_the_check_is_not_recomputable(reference_cac
 
 def test_a_run_without_a_completion_cut_at_the_cap_tests_nothing(reference_cache):
     obs = reward_obs(reference_cache)
-    records = [dict(r, completion_mask=r["completion_mask"].clone()) for r in obs.ran.loss_inputs]
+    records = [dataclasses.replace(r, completion_mask=r.completion_mask.clone()) for r in obs.ran.loss_inputs]
     for r in records:
-        r["completion_mask"][:, -1] = False  # no completion runs to max_completion_length
+        r.completion_mask[:, -1] = False  # no completion runs to max_completion_length
     result = run_check(FixedCache.of(altered(obs, loss_inputs=tuple(records))))
     assert not result.passed and "0 ran to max_completion_length=12" in result.message
     assert "did not test" in result.message
@@ -136,10 +139,10 @@ def test_a_trainer_that_takes_a_final_pad_for_the_stop_token_is_named(reference_
     obs = reward_obs(reference_cache)
     records = []
     for r in obs.ran.loss_inputs:  # every completion cut at the cap now ends with a pad (as TRL pads them)
-        ids, cut = r["completion_ids"].clone(), r["completion_mask"].all(dim=1)
+        ids, cut = r.completion_ids.clone(), r.completion_mask.all(dim=1)
         ids[cut, -1] = obs.ran.pad_token_id
-        records.append(dict(r, completion_ids=ids))
-    per_log = [lengths.trained_completions([r for r in records if r["generation"] == g], obs.ran.stop_token_id,
+        records.append(dataclasses.replace(r, completion_ids=ids))
+    per_log = [lengths.trained_completions([r for r in records if r.generation == g], obs.ran.stop_token_id,
                                            obs.ran.pad_token_id) for g in (0, 1)]  # fmt: skip
     logs = [dict(log) for log in obs.ran.logs]
     for log, trained in zip(logs, per_log):

@@ -14,6 +14,7 @@ from harness.algorithms.grpo.reward_calls import RewardTap, as_scores
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
+from harness.instrument.loss import RewardCall, reward_calls
 from harness.instrument.observe import Observation, ObservationCache
 from tests.test_grpo_gate import FixedCache
 
@@ -21,8 +22,7 @@ NAN = math.nan
 
 
 def call(generation, index, scores, name=None, rank=0):
-    return {"generation": generation, "rank": rank, "function": name or f"f{index}", "index": index,
-            "scores": torch.tensor(scores, dtype=torch.float64)}  # fmt: skip
+    return RewardCall(generation, rank, name or f"f{index}", index, torch.tensor(scores, dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- the formulas on hand-made scores
@@ -57,7 +57,10 @@ def test_reward_calls_become_generations_or_say_why_not():
     assert "called twice" in rewards.generations([call(0, 0, [1.0, 0.0]), call(0, 0, [1.0, 0.0])], spec)
     odd = rewards.generations([call(0, 0, [1.0, 0.0, 1.0]), call(0, 1, [1.0, 0.0, 1.0])], spec)
     assert "not a whole number of groups" in odd
-    assert "lacks index" in rewards.generations([{k: v for k, v in call(0, 0, [1.0]).items() if k != "index"}], spec)
+    as_dict = {f.name: getattr(call(0, 0, [1.0]), f.name) for f in dataclasses.fields(RewardCall)}
+    assert reward_calls([as_dict])[0].scores.tolist() == [1.0]  # a call handed as a dict, converted
+    with pytest.raises(HarnessConfigError, match="reward_calls\\[0\\]: RewardCall lacks the required key 'index'"):
+        reward_calls([{k: v for k, v in as_dict.items() if k != "index"}])
 
 
 def test_reward_statistics_count_each_completion_once_and_leave_empty_sets_open():
@@ -80,8 +83,8 @@ def test_the_tap_records_every_call_and_none_as_nan():
     wrapped = tap.wrap("scorer", scorer)
     assert wrapped.__name__ == "scorer" and wrapped(completion_ids=[[1], [2]]) == [None, 2]
     (record,) = tap.calls
-    assert record["generation"] == 3 and record["rank"] == 1 and record["index"] == 0
-    assert math.isnan(record["scores"][0]) and record["scores"][1] == 2.0
+    assert isinstance(record, RewardCall) and (record.generation, record.rank, record.index) == (3, 1, 0)
+    assert record.function == "scorer" and math.isnan(record.scores[0]) and record.scores[1] == 2.0
     assert as_scores(torch.tensor([1.0, NAN])).dtype == torch.float64
 
 
@@ -114,16 +117,16 @@ def test_the_reference_records_scores_and_rows_and_passes(reference_cache):
         assert run_check(check_id, reference_cache).passed, check_id
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
     calls = obs.ran.reward_calls
-    assert [(c["generation"], c["function"]) for c in calls] == [(0, "count_w7"), (0, "stopped"),
-                                                                 (1, "count_w7"), (1, "stopped")]  # fmt: skip
-    assert all(c["scores"].shape == (16,) for c in calls)
-    trained = sorted(int(i) for r in obs.ran.loss_inputs if r["generation"] == 0 for i in r["completions"])
+    assert [(c.generation, c.function) for c in calls] == [(0, "count_w7"), (0, "stopped"),
+                                                           (1, "count_w7"), (1, "stopped")]  # fmt: skip
+    assert all(c.scores.shape == (16,) for c in calls)
+    trained = sorted(int(i) for r in obs.ran.loss_inputs if r.generation == 0 for i in r.completions)
     assert trained == list(range(16))  # every completion of the generation, once
 
 
 def test_without_scores_or_rows_the_checks_are_not_recomputable(reference_cache):
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
-    no_rows = tuple({k: v for k, v in r.items() if k != "completions"} for r in obs.ran.loss_inputs)
+    no_rows = tuple(dataclasses.replace(r, completions=None) for r in obs.ran.loss_inputs)
     for broken, why in ((altered(obs, reward_calls=None), "no reward calls"),
                         (altered(obs, loss_inputs=no_rows), "does not say which completions")):  # fmt: skip
         for check_id in ("advantages[scale_rewards=group]", "reward_stats[scale_rewards=group]"):
@@ -134,9 +137,9 @@ def test_without_scores_or_rows_the_checks_are_not_recomputable(reference_cache)
 def test_a_wrong_advantage_or_a_nan_one_fails(reference_cache):
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
     for value in (0.5, NAN):
-        records = [dict(r) for r in obs.ran.loss_inputs]
-        records[3]["advantages"] = records[3]["advantages"].clone()
-        records[3]["advantages"][1] += value
+        records = list(obs.ran.loss_inputs)
+        records[3] = dataclasses.replace(records[3], advantages=records[3].advantages.clone())
+        records[3].advantages[1] += value
         result = run_check("advantages[scale_rewards=group]", FixedCache.of(altered(obs, loss_inputs=tuple(records))))
         assert (
             not result.passed
@@ -152,11 +155,11 @@ def test_a_wrong_reward_statistic_fails_and_an_unlogged_empty_one_is_noted(refer
     result = run_check("reward_stats[scale_rewards=group]", FixedCache.of(altered(obs, logs=tuple(logs))))
     assert not result.passed and "reward_std @ log 2" in result.message
     # one trained completion scored by the second function: its std is over an empty set, logged or not
-    calls = [dict(c) for c in obs.ran.reward_calls]
-    for c in calls:
-        if c["function"] == "stopped":
-            c["scores"] = torch.full_like(c["scores"], NAN)
-            c["scores"][0] = 1.0
+    calls = list(obs.ran.reward_calls)
+    for i, c in enumerate(calls):
+        if c.function == "stopped":
+            calls[i] = dataclasses.replace(c, scores=torch.full_like(c.scores, NAN))
+            calls[i].scores[0] = 1.0
     logs = [{k: v for k, v in log.items() if k != "rewards/stopped/std"} for log in obs.ran.logs]
     for log in logs:
         log["rewards/stopped/mean"] = 1.0

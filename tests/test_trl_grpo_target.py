@@ -7,6 +7,7 @@ measurements that docs/trl-grpo.md reports.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -95,22 +96,22 @@ CLIPPED = grpo_spec(
 
 def per_token(entry: dict, spec) -> dict[str, torch.Tensor]:
     """The per-token values of docs/grpo-metrics.md section 2 for one recorded micro-batch (float64)."""
-    logps = entry["logps"]
-    old = entry["old_logps"] if entry["old_logps"] is not None else logps
+    logps = entry.logps
+    old = entry.old_logps if entry.old_logps is not None else logps
     ratio = torch.exp(logps - old)
-    advantage = entry["advantages"].unsqueeze(1)
+    advantage = entry.advantages.unsqueeze(1)
     low = ((ratio < 1 - spec.epsilon_low) & (advantage < 0)).double()
     high = ((ratio > 1 + spec.epsilon_high) & (advantage > 0)).double()
     values = {
-        "entropy": entry["entropies"],
+        "entropy": entry.entropies,
         "clip_ratio/low_mean": low,
         "clip_ratio/high_mean": high,
         "clip_ratio/region_mean": torch.maximum(low, high),
     }
     clipped = torch.clamp(ratio, 1 - spec.epsilon_low, 1 + spec.epsilon_high)
     loss = -torch.min(ratio * advantage, clipped * advantage)
-    if entry["ref_logps"] is not None:
-        gap = entry["ref_logps"] - logps
+    if entry.ref_logps is not None:
+        gap = entry.ref_logps - logps
         kl = torch.exp(gap) - gap - 1
         values["kl"] = kl * ratio if spec.use_bias_correction_kl else kl
         loss = loss + spec.beta * values["kl"]
@@ -121,7 +122,7 @@ def per_token(entry: dict, spec) -> dict[str, torch.Tensor]:
 def pooled(entries: list[dict], spec) -> dict[str, float]:
     """Each token mean as the contract pools it (one sum over one count) and as a flat mean of micro-batch means."""
     out: dict[str, float] = {}
-    tables = [(e["completion_mask"].double(), per_token(e, spec)) for e in entries]
+    tables = [(e.completion_mask.double(), per_token(e, spec)) for e in entries]
     for name in (*TOKEN_MEANS, "loss"):
         if name not in tables[0][1]:
             continue
@@ -137,15 +138,15 @@ def pooled(entries: list[dict], spec) -> dict[str, float]:
 
 def interval(run, index: int) -> list[dict]:
     """The recorded micro-batches of logging interval `index`."""
-    return [e for e in run.loss_inputs if e["window"] // run.spec.logging_steps == index]
+    return [e for e in run.loss_inputs if e.window // run.spec.logging_steps == index]
 
 
 def window_losses(run, entries: list[dict]) -> list[float]:
     """Each window's loss as docs/grpo-metrics.md section 4 defines it for the run's loss type."""
     spec, out = run.spec, []
-    for window in sorted({e["window"] for e in entries}):
+    for window in sorted({e.window for e in entries}):
         rows = [
-            (e, e["completion_mask"].double(), per_token(e, spec)["loss"]) for e in entries if e["window"] == window
+            (e, e.completion_mask.double(), per_token(e, spec)["loss"]) for e in entries if e.window == window
         ]
         summed = sum((loss * mask).sum().item() for _, mask, loss in rows)
         if spec.loss_type == "grpo":
@@ -156,9 +157,9 @@ def window_losses(run, entries: list[dict]) -> list[float]:
         elif spec.loss_type == "dr_grpo":
             out.append(summed / (sum(mask.shape[0] for _, mask, _ in rows) * spec.max_completion_length))
         else:  # dapo: over the generation batch's tokens times the window's share of it
-            generation = {e["generation"] for e, _, _ in rows}
+            generation = {e.generation for e, _, _ in rows}
             assert len(generation) == 1, "a window of two generations"
-            tokens = sum(e["completion_mask"].sum().item() for e in run.loss_inputs if e["generation"] in generation)
+            tokens = sum(e.completion_mask.sum().item() for e in run.loss_inputs if e.generation in generation)
             out.append(summed / (tokens / spec.num_iterations * len(rows) / spec.steps_per_generation))
     return out
 
@@ -167,8 +168,8 @@ def completions(run) -> list[tuple[int, float]]:
     """Each completion as (length, summed log-prob), sorted: what two cuts of one generation batch share."""
     seen = []
     for e in run.loss_inputs:
-        mask = e["completion_mask"]
-        seen += [(int(m.sum()), round((lp * m).sum().item(), 5)) for m, lp in zip(mask, e["logps"], strict=True)]
+        mask = e.completion_mask
+        seen += [(int(m.sum()), round((lp * m).sum().item(), 5)) for m, lp in zip(mask, e.logps, strict=True)]
     return sorted(seen)
 
 
@@ -219,48 +220,49 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
     assert len(run.loss_inputs) == micro_batches > 0
     assert micro_batches == spec.steps_per_generation * spec.num_iterations  # one generation in each of these runs
     for entry in run.loss_inputs:
-        assert set(entry) == KEYS
-        mask = entry["completion_mask"]
+        assert {f.name for f in dataclasses.fields(entry)} == KEYS
+        assert all(getattr(entry, name) is not None for name in KEYS - {"old_logps"}), entry  # every field filled
+        mask = entry.completion_mask
         assert mask.dtype == torch.bool and mask.shape[0] == spec.per_device_train_batch_size
         assert mask.shape[1] <= spec.max_completion_length
         lengths = mask.sum(1)
         assert (lengths >= 1).all()
         assert (mask == (torch.arange(mask.shape[1]) < lengths.unsqueeze(1))).all()  # a prefix of each row
         for name in TENSORS:
-            value = entry[name]
+            value = getattr(entry, name)
             if value is None:
                 continue
             assert value.dtype == torch.float64 and value.device.type == "cpu" and not value.requires_grad
             assert value.shape == (mask.shape if name != "advantages" else mask.shape[:1])
             assert torch.isfinite(value[mask] if value.dim() == 2 else value).all()
-        assert entry["ref_logps"] is not None  # beta = 0.1
-        gaps = entry["logit_gaps"]  # TRL's log-probs and entropies against float64 from its logits (measured 8e-7)
-        assert set(gaps) == {"logps", "entropies"} and all(0 <= g < 1e-5 for g in gaps.values()), gaps
-        assert (entry["generation"], entry["rank"]) == (0, 0)
-        ids = entry["completion_ids"]  # TRL's padded ids: the mask ends at the first EOS, or runs to the last id
+        assert entry.ref_logps is not None  # beta = 0.1
+        gaps = entry.logit_gaps  # TRL's log-probs and entropies against float64 from its logits (measured 8e-7)
+        assert all(0 <= g < 1e-5 for g in (gaps.logps, gaps.entropies)), gaps
+        assert (entry.generation, entry.rank) == (0, 0)
+        ids = entry.completion_ids  # TRL's padded ids: the mask ends at the first EOS, or runs to the last id
         assert ids.dtype == torch.int64 and ids.shape == mask.shape
-    lengths = torch.cat([e["completion_mask"].sum(1) for e in run.loss_inputs])
+    lengths = torch.cat([e.completion_mask.sum(1) for e in run.loss_inputs])
     assert len(set(lengths.tolist())) > 1, "the toy world should give completions of uneven length"
     # each row named by its place in the generation batch the reward function scored: every one once per pass
-    rows = sorted(torch.cat([e["completions"] for e in run.loss_inputs]).tolist())
+    rows = sorted(torch.cat([e.completions for e in run.loss_inputs]).tolist())
     batch = spec.per_device_train_batch_size * spec.steps_per_generation
     assert rows == sorted(list(range(batch)) * spec.num_iterations)
     (call,) = run.reward_calls  # one reward function, one generation
-    assert (call["generation"], call["rank"], call["function"], call["index"]) == (0, 0, "toy_reward", 0)
-    assert call["scores"].shape == (batch,) and call["scores"].dtype == torch.float64
+    assert (call.generation, call.rank, call.function, call.index) == (0, 0, "toy_reward", 0)
+    assert call.scores.shape == (batch,) and call.scores.dtype == torch.float64
 
 
 def test_windows_and_old_logps_follow_trls_loop(cut_4x2, short_window):
     run, _ = cut_4x2
-    assert [e["window"] for e in run.loss_inputs] == [0, 0]
-    assert all(e["old_logps"] is None for e in run.loss_inputs)  # one window per generation: on-policy
+    assert [e.window for e in run.loss_inputs] == [0, 0]
+    assert all(e.old_logps is None for e in run.loss_inputs)  # one window per generation: on-policy
     run, logs = short_window
-    assert [e["window"] for e in run.loss_inputs] == [0, 0, 0, 1]  # the last window of the generation is short
+    assert [e.window for e in run.loss_inputs] == [0, 0, 0, 1]  # the last window of the generation is short
     assert len(logs) == 1 and logs[0]["step"] == 2
     for entry in run.loss_inputs:  # 3 % 4 != 0: TRL keeps old log-probs; at LR 0 they are the current ones
-        assert entry["old_logps"] is not None
-        mask = entry["completion_mask"]
-        assert (entry["logps"] - entry["old_logps"])[mask].abs().max().item() < 1e-5
+        assert entry.old_logps is not None
+        mask = entry.completion_mask
+        assert (entry.logps - entry.old_logps)[mask].abs().max().item() < 1e-5
 
 
 def test_two_cuts_of_one_generation_log_flat_means_of_micro_batch_means(cut_4x2, cut_2x4):
@@ -292,7 +294,7 @@ def test_high_max_is_a_mean_of_micro_batch_maxima():
     """With clipping (LR 0.05, epsilon 0.02, old log-probs from the first window) high_max is not the maximum."""
     run, logs = trained(CLIPPED)
     entries = interval(run, 0)
-    assert [e["window"] for e in entries] == [0, 0, 1, 1]
+    assert [e.window for e in entries] == [0, 0, 1, 1]
     mine = pooled(entries, run.spec)
     assert mine["clip_ratio/high_max"] > 0
     assert logs[0]["clip_ratio/high_max"] == pytest.approx(mine["clip_ratio/high_max (mean of maxima)"], rel=1e-6)
@@ -338,7 +340,7 @@ if __name__ == "__main__":
         run, logs = trained(spec, **build_args)
         entries, logged = interval(run, 0), logs[0]
         mine = pooled(entries, spec)
-        print(f"\n{title}: {spec.loss_type}, micro-batch tokens {[int(e['completion_mask'].sum()) for e in entries]}")
+        print(f"\n{title}: {spec.loss_type}, micro-batch tokens {[int(e.completion_mask.sum()) for e in entries]}")
         for name in (*TOKEN_MEANS, "clip_ratio/high_max"):
             if name in logged:
                 related = {k: round(v, 6) for k, v in mine.items() if k.split(" ")[0] == name}

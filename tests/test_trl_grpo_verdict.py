@@ -124,14 +124,14 @@ def trl_runs():
     if not _trl_grpo_available():
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
     from harness.algorithms.grpo import scenarios
-    from harness.algorithms.grpo.expect import intervals
     from harness.algorithms.grpo.targets import trl
+    from harness.algorithms.grpo.view import build_view
 
     out = {}
     for spec in (scenarios.UNEVEN, scenarios.ALL_MASKED):
         run = trl.build(spec)
         logs = run.train()
-        out[spec.name] = (spec, logs, intervals(run.loss_inputs, spec))
+        out[spec.name] = (spec, logs, build_view(run.loss_inputs, spec).intervals)
     return out
 
 
@@ -145,24 +145,24 @@ def test_trl_grpo_token_means_are_flat_means_of_micro_batch_means(trl_runs, name
 
     spec, logs, per_interval = trl_runs[name]
     departures = 0
-    for log, records in zip(logs, per_interval, strict=True):
-        expected = expected_metrics(records, spec)
+    for log, interval in zip(logs, per_interval, strict=True):
+        expected = expected_metrics(interval.records, spec)
         for metric in TOKEN_MEANS:
-            flat = flat_mean_of_microbatch_means(records, spec, metric)
+            flat = flat_mean_of_microbatch_means(interval.terms, metric)
             assert log[metric] == pytest.approx(flat, rel=REL, abs=1e-9), (metric, log[metric], flat)
             departures += abs(flat - expected[metric].value) > 1e-4 * (1 + abs(flat))
     assert departures >= 2  # entropy and kl at least: the pooling shows
 
 
 def test_trl_grpo_empty_micro_batches_enter_token_means_as_zero(trl_runs):
-    spec, logs, (records,) = trl_runs["all_masked"]
+    spec, logs, (interval,) = trl_runs["all_masked"]
     from harness.algorithms.grpo.poolings import flat_mean_of_microbatch_means
 
-    empty = sum(int(r["completion_mask"].sum()) == 0 for r in records)
+    empty = sum(count == 0 for count in interval.token_counts())
     assert empty >= 1
-    nonempty = [r for r in records if int(r["completion_mask"].sum())]
-    without = flat_mean_of_microbatch_means(nonempty, spec, "entropy")
-    assert logs[0]["entropy"] == pytest.approx(without * len(nonempty) / len(records), rel=REL)
+    nonempty = [t for t in interval.terms if int(t.mask.sum())]
+    without = flat_mean_of_microbatch_means(nonempty, "entropy")
+    assert logs[0]["entropy"] == pytest.approx(without * len(nonempty) / len(interval.records), rel=REL)
 
 
 @pytest.mark.parametrize("name", ["uneven_lengths", "all_masked"])
@@ -171,12 +171,12 @@ def test_trl_grpo_extremes_are_means_of_micro_batch_extremes(trl_runs, name):
     from harness.algorithms.grpo.poolings import mean_of_microbatch_extremes
 
     spec, logs, per_interval = trl_runs[name]
-    for log, records in zip(logs, per_interval, strict=True):
+    for log, interval in zip(logs, per_interval, strict=True):
         for metric in ("clip_ratio/low_min", "clip_ratio/high_max"):
-            wrong = mean_of_microbatch_extremes(records, spec, metric)
+            wrong = mean_of_microbatch_extremes(interval.terms, metric)
             assert log[metric] == pytest.approx(wrong, rel=REL, abs=1e-9), (metric, log[metric], wrong)
     # the first interval of uneven_lengths: a true maximum of 2/11 logged as 0.0732 (measured)
-    first = expected_metrics(per_interval[0], spec)["clip_ratio/high_max"].value
+    first = expected_metrics(per_interval[0].records, spec)["clip_ratio/high_max"].value
     assert name != "uneven_lengths" or logs[0]["clip_ratio/high_max"] < first / 2
 
 

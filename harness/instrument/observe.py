@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness.errors import HarnessConfigError
 
+from . import loss
 from .grad import GradTrace
 
 if TYPE_CHECKING:
     import torch
 
+    from .loss import LossRecord, RewardCall
     from .records import Record
 
 
@@ -52,8 +54,9 @@ class TargetRun(Protocol):
     # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust), and
     # for a reward on decoded text `scored_texts` (per rollout, the (prompts, responses) strings the reward was
     # given) with `tokenizer` (what the oracle decodes the rollout's token ids with to check those strings).
-    # A GRPO run also has `loss_inputs`: one dict per micro-batch of its loss, and may have `reward_calls`: one
-    # dict per call of a reward function it handed its trainer (docs/architecture.md).
+    # A GRPO run also has `loss_inputs`: one LossRecord (or dict with its fields) per micro-batch of its loss,
+    # and may have `reward_calls`: one RewardCall (or dict) per call of a reward function it handed its trainer
+    # (harness/instrument/loss.py, docs/architecture.md).
 
 
 def missing_members(run: Any) -> list[str]:
@@ -82,9 +85,9 @@ class Ran:
     scores: tuple[torch.Tensor, ...] | None = None
     sites: Any = None
     """The run's site map (its names for the call sites), or None for the algorithm's default."""
-    loss_inputs: tuple[dict, ...] | None = None
+    loss_inputs: tuple[LossRecord, ...] | None = None
     """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
-    reward_calls: tuple[dict, ...] | None = None
+    reward_calls: tuple[RewardCall, ...] | None = None
     """What a GRPO run recorded at each call of its reward functions (None: the run records none)."""
     networks: Any = None
     """Float64 CPU copies of the run's `models`, taken before training (None: the run exposes none)."""
@@ -187,8 +190,8 @@ def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
         stop_token_id=run.stop_token_id,
         scores=None if scores is None else tuple(scores),
         sites=getattr(run, "site_map", None),
-        loss_inputs=None if getattr(run, "loss_inputs", None) is None else tuple(run.loss_inputs),
-        reward_calls=None if getattr(run, "reward_calls", None) is None else tuple(run.reward_calls),
+        loss_inputs=loss.loss_records(getattr(run, "loss_inputs", None)),
+        reward_calls=loss.reward_calls(getattr(run, "reward_calls", None)),
         networks=networks,
         prompts=prompts,
         reward_model=reward_model is not None,

@@ -1,4 +1,4 @@
-"""Tensor copies and per-position reductions the spy makes at record time, a few positions at a time.
+"""Tensor copies and per-position reductions the instruments make at record time, a few positions at a time.
 
 The `(B, T, V)` logits are never kept: the spy reduces them to a per-token entropy and to the
 gap between the returned log-probs and log_softmax(logits)[index], so memory stays flat in
@@ -92,10 +92,12 @@ def reduce_logits(
     return entropy, gap, spread.cpu().reshape(logits.shape[:-1])
 
 
-def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A detached CPU copy of `tensor` (or of a Python number) in `dtype`."""
+def _copy(tensor: Any, dtype: torch.dtype) -> torch.Tensor | None:
+    """A detached CPU copy of `tensor` (or of a Python number or list) in `dtype`; None for None."""
     import torch
 
+    if tensor is None:
+        return None
     if not isinstance(tensor, torch.Tensor):
         return torch.as_tensor(tensor, dtype=dtype)
     return tensor.detach().to(device="cpu", dtype=dtype, copy=True)

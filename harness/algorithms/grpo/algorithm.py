@@ -86,7 +86,7 @@ class GRPOAlgorithm:
 
 @functools.lru_cache(maxsize=1)
 def _scenarios() -> tuple[Scenario, ...]:
-    from .gradient_checks import LOGP_GRADIENT
+    from .gradient_scenarios import LOGP_GRADIENT
     from .reward_scenarios import REWARD_SCENARIOS
     from .scenarios import SCENARIOS
 

@@ -6,18 +6,18 @@ run did not show what the scenario needs, so that a check that saw nothing never
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from harness.compare import compare
+from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation
+from harness.oracle.numbers import finite_float
 from harness.require import require_ran
 from harness.verdict import Check
 
 from .contract import POLICY_LOSS
-from .expect import expected_metrics, intervals, record_problems
 from .poolings import diagnose_interval
+from .view import IntervalView, view_of
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
@@ -30,7 +30,7 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
         return False
     for i, logs in enumerate(ran.logs):
         missing = [n for n in names if n not in logs]
-        bad = [f"{n}={logs[n]}" for n in names if n in logs and not _finite(logs[n])]
+        bad = [f"{n}={logs[n]}" for n in names if n in logs and finite_float(logs[n]) is None]
         if missing:
             check.fail(f"log {i + 1} ({obs.spec.split_label}): the trainer never logged {', '.join(missing)}")
         if bad:
@@ -40,15 +40,8 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
     return True
 
 
-def _finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
-def require_records(obs: Observation, check: Check) -> list[list[Mapping[str, Any]]] | None:
-    """The loss records of each interval, after checking there is one per micro-batch the run must have made,
+def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] | None:
+    """The view of each interval, after checking there is a loss record per micro-batch the run must have made,
     each usable, in windows of the sizes the spec says (one optimizer step per window)."""
     ran = require_ran(obs, check)
     if ran is None:
@@ -57,10 +50,10 @@ def require_records(obs: Observation, check: Check) -> list[list[Mapping[str, An
     if not records:
         check.fail("the target recorded no loss inputs (`loss_inputs` is empty or absent)")
         return None
-    problems = [f"loss record {i + 1}: {p}" for i, r in enumerate(records) for p in record_problems(r)]
-    for problem in problems[:3]:
-        check.fail(problem)
-    if problems:
+    view = view_of(obs)
+    for i, problem in view.problems[:3]:
+        check.fail(f"loss record {i + 1}: {problem}")
+    if view.problems:
         return None
     sizes = window_sizes(records)
     gas = obs.spec.gradient_accumulation_steps
@@ -68,16 +61,16 @@ def require_records(obs: Observation, check: Check) -> list[list[Mapping[str, An
         check.fail(f"micro-batches per optimizer step {sizes}, expected {obs.spec.max_steps} windows of 1 to {gas} "
                    f"(the reference's: {obs.spec.run_windows()})")  # fmt: skip
         return None
-    rows = {int(r["completion_mask"].shape[0]) for r in records}
+    rows = {int(r.completion_mask.shape[0]) for r in records}
     if rows != {obs.spec.per_device_train_batch_size}:
         check.fail(f"micro-batches of {sorted(rows)} rows, expected {obs.spec.per_device_train_batch_size}")
         return None
-    return intervals(records, obs.spec)
+    return view.intervals
 
 
-def window_sizes(records: Sequence[Mapping[str, Any]]) -> list[int]:
+def window_sizes(records: Sequence[LossRecord]) -> list[int]:
     """Micro-batches of each optimizer step, from the records' window indices (0, 1, ... expected)."""
-    windows = [int(r["window"]) for r in records]
+    windows = [int(r.window) for r in records]
     top = max(windows, default=-1)
     return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
 
@@ -91,28 +84,27 @@ def logged_names(obs: Observation, names: Sequence[str], check: Check) -> tuple[
     return tuple(names)
 
 
-def compare_interval(obs: Observation, index: int, records: Sequence[Mapping[str, Any]], check: Check,
-                     names: Sequence[str]) -> None:  # fmt: skip
-    """Interval `index`'s logged `names` against the oracle fed that interval's records alone."""
-    expected = expected_metrics(records, obs.spec)
-    logged = obs.ran.logs[index]
-    where = f"log {index + 1}" if obs.spec.total_logs > 1 else None
+def compare_interval(obs: Observation, interval: IntervalView, check: Check, names: Sequence[str]) -> None:
+    """The interval's logged `names` against the oracle fed that interval's records alone."""
+    expected = interval.expected
+    logged = obs.ran.logs[interval.index]
+    where = f"log {interval.index + 1}" if obs.spec.total_logs > 1 else None
     verdicts = compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
                        where=where)  # fmt: skip
-    check.absorb(diagnose_interval(verdicts, records, obs.spec))
+    check.absorb(diagnose_interval(verdicts, interval, obs.spec.dtype))
 
 
-def untrained_micro_batches(records: Sequence[Mapping[str, Any]], spec) -> str:
+def untrained_micro_batches(records: Sequence[LossRecord], spec) -> str:
     """Why some micro-batch of a generation never ran, or ''. Each generation but a rank's last is trained in
     full, steps_per_generation * num_iterations micro-batches (the run may stop inside the last), whether or not
     the trainer's windows cross generations."""
     per_generation = spec.generation_steps * spec.num_iterations
     counts: dict[int, list[int]] = {}
     for record in records:
-        generation = int(record.get("generation", -1))
+        generation = int(record.generation)
         if generation < 0:
             return "a loss record has no generation index"
-        ran = counts.setdefault(int(record.get("rank", 0)), [])
+        ran = counts.setdefault(int(record.rank), [])
         ran.extend([0] * (generation + 1 - len(ran)))
         ran[generation] += 1
     for rank, ran in sorted(counts.items()):
@@ -121,14 +113,3 @@ def untrained_micro_batches(records: Sequence[Mapping[str, Any]], spec) -> str:
             return (f"micro-batches per generation {ran}{where}, expected {per_generation} "
                     f"(steps_per_generation * num_iterations) for every generation but the last")  # fmt: skip
     return ""
-
-
-def running_counter(grads, window_ends: Sequence[int], accumulation: int) -> str:
-    """The class-15 diagnosis, or '': the steps fall off the windows' ends, each after a multiple of
-    `accumulation` micro-batches counted across the run (a counter never reset at a window's end)."""
-    after = [max(step.backward_ids) + 1 for step in grads.steps if step.backward_ids]  # 1-based
-    if not after or list(after) == list(window_ends) or accumulation < 1 or any(a % accumulation for a in after):
-        return ""
-    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
-    return (f"steps after micro-batches {listed} (counted across the run), not at the ends of the windows "
-            f"{list(window_ends)}: an accumulation counter running across windows (class 15)")  # fmt: skip

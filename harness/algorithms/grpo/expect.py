@@ -1,7 +1,7 @@
 """The GRPO oracle: every pooled metric of an interval recomputed in float64 from the loss records alone.
 
-A record is one micro-batch of the loss as the target saw it (the `loss_inputs` of a run:
-mask, log-probs, old and reference log-probs, advantages, entropies). The oracle never
+A record is one micro-batch of the loss as the target saw it (a `LossRecord` of the run's
+`loss_inputs`: mask, log-probs, old and reference log-probs, advantages, entropies). The oracle never
 calls the trainer: the ratio, the clip flags, k3 and the per-token loss are taken from
 their formulas (docs/grpo-metrics.md, sections 2 and 4), then pooled once over the
 interval. What the records do not determine (no entropies, no reference log-probs while
@@ -10,24 +10,22 @@ beta != 0) is an `Expectation` without a value, which fails the check that neede
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
 
-from .contract import EXTREMES, KL, POLICY_LOSS, TOKEN_POOLED
+from .contract import EXTREMES, KL, POLICY_LOSS, pooled_names
 
 CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
 """Relative distance of a ratio from a clip bound within which the trainer's own rounding may put it on either
 side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2).
 Such a flag is uncertain: the tolerance of a clip metric grows by the share of flags that are."""
-KEYS = ("generation", "window", "rank", "completion_mask", "logps", "old_logps", "ref_logps", "advantages",
-        "entropies")  # fmt: skip
-"""Every key of a loss record (docs/architecture.md, the GRPO run)."""
 
 
 @dataclass(frozen=True)
@@ -53,22 +51,19 @@ class Settings:
         return CLIP_MARGIN.get(str(self.dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
 
 
-def record_problems(record: Mapping[str, Any]) -> list[str]:
-    """What is wrong with one loss record (missing keys, shapes that disagree); empty when it is usable."""
-    missing = [k for k in KEYS if k not in record]
-    if missing:
-        return [f"loss record lacks {', '.join(missing)}"]
-    mask = record["completion_mask"]
+def record_problems(record: LossRecord) -> list[str]:
+    """What is wrong with one loss record (shapes that disagree, no log-probs); empty when it is usable."""
+    mask = record.completion_mask
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
         return ["completion_mask is not a (B, T) tensor"]
     problems = []
     for key in ("logps", "old_logps", "ref_logps", "entropies"):
-        value = record[key]
+        value = getattr(record, key)
         if value is not None and tuple(value.shape) != tuple(mask.shape):
             problems.append(f"{key} has shape {tuple(value.shape)}, the mask {tuple(mask.shape)}")
-    if record["logps"] is None:
+    if record.logps is None:
         problems.append("logps is None")
-    adv = record["advantages"]
+    adv = record.advantages
     if adv is None or tuple(adv.shape) != (mask.shape[0],):
         problems.append(f"advantages has shape {None if adv is None else tuple(adv.shape)}, want ({mask.shape[0]},)")
     return problems
@@ -87,13 +82,22 @@ class TokenTerms:
     uncertain: torch.Tensor
     """1.0 where a clip flag could round either way in the trainer's dtype (the ratio within the margin of a bound)."""
 
+    @property
+    def region(self) -> torch.Tensor:
+        """The region flag: clipped low or high."""
+        return torch.maximum(self.low, self.high)
 
-def token_terms(record: Mapping[str, Any], s: Settings) -> TokenTerms:
+    def per_completion(self, values: torch.Tensor) -> torch.Tensor:
+        """(B,) each completion's masked mean of `values` (0 for an empty completion: its count is clamped to 1)."""
+        return (values * self.mask).sum(dim=1) / self.mask.sum(dim=1).clamp(min=1)
+
+
+def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     """Ratio, clip flags, k3 and the per-token loss l_t = -min(r A, clip(r) A) + beta kl of one micro-batch."""
-    mask = record["completion_mask"].bool()
-    logps = record["logps"].double()
-    old = record["old_logps"].double() if record["old_logps"] is not None else logps
-    adv = record["advantages"].double().unsqueeze(1)
+    mask = record.completion_mask.bool()
+    logps = record.logps.double()
+    old = record.old_logps.double() if record.old_logps is not None else logps
+    adv = record.advantages.double().unsqueeze(1)
     ratio = torch.exp(logps - old)
     clipped = ratio.clamp(1 - s.epsilon_low, 1 + s.epsilon_high)
     if s.delta is not None:
@@ -106,13 +110,13 @@ def token_terms(record: Mapping[str, Any], s: Settings) -> TokenTerms:
     near_high = ((ratio - upper).abs() <= s.margin * upper) & (adv > 0)
     uncertain = (near_low | near_high).double()
     kl = None
-    if s.beta != 0 and record["ref_logps"] is not None:
-        gap = record["ref_logps"].double() - logps
+    if s.beta != 0 and record.ref_logps is not None:
+        gap = record.ref_logps.double() - logps
         kl = torch.exp(gap) - gap - 1
         if s.use_bias_correction_kl:
             kl = kl * ratio
         loss = loss + s.beta * kl
-    entropy = record["entropies"].double() if record["entropies"] is not None else None
+    entropy = record.entropies.double() if record.entropies is not None else None
     return TokenTerms(mask, low, high, kl, loss, entropy, uncertain)
 
 
@@ -131,10 +135,7 @@ def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag) -> Expectation:
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
     """The loss type's objective over the whole interval (docs/grpo-metrics.md, section 4)."""
     if s.loss_type == "grpo":
-        per_completion = [
-            (t.loss * t.mask).sum(dim=1) / t.mask.sum(dim=1).clamp(min=1) for t in terms
-        ]  # an empty completion adds 0 and counts, as TRL's clamp(min=1)
-        values = torch.cat(per_completion)
+        values = torch.cat([t.per_completion(t.loss) for t in terms])  # an empty one adds 0 and counts, as TRL's
         scale = float(values.abs().mean()) if values.numel() else 0.0
         return Expectation(POLICY_LOSS, float(values.mean()) if values.numel() else 0.0, count=values.numel(),
                            scale=scale)  # fmt: skip
@@ -155,10 +156,9 @@ def extremes(terms: Sequence[TokenTerms]) -> dict[str, Expectation]:
     low, high, uncertain = [], [], []
     for t in terms:
         has = t.mask.any(dim=1)
-        count = t.mask.sum(dim=1).clamp(min=1)
-        low.append(((t.low * t.mask).sum(dim=1) / count)[has])
-        high.append(((t.high * t.mask).sum(dim=1) / count)[has])
-        uncertain.append(((t.uncertain * t.mask).sum(dim=1) / count)[has])
+        low.append(t.per_completion(t.low)[has])
+        high.append(t.per_completion(t.high)[has])
+        uncertain.append(t.per_completion(t.uncertain)[has])
     lows, highs, unsure = torch.cat(low), torch.cat(high), torch.cat(uncertain)
     n = int(lows.numel())
     scale = float(unsure.max()) if n else 0.0  # an extreme moves by at most one completion's uncertain share
@@ -168,16 +168,17 @@ def extremes(terms: Sequence[TokenTerms]) -> dict[str, Expectation]:
     }
 
 
-def expected_metrics(records: Sequence[Mapping[str, Any]], spec: Any) -> dict[str, Expectation]:
-    """Every metric the loss records of one interval determine, pooled once over all of them."""
-    s = Settings.of(spec)
-    names = (*TOKEN_POOLED, *((KL,) if s.beta != 0 else ()), *EXTREMES, POLICY_LOSS)
+def unusable(records: Sequence[LossRecord], problems: Sequence[str] | None = None) -> str:
+    """Why the records of an interval determine none of its metrics ('' when they are usable); `problems`: the
+    records' problems when already known."""
     if not records:
-        return {n: Expectation.unknown(n, "no loss record in this interval") for n in names}
-    problems = [p for r in records for p in record_problems(r)]
-    if problems:
-        return {n: Expectation.unknown(n, f"unusable loss records: {problems[0]}") for n in names}
-    terms = [token_terms(r, s) for r in records]
+        return "no loss record in this interval"
+    problems = [p for r in records for p in record_problems(r)] if problems is None else problems
+    return f"unusable loss records: {problems[0]}" if problems else ""
+
+
+def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, Expectation]:
+    """Every metric the token terms of one interval's (usable) records determine, pooled once over all of them."""
     out: dict[str, Expectation] = {}
     if all(t.entropy is not None for t in terms):
         out["entropy"] = _pooled_mean("entropy", [(t.entropy, t.mask) for t in terms])
@@ -185,7 +186,7 @@ def expected_metrics(records: Sequence[Mapping[str, Any]], spec: Any) -> dict[st
         out["entropy"] = Expectation.unknown("entropy", "the loss records hold no per-token entropies")
     out["clip_ratio/low_mean"] = _flag_mean("clip_ratio/low_mean", terms, lambda t: t.low)
     out["clip_ratio/high_mean"] = _flag_mean("clip_ratio/high_mean", terms, lambda t: t.high)
-    out["clip_ratio/region_mean"] = _flag_mean("clip_ratio/region_mean", terms, lambda t: torch.maximum(t.low, t.high))
+    out["clip_ratio/region_mean"] = _flag_mean("clip_ratio/region_mean", terms, lambda t: t.region)
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
             out[KL] = _pooled_mean(KL, [(t.kl, t.mask) for t in terms])
@@ -193,14 +194,23 @@ def expected_metrics(records: Sequence[Mapping[str, Any]], spec: Any) -> dict[st
             out[KL] = Expectation.unknown(KL, f"beta={s.beta} but the loss records hold no reference log-probs")
     out.update(extremes(terms))
     out[POLICY_LOSS] = policy_loss(terms, s)
-    return {n: out[n] for n in names}
+    return {n: out[n] for n in pooled_names(s.beta)}
 
 
-def intervals(records: Sequence[Mapping[str, Any]], spec: Any) -> list[list[Mapping[str, Any]]]:
+def expected_metrics(records: Sequence[LossRecord], spec: Any) -> dict[str, Expectation]:
+    """Every metric the loss records of one interval determine, pooled once over all of them."""
+    s = Settings.of(spec)
+    why = unusable(records)
+    if why:
+        return {n: Expectation.unknown(n, why) for n in pooled_names(s.beta)}
+    return expected_from_terms([token_terms(r, s) for r in records], s)
+
+
+def intervals(records: Sequence[LossRecord], spec: Any) -> list[list[LossRecord]]:
     """The loss records of each logging interval of `spec`'s run (by their window), in order."""
-    out: list[list[Mapping[str, Any]]] = [[] for _ in range(spec.total_logs)]
+    out: list[list[LossRecord]] = [[] for _ in range(spec.total_logs)]
     for record in records:
-        index = spec.interval_of(int(record.get("window", -1)))
+        index = spec.interval_of(int(record.window))
         if 0 <= index < len(out):
             out[index].append(record)
     return out

@@ -33,15 +33,16 @@ times the mean, and its float rounding with it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.algorithms.ppo.gradients import Factor, factor_note
 from harness.errors import NotRecomputable
+from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
+from harness.oracle.gradients import Factor, factor_note
 
 from .expect import Settings, record_problems
 
@@ -58,12 +59,12 @@ class TokenGradient:
     """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside)."""
 
 
-def token_gradient(record: Mapping[str, Any], s: Settings) -> TokenGradient:
+def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     """The derivative of the per-token loss at the new log-prob, per token: the formula of the module docstring."""
-    mask = record["completion_mask"].bool()
-    logps = record["logps"].double()
-    old = record["old_logps"].double() if record["old_logps"] is not None else logps
-    adv = record["advantages"].double().unsqueeze(1)
+    mask = record.completion_mask.bool()
+    logps = record.logps.double()
+    old = record.old_logps.double() if record.old_logps is not None else logps
+    adv = record.advantages.double().unsqueeze(1)
     ratio = torch.exp(logps - old)
     lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
     capped, d_capped = ratio, ratio
@@ -77,9 +78,9 @@ def token_gradient(record: Mapping[str, Any], s: Settings) -> TokenGradient:
                           torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
     value = -adv * d_ratio
     if s.beta != 0:
-        if record["ref_logps"] is None:
+        if record.ref_logps is None:
             raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
-        gap = record["ref_logps"].double() - logps
+        gap = record.ref_logps.double() - logps
         d_kl = 1 - torch.exp(gap)
         if s.use_bias_correction_kl:
             d_kl = d_kl * capped + (torch.exp(gap) - gap - 1) * d_capped
@@ -107,25 +108,25 @@ class Geometry:
         return cls(Settings.of(spec), spec.generation_steps, spec.num_iterations, world)
 
 
-def generation_tokens(records: Sequence[Mapping[str, Any]], g: Geometry) -> dict[int, float]:
+def generation_tokens(records: Sequence[LossRecord], g: Geometry) -> dict[int, float]:
     """Completion tokens of each generation batch, every rank: each pass covers the batch once. A generation that
     did not run all its steps_per_generation * num_iterations micro-batches on every rank has no count."""
     tokens: dict[int, float] = {}
     runs: dict[int, int] = {}
     for record in records:
-        gen = int(record["generation"])
-        tokens[gen] = tokens.get(gen, 0.0) + float(record["completion_mask"].sum())
+        gen = int(record.generation)
+        tokens[gen] = tokens.get(gen, 0.0) + float(record.completion_mask.sum())
         runs[gen] = runs.get(gen, 0) + 1
     full = g.steps_per_generation * g.num_iterations * g.world
     return {gen: tokens[gen] / g.num_iterations for gen in tokens if runs[gen] == full}
 
 
-def window_weights(records: Sequence[Mapping[str, Any]], g: Geometry, generations: dict[int, float]
+def window_weights(records: Sequence[LossRecord], g: Geometry, generations: dict[int, float]
                    ) -> list[torch.Tensor]:  # fmt: skip
     """d(window loss) / d l_t of each record's tokens (B, T), times the number of ranks, zero off the mask.
     `records` are one window's micro-batches on every rank; `generations` the token count of each generation."""
     s = g.settings
-    masks = [r["completion_mask"].double() for r in records]
+    masks = [r.completion_mask.double() for r in records]
     tokens = max(sum(float(m.sum()) for m in masks), 1.0)
     completions = max(float(sum(m.shape[0] for m in masks)), 1.0)
     share = len(records) / g.world / g.steps_per_generation
@@ -138,7 +139,7 @@ def window_weights(records: Sequence[Mapping[str, Any]], g: Geometry, generation
         elif s.loss_type == "dr_grpo":
             weight = mask / (completions * s.max_completion_length)
         elif s.loss_type == "dapo":
-            gen = int(record["generation"])
+            gen = int(record.generation)
             if gen not in generations:
                 raise NotRecomputable(f"generation {gen} did not run in full: its token count (dapo's) is unknown")
             weight = mask / (max(generations[gen], 1.0) * share)
@@ -148,17 +149,17 @@ def window_weights(records: Sequence[Mapping[str, Any]], g: Geometry, generation
     return out
 
 
-def recorded(record: Mapping[str, Any], where: str) -> torch.Tensor:
+def recorded(record: LossRecord, where: str) -> torch.Tensor:
     """The recorded gradient at a micro-batch's log-probs; NotRecomputable when no backward pass reached them."""
-    grad = record.get("logp_grad")
+    grad = record.logp_grad
     if grad is None:
         raise NotRecomputable(
             f"{where}: no gradient reached the log-probs of the loss (not recorded, or the loss was not built "
             "from them)"
         )
-    if tuple(grad.shape) != tuple(record["completion_mask"].shape):
+    if tuple(grad.shape) != tuple(record.completion_mask.shape):
         raise NotRecomputable(f"{where}: gradient of shape {tuple(grad.shape)} for a mask of "
-                              f"{tuple(record['completion_mask'].shape)}")  # fmt: skip
+                              f"{tuple(record.completion_mask.shape)}")  # fmt: skip
     return grad.double()
 
 
@@ -176,7 +177,7 @@ class Gaps:
     clipped: int
 
 
-def gaps(records: Sequence[Mapping[str, Any]], g: Geometry) -> Gaps:
+def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
     """Recorded against formula over every micro-batch of every window (every rank's records together)."""
     if not records:
         raise NotRecomputable("the target recorded no loss inputs")
@@ -186,17 +187,17 @@ def gaps(records: Sequence[Mapping[str, Any]], g: Geometry) -> Gaps:
             raise NotRecomputable(f"loss record {i + 1}: {problems[0]}")
     windows: dict[int, list[int]] = {}
     for i, record in enumerate(records):
-        windows.setdefault(int(record["window"]), []).append(i)
+        windows.setdefault(int(record.window), []).append(i)
     generations = generation_tokens(records, g)
     compared_rows = []
     for w, indices in sorted(windows.items()):
         group = [records[i] for i in indices]
-        window_tokens = int(sum(int(r["completion_mask"].sum()) for r in group))
+        window_tokens = int(sum(int(r.completion_mask.sum()) for r in group))
         for i, record, weight in zip(indices, group, window_weights(group, g, generations)):
             label = f"window {w + 1} micro-batch {i + 1}"
             terms = token_gradient(record, g.settings)
             compared_rows.append((label, recorded(record, label), weight * terms.value, terms, window_tokens, record))
-    masked = [want[rec["completion_mask"].bool()].abs() for _, _, want, _, _, rec in compared_rows]
+    masked = [want[rec.completion_mask.bool()].abs() for _, _, want, _, _, rec in compared_rows]
     values = torch.cat(masked) if masked else torch.zeros(0, dtype=torch.float64)
     scale = float(values.mean()) if values.numel() else 0.0
     largest, where, compared, clipped, factors = 0.0, "", 0, 0, []
@@ -206,7 +207,7 @@ def gaps(records: Sequence[Mapping[str, Any]], g: Geometry) -> Gaps:
         gap = float(torch.where(keep, relative, torch.zeros_like(want)).max()) if want.numel() else 0.0
         if gap > largest or gap != gap:
             largest, where = gap, label
-        mask = record["completion_mask"].bool()
+        mask = record.completion_mask.bool()
         compared += int((keep & mask).sum())
         clipped += int((terms.clipped & keep).sum())
         norm = float((want * want).sum())

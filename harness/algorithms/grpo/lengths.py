@@ -17,12 +17,12 @@ The trainer's own functions are never called.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 
 LENGTH_NAMES = (
@@ -51,14 +51,14 @@ class Completion:
     """Its last token in the mask is the pad token (a diagnosis only: such a completion did not terminate)."""
 
 
-def trained_completions(records: Iterable[Mapping[str, Any]], stop_token_id: int | None,
+def trained_completions(records: Iterable[LossRecord], stop_token_id: int | None,
                         pad_token_id: int | None = None) -> list[Completion] | str:  # fmt: skip
     """Every completion the records trained, each once, in the order first seen; or why they do not say."""
     if stop_token_id is None:
         return "the target does not say which token stops a completion (`stop_token_id`)"
     seen: dict[tuple[int, int, int], Completion] = {}
     for k, record in enumerate(records):
-        mask, ids, places = record["completion_mask"], record.get("completion_ids"), record.get("completions")
+        mask, ids, places = record.completion_mask, record.completion_ids, record.completions
         if places is None:
             return f"loss record {k + 1} does not say which completions its rows are (`completions`)"
         if ids is None:
@@ -74,7 +74,7 @@ def trained_completions(records: Iterable[Mapping[str, Any]], stop_token_id: int
         stopped = ((ids == int(stop_token_id)) & mask).any(dim=1).tolist()
         last = ids.gather(1, (mask.sum(dim=1, keepdim=True) - 1).clamp(min=0)).reshape(-1)
         padded = ((last == (-1 if pad_token_id is None else int(pad_token_id))) & mask.any(dim=1)).tolist()
-        generation, rank = int(record["generation"]), int(record.get("rank", 0))
+        generation, rank = int(record.generation), int(record.rank)
         for j, index in enumerate(places):
             row = Completion(generation, rank, int(index), int(lengths[j]), bool(stopped[j]), bool(padded[j]))
             key = (generation, rank, int(index))

@@ -3,37 +3,37 @@
 `diagnose_interval` names a failing metric's bug (harness/diagnose.py) when exactly one of them
 reproduces the logged value within the metric's tolerance.
 
-Each takes the records of one logging interval and the run spec, and returns what a trainer with
-that bug logs for a metric. An empty micro-batch's mean is 0 (a denominator clamped to 1, as TRL
-1.12.0's token means), and its extreme is none (a NaN, dropped when logged, as TRL's extremes).
-They name a failure's mechanism; the oracle never uses them.
+Each takes the token terms of one logging interval's records (its view's, view.py: the terms the
+oracle pooled) and returns what a trainer with that bug logs for a metric. An empty micro-batch's
+mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its extreme is none (a NaN,
+dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
 from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
-from .expect import Settings, TokenTerms, record_problems, token_terms
+from .expect import TokenTerms
+from .view import IntervalView
 
 PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
     "entropy": lambda t: t.entropy,
     "kl": lambda t: t.kl,
     "clip_ratio/low_mean": lambda t: t.low,
     "clip_ratio/high_mean": lambda t: t.high,
-    "clip_ratio/region_mean": lambda t: torch.maximum(t.low, t.high),
+    "clip_ratio/region_mean": lambda t: t.region,
 }
 """The per-token value of each token-pooled metric."""
-
-
-def _terms(records: Sequence[Mapping[str, Any]], spec: Any) -> list[TokenTerms]:
-    settings = Settings.of(spec)
-    return [token_terms(r, settings) for r in records]
+EXTREME_FLAGS: dict[str, tuple[Callable[[TokenTerms], torch.Tensor], Callable]] = {
+    "clip_ratio/low_min": (lambda t: t.low, torch.min),
+    "clip_ratio/high_max": (lambda t: t.high, torch.max),
+}
+"""The flag and the extreme of each extreme metric."""
 
 
 def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -45,57 +45,55 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
-def flat_mean_of_microbatch_means(records: Sequence[Mapping[str, Any]], spec: Any, metric: str) -> float | None:
+def flat_mean_of_microbatch_means(terms: Sequence[TokenTerms], metric: str) -> float | None:
     """Class 16: each micro-batch's own token mean (0 when empty), averaged over the interval's micro-batches."""
-    return _mean([_token_mean(PER_TOKEN[metric](t), t.mask) for t in _terms(records, spec)])
+    return _mean([_token_mean(PER_TOKEN[metric](t), t.mask) for t in terms])
 
 
-def window_means_averaged(records: Sequence[Mapping[str, Any]], spec: Any, metric: str) -> float | None:
-    """Class 17: each optimizer window's token mean, averaged over the interval's windows."""
-    terms = _terms(records, spec)
+def window_means_averaged(terms: Sequence[TokenTerms], windows: Sequence[int], metric: str) -> float | None:
+    """Class 17: each optimizer window's token mean, averaged over the interval's windows (`windows`: the window
+    of each micro-batch)."""
     means = []
-    for window in sorted({int(r["window"]) for r in records}):
-        inside = [t for t, r in zip(terms, records, strict=True) if int(r["window"]) == window]
+    for window in sorted(set(windows)):
+        inside = [t for t, w in zip(terms, windows, strict=True) if w == window]
         values = torch.cat([(PER_TOKEN[metric](t) * t.mask).flatten() for t in inside])
         mask = torch.cat([t.mask.double().flatten() for t in inside])
         means.append(_token_mean(values, mask))
     return _mean(means)
 
 
-def mean_of_microbatch_extremes(records: Sequence[Mapping[str, Any]], spec: Any, metric: str) -> float | None:
+def mean_of_microbatch_extremes(terms: Sequence[TokenTerms], metric: str) -> float | None:
     """Class 18: each micro-batch's extreme over its completions' clip fractions, averaged over micro-batches."""
-    flag, pick = {"clip_ratio/low_min": (lambda t: t.low, torch.min),
-                  "clip_ratio/high_max": (lambda t: t.high, torch.max)}[metric]  # fmt: skip
+    flag, pick = EXTREME_FLAGS[metric]
     extremes = []
-    for t in _terms(records, spec):
+    for t in terms:
         has = t.mask.any(dim=1)
         if has.any():
-            per_completion = (flag(t) * t.mask).sum(dim=1) / t.mask.sum(dim=1).clamp(min=1)
-            extremes.append(float(pick(per_completion[has])))
+            extremes.append(float(pick(t.per_completion(flag(t))[has])))
     return _mean(extremes)
 
 
-def candidates(records: Sequence[Mapping[str, Any]], spec: Any, metric: str) -> list[Candidate]:
-    """What each known wrong pooling gives for `metric` over one interval's records (none for other metrics)."""
+def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
+    """What each known wrong pooling gives for `metric` over one interval (none for other metrics)."""
+    terms = interval.terms
     if metric in PER_TOKEN:
-        empty = any(not r["completion_mask"].any() for r in records)
+        empty = any(not r.completion_mask.any() for r in interval.records)
         flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
         windows = "token means of each optimizer window, averaged over the windows"
+        per_window = window_means_averaged(terms, [int(r.window) for r in interval.records], metric)
         return [
-            Candidate((16,), flat, flat_mean_of_microbatch_means(records, spec, metric), "loss records"),
-            Candidate((17,), windows, window_means_averaged(records, spec, metric), "loss records"),
+            Candidate((16,), flat, flat_mean_of_microbatch_means(terms, metric), "loss records"),
+            Candidate((17,), windows, per_window, "loss records"),
         ]
-    if metric in ("clip_ratio/low_min", "clip_ratio/high_max"):
-        value = mean_of_microbatch_extremes(records, spec, metric)
+    if metric in EXTREME_FLAGS:
+        value = mean_of_microbatch_extremes(terms, metric)
         return [Candidate((18,), "mean over micro-batches of each one's extreme", value, "loss records")]
     return []
 
 
-def diagnose_interval(
-    verdicts: Sequence[MetricVerdict], records: Sequence[Mapping[str, Any]], spec: Any
-) -> list[MetricVerdict]:
+def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView, dtype: str) -> list[MetricVerdict]:
     """`verdicts` of one interval, each failing pooled metric diagnosed when exactly one known pooling reproduces it."""
     names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
-    if not records or any(record_problems(r) for r in records):
+    if interval.unusable:
         return list(verdicts)
-    return diagnosed(verdicts, {n: (lambda n=n: candidates(records, spec, n)) for n in names}, spec.dtype)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(interval, n)) for n in names}, dtype)

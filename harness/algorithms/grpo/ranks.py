@@ -19,7 +19,7 @@ from harness.verdict import Check, CheckId, CheckResult
 from . import gradients
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
-from .gradient_checks import judge
+from .gradient_scenarios import judge
 from .scenarios import UNEVEN
 from .spec import GRPOSpec
 
@@ -78,7 +78,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_
         check.fail("a rank recorded no loss inputs")
         return check.finish()
     per_rank = [intervals(r.loss_inputs, spec)[index] for r in ranks]
-    if sorted({int(rec["rank"]) for records in per_rank for rec in records}) != list(range(len(ranks))):
+    if sorted({int(rec.rank) for records in per_rank for rec in records}) != list(range(len(ranks))):
         check.fail("the loss records do not name every rank once")
         return check.finish()
     pooled = expected_metrics([rec for records in per_rank for rec in records], spec)
@@ -90,7 +90,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_
 
 def ranks_differ(per_rank, pooled: float | None, spec: GRPOSpec, check: Check) -> bool:
     """The check has teeth only if a mean of per-rank entropies differs from the pooled one."""
-    counts = [sum(int(rec["completion_mask"].sum()) for rec in records) for records in per_rank]
+    counts = [sum(int(rec.completion_mask.sum()) for rec in records) for records in per_rank]
     alone = [expected_metrics(records, spec)[ENTROPY].value for records in per_rank]
     if pooled is None or any(a is None for a in alone):
         check.fail(f"{ENTROPY} is not recomputable on every rank")

@@ -17,6 +17,7 @@ import math
 
 from harness.compare import compare
 from harness.instrument.observe import Observation, ObservationCache
+from harness.oracle.numbers import finite_float
 from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
@@ -37,7 +38,7 @@ def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observatio
 
 
 def recomputed(obs: Observation, check: Check):
-    """(per-interval loss records, generations, every trained row), or None after failing the check."""
+    """(the intervals' views, generations, every trained row), or None after failing the check."""
     per_interval = require_records(obs, check)
     if per_interval is None:
         return None
@@ -45,7 +46,7 @@ def recomputed(obs: Observation, check: Check):
     if isinstance(made, str):
         check.fail(f"not recomputable: {made}")
         return None
-    rows = [rewards.trained_rows(records, made) for records in per_interval]
+    rows = [rewards.trained_rows(interval.records, made) for interval in per_interval]
     bad = next((r for r in rows if isinstance(r, str)), None)
     if bad is not None:
         check.fail(f"not recomputable: {bad}")
@@ -78,9 +79,9 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         return check.finish()
     tol = tolerance("advantage", obs.spec.dtype)
     worst = None
-    for log, (records, interval) in enumerate(zip(per_interval, rows)):
-        for generation, row, k, j in interval:
-            logged = float(records[k]["advantages"][j])
+    for log, (interval, trained) in enumerate(zip(per_interval, rows)):
+        for generation, row, k, j in trained:
+            logged = float(interval.records[k].advantages[j])
             expected = float(made[generation].advantages[row])
             badness = abs(logged - expected) / tol.allowed(expected)
             if worst is None or (not math.isnan(worst[0]) and not badness <= worst[0]):  # a NaN is the worst
@@ -107,7 +108,7 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         log, where = obs.ran.logs[index], f"log {index + 1}" if len(expected) > 1 else None
         # over no score (a mean) or fewer than two (a std) the contract logs 0, but leaves it open (section 8):
         # TRL logs NaN there, which its log() drops
-        empty = [n for n, e in want.items() if e.count == 0 and not _number(log.get(n))]
+        empty = [n for n, e in want.items() if e.count == 0 and finite_float(log.get(n)) is None]
         if empty:
             check.note(f"{where or 'the log'}: {', '.join(empty)} over too few scores, not logged as a number: open")
         check.absorb(compare(log, {n: e for n, e in want.items() if n not in empty}, obs.spec.dtype, where=where))
@@ -122,8 +123,8 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     per_interval = require_records(obs, check)
     if per_interval is None:
         return check.finish()
-    trained = [lengths.trained_completions(records, obs.ran.stop_token_id, obs.ran.pad_token_id)
-               for records in per_interval]  # fmt: skip
+    trained = [lengths.trained_completions(interval.records, obs.ran.stop_token_id, obs.ran.pad_token_id)
+               for interval in per_interval]  # fmt: skip
     bad = next((t for t in trained if isinstance(t, str)), None)
     if bad is not None:
         check.fail(f"not recomputable: {bad}")
@@ -151,13 +152,6 @@ def _pad_explains(log, completions, dtype) -> bool:
     """Whether the logged length statistics are those of a trainer that takes a final pad for the stop token."""
     padded = lengths.pad_as_stop(completions)
     return padded != completions and not any(v.failed for v in compare(log, lengths.length_stats(padded), dtype))
-
-
-def _number(value) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
 
 
 REWARD_SCENARIOS = (

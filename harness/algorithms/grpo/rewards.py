@@ -1,6 +1,6 @@
 """The GRPO oracle's rewards: each completion's reward and advantage, and the reward statistics, in float64.
 
-Read from the reward-call records alone (reward_calls.py): the scores each reward function gave
+Read from the reward-call records alone (`RewardCall`s): the scores each reward function gave
 each completion of a generation, on every rank. With the run's `reward_weights`,
 `num_generations` and `scale_rewards` (docs/grpo-metrics.md, "Advantages" and section 3):
 
@@ -23,14 +23,13 @@ from typing import Any
 
 import torch
 
+from harness.instrument.loss import LossRecord, RewardCall
 from harness.oracle.expectation import Expectation
 
 STD_EPS = 1e-4
 """Added to the std an advantage is divided by (docs/grpo-metrics.md; TRL's constant)."""
 ZERO_STD = 1e-8
 """A group's reward std counts as 0 at or below this (docs/grpo-metrics.md, section 8)."""
-CALL_KEYS = ("generation", "rank", "function", "index", "scores")
-"""Every key of a reward-call record."""
 
 
 @dataclass(frozen=True)
@@ -89,20 +88,17 @@ def group_advantages(rewards: torch.Tensor, size: int, scale_rewards: str) -> tu
     return torch.nan_to_num(advantages, nan=0.0), stds.abs() <= ZERO_STD
 
 
-def generations(calls: Sequence[Mapping[str, Any]] | None, spec: Any) -> dict[int, Generation] | str:
+def generations(calls: Sequence[RewardCall] | None, spec: Any) -> dict[int, Generation] | str:
     """Every generation the reward calls scored, recomputed; or why they cannot be (the reason, a string)."""
     if not calls:
         return "the target recorded no reward calls (`reward_calls` is empty or absent)"
     weights = tuple(spec.reward_weights or (1.0,))
     seen: dict[int, dict[int, dict[int, tuple[str, torch.Tensor]]]] = {}
-    for i, call in enumerate(calls):
-        missing = [k for k in CALL_KEYS if k not in call]
-        if missing:
-            return f"reward call {i + 1} lacks {', '.join(missing)}"
-        by_index = seen.setdefault(int(call["generation"]), {}).setdefault(int(call["rank"]), {})
-        if int(call["index"]) in by_index:
-            return f"reward function {call['function']!r} was called twice for generation {call['generation']}"
-        by_index[int(call["index"])] = (str(call["function"]), torch.as_tensor(call["scores"]).double().reshape(-1))
+    for call in calls:
+        by_index = seen.setdefault(int(call.generation), {}).setdefault(int(call.rank), {})
+        if int(call.index) in by_index:
+            return f"reward function {call.function!r} was called twice for generation {call.generation}"
+        by_index[int(call.index)] = (str(call.function), torch.as_tensor(call.scores).double().reshape(-1))
     out: dict[int, Generation] = {}
     for generation, ranks in sorted(seen.items()):
         made = _generation(generation, ranks, weights, spec)
@@ -137,19 +133,19 @@ def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any) -
     return Generation(names, scores, offsets, rewards, advantages, zero_std)
 
 
-def trained_rows(records: Iterable[Mapping[str, Any]], made: Mapping[int, Generation]) -> list[tuple] | str:
+def trained_rows(records: Iterable[LossRecord], made: Mapping[int, Generation]) -> list[tuple] | str:
     """(generation, batch row, record number, row in record) of every row of `records`; or why one has none."""
     out = []
     for k, record in enumerate(records):
-        completions = record.get("completions")
+        completions = record.completions
         if completions is None:
             return f"loss record {k + 1} does not say which completions its rows are (`completions`)"
-        generation, rank = int(record["generation"]), int(record.get("rank", 0))
+        generation, rank = int(record.generation), int(record.rank)
         if generation not in made:
             return f"loss record {k + 1} trains generation {generation}, which no reward call scored"
         completions = torch.as_tensor(completions).reshape(-1).tolist()
-        if len(completions) != int(record["completion_mask"].shape[0]):
-            return f"loss record {k + 1}: {len(completions)} completions for {record['completion_mask'].shape[0]} rows"
+        if len(completions) != int(record.completion_mask.shape[0]):
+            return f"loss record {k + 1}: {len(completions)} completions for {record.completion_mask.shape[0]} rows"
         for j, index in enumerate(completions):
             row = made[generation].row(rank, int(index))
             if row is None:

@@ -13,22 +13,14 @@ import math
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.oracle.gradients import applied_gap, largest_gap, running_counter
 from harness.require import require, require_ran
 from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from .checks import (
-    compare_interval,
-    logged_names,
-    require_logs,
-    require_records,
-    running_counter,
-    untrained_micro_batches,
-    window_sizes,
-)
+from .checks import compare_interval, logged_names, require_logs, require_records, untrained_micro_batches, window_sizes
 from .contract import LR0_IDENTITIES, partition_names, pooled_names
-from .expect import Settings, token_terms
 from .spec import LOSS_TYPES, SETTINGS, GRPOSpec
 
 # Two generations of 16 completions (four groups), each trained in two windows of two micro-batches of 4, logged
@@ -58,6 +50,8 @@ CUTS = ((4, 2, 2, 1), (2, 4, 4, 1), (8, 1, 1, 1), (1, 8, 8, 1), (4, 1, 2, 1), (2
 generation batch of 8 completions, the first the reference. Windows of 2, 4, 1, 8, 1+1, 3+1 and 2+2."""
 GRADIENT_CUTS = ((4, 2), (2, 4), (8, 1), (1, 8))
 """(per_device_train_batch_size, steps_per_generation = gradient_accumulation_steps): one window per generation."""
+NO_GRADIENT = "no gradient was compared"
+"""What a gradient check fails with when it compared no gradient at all."""
 
 
 def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
@@ -75,12 +69,8 @@ def pooled_check(obs, check: Check, need=None) -> None:
     missing = need(per_interval) if need else ""
     if not require(check, not missing, missing):
         return
-    for index, records in enumerate(per_interval):
-        compare_interval(obs, index, records, check, names)
-
-
-def token_counts(records) -> list[int]:
-    return [int(r["completion_mask"].sum()) for r in records]
+    for interval in per_interval:
+        compare_interval(obs, interval, check, names)
 
 
 def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -89,7 +79,7 @@ def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckR
     obs = cache.get(spec_for(UNEVEN, run).with_(loss_type=case.param("loss_type", run.loss_type)), spy=False)
 
     def need(per_interval):
-        even = [i + 1 for i, rs in enumerate(per_interval) if len(set(token_counts(rs))) < 2]
+        even = [i.index + 1 for i in per_interval if len(set(i.token_counts())) < 2]
         return f"interval(s) {even} had micro-batches of equal token counts" if even else ""
 
     pooled_check(obs, check, need)
@@ -101,9 +91,9 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     check, obs = Check(case.id), cache.get(spec_for(SHORT, run), spy=False)
 
     def need(per_interval):
-        records = [r for rs in per_interval for r in rs]
+        records = [r for interval in per_interval for r in interval.records]
         sizes = window_sizes(records)
-        spans = any(len({r["generation"] for r in records if r["window"] == w}) > 1 for w in range(len(sizes)))
+        spans = any(len({r.generation for r in records if r.window == w}) > 1 for w in range(len(sizes)))
         return "" if len(set(sizes)) > 1 or spans else f"windows of {sizes} micro-batches, none across generations"
 
     pooled_check(obs, check, need)
@@ -114,17 +104,14 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """clip_ratio/low_min and high_max are true extremes over the interval's completions, and the other
     pooled metrics hold, with tokens clipped in some micro-batches and not in others."""
     check, obs = Check(case.id), cache.get(spec_for(EXTREME, run), spy=False)
-    settings = Settings.of(obs.spec)
 
     def need(per_interval):
-        for records in per_interval:
+        for interval in per_interval:
             maxima = set()
-            for record in records:
-                terms = token_terms(record, settings)
+            for terms in interval.terms:
                 has = terms.mask.any(dim=1)
                 if has.any():
-                    per_completion = (terms.high * terms.mask).sum(dim=1) / terms.mask.sum(dim=1).clamp(min=1)
-                    maxima.add(float(per_completion[has].max()))
+                    maxima.add(float(terms.per_completion(terms.high)[has].max()))
             if len(maxima) < 2 or max(maxima) == 0:
                 return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
         return ""
@@ -145,7 +132,7 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run), spy=False)
 
     def need(per_interval):
-        counts = [c for rs in per_interval for c in token_counts(rs)]
+        counts = [c for interval in per_interval for c in interval.token_counts()]
         return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
 
     pooled_check(obs, check, need)
@@ -183,15 +170,6 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
     return check.finish()
 
 
-def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str) -> None:
-    """Report the largest relative gradient gap, and its tolerance, as a metric (fails above it)."""
-    if not gaps:
-        check.fail("no gradient was compared")
-        return
-    where, gap = max(gaps, key=lambda item: item[1])
-    check.absorb(compare({"gradient": gap}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
-
-
 def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """At LR 0, one window per generation: the step's gradient is that of the loss type's objective over the
     generation batch, however it is cut into micro-batches."""
@@ -208,7 +186,7 @@ def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     first = observed[0].ran.grads.steps[0].grad
     scale = max(first.abs().max().item(), 1e-30)
     gaps = [(o.spec.split_label, (o.ran.grads.steps[0].grad - first).abs().max().item() / scale) for o in observed[1:]]
-    largest_gap(check, gaps, run.dtype)
+    largest_gap(check, gaps, run.dtype, none=NO_GRADIENT)
     return check.finish()
 
 
@@ -224,12 +202,12 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
         return check.finish()
     worst: dict[str, tuple[float, str]] = {}
     for i, record in enumerate(obs.ran.loss_inputs):
-        gaps = record.get("logit_gaps")
-        if not isinstance(gaps, dict):
+        gaps = record.logit_gaps
+        if gaps is None:
             check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
             return check.finish()
         for key in ("logps", "entropies"):
-            gap = gaps.get(key)
+            gap = getattr(gaps, key)
             if gap is None:
                 check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
                 return check.finish()
@@ -260,20 +238,18 @@ def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case)
     untrained = untrained_micro_batches(ran.loss_inputs, spec) if ran.loss_inputs else ""
     if untrained:
         check.fail(untrained)
-    counter = running_counter(grads, list(itertools.accumulate(windows)), spec.gradient_accumulation_steps)
+    ends = list(itertools.accumulate(windows))
+    counter = running_counter(grads, spec.gradient_accumulation_steps, lambda after: after == ends,
+                              f"the windows {ends}", "windows")  # fmt: skip
     if counter:
         check.note(counter)
     tol = tolerance("gradient", spec.dtype)
     gaps = []
     for k, step in enumerate(grads.steps):
-        if spec.max_grad_norm is None:
-            gaps.append((f"step {k + 1}", step.unexplained))
-            continue
-        want = min(1.0, spec.max_grad_norm / (step.raw_norm + 1e-6))
-        gaps.append((f"step {k + 1}", max(step.residual, abs(step.coefficient - want) / want)))
-        if step.applied_norm > spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol:
+        gaps.append((f"step {k + 1}", applied_gap(step, spec.max_grad_norm)))
+        if spec.max_grad_norm is not None and step.applied_norm > spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol:
             check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds {spec.max_grad_norm}")
-    largest_gap(check, gaps, spec.dtype)
+    largest_gap(check, gaps, spec.dtype, none=NO_GRADIENT)
     return check.finish()
 
 

@@ -39,7 +39,7 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # (groups of 4), an epsilon subtracted instead of added by 2e-4 / std.
     "advantage": ((1e-6, 3e-6), (1e-6, 3e-6), (1e-6, 3e-6)),
     # not logged metrics: GRPO, the largest |selective_log_softmax's / entropy_from_logits' result - the float64
-    # formula from the loss's logits| in a micro-batch (abs_tol only; harness/algorithms/grpo/logit_gaps.py).
+    # formula from the loss's logits| in a micro-batch (abs_tol only; harness/instrument/logits.py).
     # Measured, uneven_lengths (temperature 1 and 0.7), extremes and all_masked, seeds 0-2, log-probs / entropies:
     # reference float32 7.2e-7 / 1.1e-6, float64 4.7e-7 / 7.2e-7 (its log_softmax runs in float32), bfloat16
     # 1.5e-2 / 5.9e-7; TRL 1.12.0 float32 7.9e-7 / 6.0e-7, bfloat16 2.2e-2 / 2.4e-2 (TRL does not build float64

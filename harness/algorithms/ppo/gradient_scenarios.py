@@ -11,6 +11,8 @@ from __future__ import annotations
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
+from harness.oracle.gradients import applied_gap, largest_gap
+from harness.oracle.gradients import running_counter as counter_diagnosis
 from harness.require import require_ran
 from harness.scenario import Case
 from harness.tolerances import tolerance
@@ -22,14 +24,6 @@ from .poolings import Geometry
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
 from .scores import update_scores
 from .spec import ScenarioSpec
-
-
-def largest_gap(check: Check, gaps: list[tuple[str, float]], dtype: str, metric: str = "gradient") -> None:
-    """Report the largest relative gradient gap of a check, and its tolerance, as a metric (fails above it;
-    a NaN gap fails too)."""
-    if gaps:
-        where, gap = max(gaps, key=lambda item: item[1] if item[1] == item[1] else float("inf"))
-        check.absorb(compare({metric: gap}, {metric: 0.0}, dtype, kind="gradient", where=where))
 
 
 def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -57,31 +51,11 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     return check.finish()
 
 
-def applied_gap(step, max_grad_norm: float | None) -> float:
-    """How far the step's .grad is from what it should apply: its micro-batches' gradients, clipped when asked.
-
-    Unclipped: the relative gap to their sum. Clipped (by global norm, as torch's clip_grad_norm_): the
-    part no rescaling explains, plus how far the rescaling is from max_grad_norm / |sum| (capped at 1).
-    """
-    if max_grad_norm is None:
-        return step.unexplained
-    want = min(1.0, max_grad_norm / (step.raw_norm + 1e-6))
-    return max(step.residual, abs(step.coefficient - want) / want)
-
-
 def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
-    """The class-15 diagnosis, or '': steps fall off the minibatch boundaries, each after a multiple of
-    `accumulation` micro-batches counted across the whole run (a counter never reset at a minibatch's end)."""
-    after = [max(step.backward_ids) + 1 if step.backward_ids else 0 for step in grads.steps]  # 1-based
-    if not after or per_minibatch < 1 or all(a % per_minibatch == 0 for a in after):
-        return ""
-    if accumulation < 1 or any(a == 0 or a % accumulation for a in after):
-        return ""
-    listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
-    return (
-        f"steps after micro-batches {listed} (counted across the run), not at the ends of minibatches of "
-        f"{per_minibatch}: an accumulation counter running across minibatches (class 15)"
-    )
+    """The class-15 diagnosis, or '': the steps fall off the minibatch boundaries (multiples of `per_minibatch`),
+    each after a multiple of `accumulation` micro-batches counted across the whole run."""
+    aligned = lambda after: per_minibatch < 1 or all(a % per_minibatch == 0 for a in after)  # noqa: E731
+    return counter_diagnosis(grads, accumulation, aligned, f"minibatches of {per_minibatch}", "minibatches")
 
 
 def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:

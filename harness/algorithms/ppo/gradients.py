@@ -23,6 +23,7 @@ import torch
 
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
+from harness.oracle.gradients import Factor, factor_note
 
 from .signal import CLIP_MARGIN, advantages, near_the_clip
 from .view import MicroBatchView, UpdateView
@@ -63,10 +64,6 @@ def recorded(micro: MicroBatchView) -> torch.Tensor:
     return grad
 
 
-Factor = tuple[float, int, int]
-"""(<recorded, formula> / <formula, formula>, n_R of the micro-batch, N_R of its minibatch)."""
-
-
 def minibatch_counts(update: UpdateView, per_minibatch: int) -> list[int]:
     """N_R of each minibatch of the update, from the oracle's masks."""
     return [sum(int(micro.response_mask.sum()) for micro in group) for group in minibatches(update, per_minibatch)]
@@ -99,30 +96,6 @@ def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str, c
             norm = float((want * want).sum())
             factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(r.sum()), count))
     return largest, size / max(tokens, 1), factors
-
-
-def _same(values: list[float]) -> bool:
-    return bool(values) and max(values) - min(values) <= 1e-3 * max(abs(v) for v in values)
-
-
-def factor_note(factors: list[Factor], what: str = "dL/dlogp", whole: str = "minibatch") -> str:
-    """What a failure of the gradient `what` looks like as factors: one common factor; each micro-batch's own
-    token mean times one factor (a mean of micro-batch means); or neither, the factors listed. `whole`: what
-    the micro-batches make up (the minibatch of one optimizer step; GRPO's accumulation window)."""
-    finite = [(f, n, total) for f, n, total in factors if f == f and n > 0]
-    if not finite:
-        return ""
-    ratios = [f for f, _, _ in finite]
-    if _same(ratios):
-        return f"the recorded {what} is {ratios[0]:.4g} times the formula's in every micro-batch (a common factor)"
-    own = [f * n / total for f, n, total in finite]
-    if _same(own):
-        return (
-            f"the recorded {what} is {own[0]:.4g} (1/{1 / own[0]:.4g}) times each micro-batch's own token mean's, "
-            f"not the {whole}'s: a mean of micro-batch means"
-        )
-    listed = ", ".join(f"{f:.4g}" for f in ratios)
-    return f"recorded {what} over the formula's, per micro-batch: {listed}"
 
 
 def expectation(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str

@@ -1,33 +1,34 @@
 """The reference GRPO trainer (reference_ppo/grpo.py) on the toy world, recording what its loss was fed.
 
-The trainer never imports the harness. This adapter wraps two of the trainer object's
-methods on the instance, without changing what they compute: `window_step` to count the
-optimizer steps, and `micro_step` to record each micro-batch's loss inputs. While a
-micro-step runs, the module-level `selective_log_softmax` and `entropy_from_logits` of
-`reference_ppo.grpo` are wrapped to keep a copy of what they return (the first log-prob
-call of a micro-step is `per_token_logps`; docs/grpo-metrics.md lists the call sites), and
-put back afterwards; the wrappers also keep the largest gap between each result and its float64
-recomputation from the logits (`logit_gaps`, harness/algorithms/grpo/logit_gaps.py), and a hook on the
-micro-step's log-probs keeps the gradient its backward pass delivers to them (`logp_grad`).
-The reward functions it hands the trainer are wrapped to record their scores (`reward_calls`,
-harness/algorithms/grpo/reward_calls.py), and `generate` to say which generation they score;
-each loss record names its rows' places in their generation batch (`completions`) and keeps their
-sampled token ids (`completion_ids`), which with the run's `stop_token_id` say whether each ended
-with the stop token.
+The trainer never imports the harness. While it trains, the harness's `LossRecorder`
+(harness/instrument/loss_recorder.py) wraps, on the trainer object and without changing what
+they compute, `micro_step` (the loss entry point: one `LossRecord` per micro-batch), and, for
+the recorder's duration, the module-level `selective_log_softmax` and `entropy_from_logits` of
+`reference_ppo.grpo`: inside a micro-step the first result of each is the record's `logps` and
+`entropies` (the first log-prob call of a micro-step is `per_token_logps`; docs/grpo-metrics.md
+lists the call sites), each result's largest gap to its float64 recomputation from the logits is
+kept (`logit_gaps`), and a hook on the micro-step's log-probs keeps the gradient its backward
+pass delivers to them (`logp_grad`). It also wraps `window_step` to count the optimizer steps
+(each record's `window`) and `generate` to say which generation the reward functions score; the
+reward functions it hands the trainer are wrapped to record their scores (`reward_calls`,
+harness/instrument/reward_calls.py). Each loss record names its rows' places in their generation
+batch (`completions`) and keeps their sampled token ids (`completion_ids`), which with the run's
+`stop_token_id` say whether each ended with the stop token. Every wrapper is put back after `train()`.
 """
 
 from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from harness.errors import HarnessConfigError
+from harness.instrument.loss import LossRecord
+from harness.instrument.loss_recorder import LossRecorder
+from harness.instrument.reward_calls import RewardTap
 from harness.targets.logged import LogTap
-
-from ..logit_gaps import LogitGaps
-from ..reward_calls import RewardTap
 
 CONFIG_FIELDS = (
     "per_device_train_batch_size",
@@ -54,19 +55,11 @@ CONFIG_FIELDS = (
 """GRPOSpec fields handed to the reference GRPOConfig under the same names."""
 
 
-def _copy(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    """A detached float64 CPU copy (bool stays bool)."""
-    if tensor is None:
-        return None
-    tensor = tensor.detach().to("cpu")
-    return tensor.clone() if tensor.dtype == torch.bool else tensor.to(torch.float64)
-
-
 @dataclass
 class ReferenceGRPORun:
     """A reference GRPOTrainer built for one scenario; satisfies TargetRun and records `loss_inputs`."""
 
-    trainer: object
+    trainer: Any
     module: types.ModuleType
     pad_token_id: int
     stop_token_id: int
@@ -74,13 +67,16 @@ class ReferenceGRPORun:
     tap: LogTap
     log_steps: tuple[int, ...]
     rewards: RewardTap = field(default_factory=RewardTap)
-    loss_inputs: list[dict] = field(default_factory=list)
     windows: int = 0
     generations: int = 0
+    recorder: LossRecorder = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        micro_step, window_step, generate = self.trainer.micro_step, self.trainer.window_step, self.trainer.generate
+        self.recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields)
+        self.recorder.around(self.trainer, "generate", self._counting_generations)
+        self.recorder.around(self.trainer, "window_step", self._counting_windows)
 
+    def _counting_generations(self, generate):
         def recorded_generate():
             self.rewards.generation = self.generations
             try:
@@ -88,75 +84,41 @@ class ReferenceGRPORun:
             finally:
                 self.generations += 1
 
+        return recorded_generate
+
+    def _counting_windows(self, window_step):
         def recorded_window_step(batch, micro_batches):
             try:
                 return window_step(batch, micro_batches)
             finally:
                 self.windows += 1
 
-        def recorded_micro_step(batch, rows, denominator):
-            seen = self._watch()
-            try:
-                result = micro_step(batch, rows, denominator)
-            finally:
-                self._unwatch(seen)
-            self.loss_inputs.append(self._record(batch, rows, seen))
-            return result
+        return recorded_window_step
 
-        self.trainer.window_step = recorded_window_step
-        self.trainer.micro_step = recorded_micro_step
-        self.trainer.generate = recorded_generate
-
-    @property
-    def reward_calls(self) -> list[dict]:
-        """One record per call of a reward function the trainer was handed (reward_calls.py)."""
-        return self.rewards.calls
-
-    def _watch(self) -> dict:
-        """Wrap the module's log-prob and entropy functions for one micro-step; returns what they will see."""
-        seen: dict = {"originals": (self.module.selective_log_softmax, self.module.entropy_from_logits)}
-        seen["gaps"] = LogitGaps()
-        log_softmax, entropy = seen["gaps"].wrap(*seen["originals"])
-
-        def selective_log_softmax(logits, index):
-            out = log_softmax(logits, index)
-            if "logps" not in seen:
-                seen["logps"] = out
-                if out.requires_grad:  # the gradient of the loss at the log-probs, as the backward pass delivers it
-                    out.register_hook(lambda grad: seen.__setitem__("logp_grad", grad.detach().clone()))
-            return out
-
-        def entropy_from_logits(logits):
-            out = entropy(logits)
-            seen.setdefault("entropies", out)
-            return out
-
-        self.module.selective_log_softmax = selective_log_softmax
-        self.module.entropy_from_logits = entropy_from_logits
-        return seen
-
-    def _unwatch(self, seen: dict) -> None:
-        self.module.selective_log_softmax, self.module.entropy_from_logits = seen["originals"]
-
-    def _record(self, batch, rows, seen: dict) -> dict:
-        """One loss record (docs/architecture.md): float64 CPU copies of what the micro-step's loss used."""
-        old = batch.old_per_token_logps
-        ref = batch.ref_per_token_logps
+    def _fields(self, batch, rows, denominator) -> dict[str, Any]:
+        """What a micro-step's arguments say of its loss record (the recorder copies the tensors)."""
+        old, ref = batch.old_per_token_logps, batch.ref_per_token_logps
         return {
             "generation": int(batch.index),
             "window": self.windows,
             "rank": self.rank,
-            "completion_mask": _copy(batch.completion_mask[rows]).bool(),
-            "completions": rows.detach().to("cpu", torch.int64).clone(),
-            "completion_ids": batch.completion_ids[rows].detach().to("cpu", torch.int64).clone(),
-            "logps": _copy(seen.get("logps")),
-            "old_logps": None if old is None else _copy(old[rows]),
-            "ref_logps": None if ref is None else _copy(ref[rows]),
-            "advantages": _copy(batch.advantages[rows]),
-            "entropies": _copy(seen.get("entropies")),
-            "logit_gaps": seen["gaps"].gaps(),
-            "logp_grad": _copy(seen.get("logp_grad")),
+            "completion_mask": batch.completion_mask[rows],
+            "completions": rows,
+            "completion_ids": batch.completion_ids[rows],
+            "old_logps": None if old is None else old[rows],
+            "ref_logps": None if ref is None else ref[rows],
+            "advantages": batch.advantages[rows],
         }
+
+    @property
+    def loss_inputs(self) -> tuple[LossRecord, ...]:
+        """One record per micro-batch of the loss, in the order they ran (docs/architecture.md)."""
+        return self.recorder.records
+
+    @property
+    def reward_calls(self) -> list:
+        """One record per call of a reward function the trainer was handed."""
+        return self.rewards.calls
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -167,8 +129,11 @@ class ReferenceGRPORun:
         return [p for p in self.trainer.model.parameters() if p.requires_grad]
 
     def train(self) -> list[dict[str, float]]:
-        """Every step; the metrics as the trainer logged them (callbacks and trackers) at `log_steps`."""
-        return self.tap.logged(self.trainer.train(), steps=self.log_steps)
+        """Every step, under the recorder; the metrics as the trainer logged them (callbacks and trackers) at
+        `log_steps`."""
+        with self.recorder:
+            returned = self.trainer.train()
+        return self.tap.logged(returned, steps=self.log_steps)
 
 
 def factory(spec, accelerator=None) -> ReferenceGRPORun:

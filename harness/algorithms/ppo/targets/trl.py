@@ -29,14 +29,8 @@ What TRL does that a caller of this target should know (TRL 1.12.0, accelerate 1
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
-import logging
-import os
 import tempfile
 import types
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,10 +38,9 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.errors import HarnessConfigError
-
-TRL_VERSION = "1.12.0"
-_MISSING = f"trl target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]'"
-
+from harness.targets.hf import import_trainer_module, metrics_callback
+from harness.targets.hf import quiet as _quiet
+from harness.targets.hf import world_size as _world_size
 
 TRL_MODULE = "trl.experimental.ppo.ppo_trainer"
 MODULE_NAMES = ("PPOTrainer", "PPOConfig", "masked_mean", "selective_log_softmax")
@@ -56,45 +49,8 @@ MODULE_NAMES = ("PPOTrainer", "PPOConfig", "masked_mean", "selective_log_softmax
 
 def _import_trl(module: str | None = None):
     """The PPO trainer module and its config class (TRL's own, or `module`'s), or HarnessConfigError."""
-    name = module or TRL_MODULE
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            trainer = importlib.import_module(name)
-    except ImportError as exc:  # trl missing, a trl without experimental.ppo, or no such module
-        if module is None:
-            raise HarnessConfigError(_MISSING) from exc
-        raise HarnessConfigError(f"trl target: cannot import {module!r} ({exc})") from exc
-    missing = [n for n in MODULE_NAMES if not callable(getattr(trainer, n, None))]
-    if missing:
-        raise HarnessConfigError(
-            f"trl target: module {name!r} has no {', '.join(missing)} (it needs the names of {TRL_MODULE})"
-        )
+    trainer = import_trainer_module(module, TRL_MODULE, MODULE_NAMES, "trl")
     return trainer, trainer.PPOConfig
-
-
-def _world_size() -> int:
-    """Processes launched for this run (torchrun / accelerate launch set WORLD_SIZE)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence TRL's prints, transformers/accelerate info logs and Python warnings."""
-    from transformers.utils import logging as hf_logging
-
-    previous = hf_logging.get_verbosity()
-    accelerate_logger = logging.getLogger("accelerate")
-    previous_accelerate = accelerate_logger.level
-    hf_logging.set_verbosity_error()
-    accelerate_logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(previous)
-        accelerate_logger.setLevel(previous_accelerate)
 
 
 @dataclass
@@ -146,16 +102,8 @@ class TrlRun:
 
 
 def _metrics_callback(sink: list[dict[str, float]]):
-    from transformers import TrainerCallback
-
-    class _Capture(TrainerCallback):
-        """Keeps every `group/name` entry of each `log` call, as floats."""
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs:
-                sink.append({k: float(v) for k, v in logs.items() if "/" in k})
-
-    return _Capture()
+    """A callback that keeps every `group/name` entry of each `log` call, as floats."""
+    return metrics_callback(sink, lambda logs, state: {k: float(v) for k, v in logs.items() if "/" in k})
 
 
 def factory_for(module: str) -> Callable[[ScenarioSpec], TrlRun]:

@@ -1,4 +1,5 @@
-"""The GRPO gate's `logp_gradient`: the gradient at the new log-probs against the loss type's formula.
+"""The GRPO gate's gradient scenario `logp_gradient`: the gradient at the new log-probs against the loss type's
+formula.
 
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes), so
 they cost nothing more; two more runs, of the extremes geometry (two passes at LR 0.05, tokens
@@ -85,7 +86,7 @@ def all_zero(check: Check, records, spec: GRPOSpec, compared: int) -> CheckResul
     """The formula's gradient is 0 at every token: every advantage of the run is 0 and beta is 0 (a group's
     rewards all alike, as may happen under `--set beta=0`). The recorded gradient must then be 0 too; it passes,
     saying that the loss's normalisation is not seen. With beta != 0 the KL term has a gradient: a failure."""
-    largest = max(float((r["logp_grad"] * r["completion_mask"]).abs().max()) for r in records)
+    largest = max(float((r.logp_grad * r.completion_mask).abs().max()) for r in records)
     if spec.beta != 0 or largest != 0.0:
         check.fail(f"the formula's gradient is 0 at all {compared} tokens compared (beta {spec.beta}), the "
                    f"recorded one reaches {largest:.3g}")  # fmt: skip

@@ -1,0 +1,70 @@
+"""The `trl-grpo` target's config translation: a GRPO run spec -> the keyword arguments of TRL's `GRPOConfig`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import HarnessConfigError
+
+SPEC_FIELDS = tuple(
+    "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
+    "max_steps logging_steps learning_rate max_completion_length temperature loss_type beta seed device dtype".split()
+)
+"""The spec attributes a run cannot be built without; the others default as in reference_ppo's GRPOConfig."""
+
+
+def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """TRL GRPOConfig keyword arguments for `spec` (HarnessConfigError naming a field the spec lacks)."""
+    lacking = [name for name in SPEC_FIELDS if not hasattr(spec, name)]
+    if lacking:
+        raise HarnessConfigError(f"trl-grpo target: the run spec has no {', '.join(lacking)}")
+    epsilon_low = getattr(spec, "epsilon_low", getattr(spec, "epsilon", 0.2))
+    max_grad_norm = getattr(spec, "max_grad_norm", None)
+    reward_weights = getattr(spec, "reward_weights", None)
+    args = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=spec.per_device_train_batch_size,
+        gradient_accumulation_steps=spec.gradient_accumulation_steps,
+        steps_per_generation=spec.steps_per_generation or spec.gradient_accumulation_steps,
+        num_generations=spec.num_generations,
+        num_iterations=spec.num_iterations,
+        max_steps=spec.max_steps,
+        logging_steps=spec.logging_steps,
+        learning_rate=spec.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        weight_decay=0.0,
+        max_completion_length=spec.max_completion_length,
+        temperature=spec.temperature,
+        loss_type=spec.loss_type,
+        beta=spec.beta,
+        use_bias_correction_kl=getattr(spec, "use_bias_correction_kl", True),
+        epsilon=epsilon_low,
+        epsilon_high=getattr(spec, "epsilon_high", epsilon_low),
+        delta=getattr(spec, "delta", None),
+        scale_rewards=getattr(spec, "scale_rewards", "group"),
+        reward_weights=list(reward_weights) if reward_weights is not None else None,
+        max_grad_norm=max_grad_norm if max_grad_norm is not None else 0.0,  # 0: no clipping
+        seed=spec.seed,
+        data_seed=spec.seed,
+        model_init_kwargs={"dtype": spec.dtype},  # the reference model TRL rebuilds when beta != 0
+        use_vllm=False,
+        use_cpu=spec.device == "cpu",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        disable_dropout=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="steps",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+        push_to_hub=False,
+        # The spec's pad bias asks for empty completions. TRL's mask keeps every token up to its EOS, a sampled
+        # pad included, so the one way TRL empties a completion is masking it when truncated.
+        mask_truncated_completions=bool(getattr(spec, "pad_logit_bias", 0.0)),
+    )
+    args.update(extra)
+    return args

@@ -1,0 +1,89 @@
+"""The toy world of the `trl-grpo` target: the toy models of `reference_ppo.toy`, their logit biases, the
+prompt dataset's size, and the deterministic reward functions handed to TRL."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.errors import HarnessConfigError
+from harness.targets.hf import world_size
+
+VOCAB_SIZE = 32
+PROMPT_LENGTH = 6
+EOS_LOGIT_BIAS = 2.0
+"""Added to the EOS logit of the policy and the reference: completions of 8 tokens end at uneven lengths
+(about one token in five is EOS), and some run to the limit (truncated)."""
+
+
+def toy_reward(completion_ids: list[list[int]], **kwargs) -> list[float]:
+    """The number of completion tokens whose id is a multiple of 3 (EOS excluded): deterministic, uneven in a group."""
+    return [float(sum(1 for t in ids if t % 3 == 0 and t > 2)) for ids in completion_ids]
+
+
+def multiple_of_3_partial(completion_ids: list[list[int]], **kwargs) -> list[float | None]:
+    """1 for a completion with a token whose id is a multiple of 3 (EOS excluded), else 0: rewards tie, so some
+    groups have std 0. None (cannot score) for a completion whose first token is a multiple of 4, or that is empty."""
+    return [
+        None if not ids or ids[0] % 4 == 0 else float(s > 0)
+        for ids, s in zip(completion_ids, toy_reward(completion_ids))
+    ]
+
+
+def stopped_partial(completion_ids: list[list[int]], **kwargs) -> list[float | None]:
+    """1 for a completion that ends with EOS, else 0; None where its first token is a multiple of 4 or odd."""
+    stop = kwargs.get("eos_token_id", 1)
+    return [None if not ids or ids[0] % 4 == 0 or ids[0] % 2 == 1 else float(ids[-1] == stop) for ids in completion_ids]
+
+
+def toy_rewards(spec) -> list[Callable]:
+    """The reward functions of the spec's `reward_weights`: `toy_reward` for one weight (or none); for two, the two
+    partial ones (the reference target's toy world has the same pattern: some completions neither can score)."""
+    weights = getattr(spec, "reward_weights", None)
+    return [toy_reward] if weights is None or len(weights) == 1 else [multiple_of_3_partial, stopped_partial]
+
+
+def prompt_count(spec, generations_per_epoch: int) -> int:
+    """Prompts in the dataset: `generations_per_epoch` generation batches (each rank's share, every rank)."""
+    steps_per_generation = spec.steps_per_generation or spec.gradient_accumulation_steps
+    completions = spec.per_device_train_batch_size * steps_per_generation * world_size()
+    if completions % spec.num_generations:
+        raise HarnessConfigError(
+            f"trl-grpo target: a generation batch of {completions} completions is not a whole number of "
+            f"groups of num_generations={spec.num_generations}"
+        )
+    return generations_per_epoch * completions // spec.num_generations
+
+
+def world_spec(spec, generations_per_epoch: int) -> types.SimpleNamespace:
+    """What `harness.targets.toy.toy_world` builds this target's models and prompts from."""
+    return types.SimpleNamespace(
+        seed=spec.seed,
+        device=spec.device,
+        dtype=spec.dtype,
+        vocab_size=VOCAB_SIZE,
+        prompt_length=PROMPT_LENGTH,
+        num_prompts=prompt_count(spec, generations_per_epoch),
+        pad_logit_bias=0.0,  # set with the EOS bias (logit_biases): the head has one bias vector
+        dropout=getattr(spec, "dropout", 0.0),
+    )
+
+
+def logit_biases(spec, world: Any) -> dict[int, float]:
+    """Frozen LM-head biases of the toy policy and reference: EOS_LOGIT_BIAS on EOS, the spec's pad bias on pad."""
+    biases = {world.stop_token_id: EOS_LOGIT_BIAS}
+    if getattr(spec, "pad_logit_bias", 0.0):
+        biases[world.pad_token_id] = float(spec.pad_logit_bias)
+    return biases
+
+
+def add_logit_biases(model: torch.nn.Module, biases: dict[int, float]) -> None:
+    """Give `model`'s LM head a frozen bias vector: `biases` by token id, 0 elsewhere."""
+    head = model.get_output_embeddings()
+    values = torch.zeros(head.out_features, device=head.weight.device, dtype=head.weight.dtype)
+    for token, bias in biases.items():
+        values[token] = bias
+    head.bias = torch.nn.Parameter(values, requires_grad=False)

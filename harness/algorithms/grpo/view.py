@@ -1,0 +1,90 @@
+"""Loss records -> a view of each logging interval: its records, their token terms and its expectations, built
+once per observation however many checks read them (as PPO's view is).
+
+The stage between the records a GRPO run kept (`Ran.loss_inputs`) and the checks: the records'
+problems are found once, the records are cut into the run's logging intervals once (by their
+window), and each interval computes its token terms (expect.py) and its expected metrics the first
+time a check asks, then keeps them; the diagnosis of a failing metric (poolings.py) reads the same terms.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from harness.instrument.loss import LossRecord
+from harness.instrument.observe import Observation
+from harness.oracle.expectation import Expectation
+
+from .contract import pooled_names
+from .expect import Settings, TokenTerms, expected_from_terms, intervals, record_problems, token_terms, unusable
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalView:
+    """One logging interval: its loss records in the order they ran, and what the oracle makes of them."""
+
+    index: int
+    records: tuple[LossRecord, ...]
+    settings: Settings
+    problems: tuple[str, ...] = ()
+    """What is wrong with its records (record_problems), in their order."""
+
+    @property
+    def unusable(self) -> str:
+        """Why its records determine none of its metrics, or ''."""
+        return unusable(self.records, self.problems)
+
+    @cached_property
+    def terms(self) -> tuple[TokenTerms, ...]:
+        """The token terms of each record (empty when the records are unusable)."""
+        return () if self.unusable else tuple(token_terms(r, self.settings) for r in self.records)
+
+    @cached_property
+    def expected(self) -> dict[str, Expectation]:
+        """Every metric its records determine (each without a value, saying why, when they are unusable)."""
+        why = self.unusable
+        if why:
+            return {n: Expectation.unknown(n, why) for n in pooled_names(self.settings.beta)}
+        return expected_from_terms(self.terms, self.settings)
+
+    def token_counts(self) -> list[int]:
+        """The completion tokens of each micro-batch."""
+        return [int(r.completion_mask.sum()) for r in self.records]
+
+
+@dataclass(frozen=True, eq=False)
+class RunView:
+    """A run's loss records, what is wrong with each, and its logging intervals."""
+
+    records: tuple[LossRecord, ...]
+    problems: tuple[tuple[int, str], ...]
+    """(record number, problem) of every problem of every record."""
+    intervals: tuple[IntervalView, ...]
+
+
+def build_view(records: Sequence[LossRecord], spec: Any) -> RunView:
+    """The view of a run's loss records under `spec` (its settings and its logging intervals)."""
+    settings = Settings.of(spec)
+    found = {id(r): tuple(record_problems(r)) for r in records}
+    problems = tuple((i, p) for i, r in enumerate(records) for p in found[id(r)])
+    cut = intervals(records, spec)
+    views = tuple(IntervalView(i, tuple(rs), settings, tuple(p for r in rs for p in found[id(r)]))
+                  for i, rs in enumerate(cut))  # fmt: skip
+    return RunView(tuple(records), problems, views)
+
+
+_VIEWS: weakref.WeakKeyDictionary[Observation, RunView] = weakref.WeakKeyDictionary()
+
+
+def view_of(obs: Observation) -> RunView:
+    """The view of a finished observation's loss records, built once however many checks read it."""
+    ran = obs.ran
+    if ran is None:
+        raise ValueError("a crashed run has no view")
+    if obs not in _VIEWS:
+        _VIEWS[obs] = build_view(ran.loss_inputs or (), obs.spec)
+    return _VIEWS[obs]

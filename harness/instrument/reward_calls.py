@@ -1,0 +1,53 @@
+"""What a GRPO target records at the reward functions it hands its trainer: every score, per generation.
+
+A target wraps each reward function in `RewardTap.wrap` before handing it over. The wrapper calls
+the function with the same arguments and returns what it returned; it keeps one frozen `RewardCall`
+(loss.py) per call: its generation, rank, the function's name and its `index` (its place in the list
+the trainer was handed: its weight's place), and its scores, NaN where the function could not score
+the completion (it returned None or NaN). The rows are in the order the trainer handed the
+completions to the function, which is the order of that rank's generation batch; a loss record's
+`completions` say which of these rows each of its rows is. The target sets `generation` before each
+generation's rewards are computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .loss import RewardCall
+
+
+def as_scores(output: Any) -> torch.Tensor:
+    """A reward function's output as a float64 CPU tensor, None as NaN (TRL's convention for 'cannot score')."""
+    if isinstance(output, torch.Tensor):
+        return output.detach().to("cpu", torch.float64).reshape(-1).clone()
+    return torch.tensor([math.nan if s is None else float(s) for s in output], dtype=torch.float64)
+
+
+@dataclass
+class RewardTap:
+    """The reward-call records of one run (one rank); `generation` is the generation being scored."""
+
+    rank: int = 0
+    generation: int = 0
+    calls: list[RewardCall] = field(default_factory=list)
+    wrapped: int = 0
+
+    def wrap(self, name: str, func: Callable) -> Callable:
+        """`func`, recording each call's scores under `name`; keeps its `__name__` (trainers name rewards by it).
+        Wrap the functions in the order the trainer is handed them."""
+        index, self.wrapped = self.wrapped, self.wrapped + 1
+
+        @functools.wraps(func)
+        def recorded(*args, **kwargs):
+            output = func(*args, **kwargs)
+            self.calls.append(RewardCall(self.generation, self.rank, name, index, as_scores(output)))
+            return output
+
+        return recorded

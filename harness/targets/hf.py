@@ -1,0 +1,83 @@
+"""What the TRL adapters (`trl`, `trl-grpo`) share: the pinned TRL version, importing a trainer module by name,
+the number of processes, silencing the Hugging Face libraries, and a callback that keeps the logged metrics.
+
+A target module (it imports `transformers` where it is used); nothing outside a `targets/` folder imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import os
+import types
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from harness.errors import HarnessConfigError
+
+TRL_VERSION = "1.12.0"
+"""The TRL release the adapters are written against (and docs/trl.md, docs/trl-grpo.md measure)."""
+
+
+def import_trainer_module(module: str | None, default: str, names: Sequence[str], target: str) -> types.ModuleType:
+    """The trainer module `module` (TRL's own, `default`, when None), after checking it has each of `names` as a
+    callable; HarnessConfigError (naming the `target`) when it cannot be imported or lacks one."""
+    name = module or default
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = importlib.import_module(name)
+    except ImportError as exc:  # trl missing (or a dependency its import needs), or no such module
+        if module is None:
+            raise HarnessConfigError(
+                f"{target} target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]' ({exc})"
+            ) from exc
+        raise HarnessConfigError(f"{target} target: cannot import {module!r} ({exc})") from exc
+    missing = [n for n in names if not callable(getattr(trainer, n, None))]
+    if missing:
+        raise HarnessConfigError(
+            f"{target} target: module {name!r} has no {', '.join(missing)} (it needs the names of {default})"
+        )
+    return trainer
+
+
+def world_size() -> int:
+    """Processes launched for this run (torchrun / accelerate launch set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence TRL's prints, transformers/accelerate info logs and Python warnings."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    accelerate_logger = logging.getLogger("accelerate")
+    previous_accelerate = accelerate_logger.level
+    hf_logging.set_verbosity_error()
+    accelerate_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(previous)
+        accelerate_logger.setLevel(previous_accelerate)
+
+
+def metrics_callback(sink: list[dict[str, float]], entry: Callable[[Mapping[str, Any], Any], dict | None]):
+    """A transformers `TrainerCallback` that appends `entry(logs, state)` to `sink` at each non-empty `log` call
+    (nothing when it is None)."""
+    from transformers import TrainerCallback
+
+    class _Capture(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                kept = entry(logs, state)
+                if kept is not None:
+                    sink.append(kept)
+
+    return _Capture()
