@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness.errors import HarnessConfigError
@@ -114,6 +114,17 @@ class Observation:
 
     spec: Any
     outcome: Ran | Crashed
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """An algorithm's views of the finished run, each built once (`view`)."""
+
+    def view(self, name: str, build: Callable[[Ran], Any]) -> Any:
+        """The view `name` of the finished run, `build(ran)` the first time it is asked for (ValueError if it
+        crashed: a crashed run has no view)."""
+        if self.ran is None:
+            raise ValueError("a crashed run has no view")
+        if name not in self._views:
+            self._views[name] = build(self.ran)
+        return self._views[name]
 
     @property
     def ran(self) -> Ran | None:

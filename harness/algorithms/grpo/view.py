@@ -9,7 +9,6 @@ time a check asks, then keeps them; the diagnosis of a failing metric (poolings.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -77,14 +76,6 @@ def build_view(records: Sequence[LossRecord], spec: Any) -> RunView:
     return RunView(tuple(records), problems, views)
 
 
-_VIEWS: weakref.WeakKeyDictionary[Observation, RunView] = weakref.WeakKeyDictionary()
-
-
 def view_of(obs: Observation) -> RunView:
     """The view of a finished observation's loss records, built once however many checks read it."""
-    ran = obs.ran
-    if ran is None:
-        raise ValueError("a crashed run has no view")
-    if obs not in _VIEWS:
-        _VIEWS[obs] = build_view(ran.loss_inputs or (), obs.spec)
-    return _VIEWS[obs]
+    return obs.view("grpo", lambda ran: build_view(ran.loss_inputs or (), obs.spec))

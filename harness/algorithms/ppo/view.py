@@ -11,7 +11,6 @@ the update's other records (`ignored`); `values.py` and `scores.py` pair them wi
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -303,14 +302,6 @@ def build_view(records: Sequence[Record], stop: int | None, pad: int, sites: Sit
     return RunView(updates, starts)
 
 
-_VIEWS: weakref.WeakKeyDictionary[Observation, RunView] = weakref.WeakKeyDictionary()
-
-
 def view_of(obs: Observation) -> RunView:
     """The view of a finished observation's records, built once however many checks read it."""
-    ran = obs.ran
-    if ran is None:
-        raise ValueError("a crashed run has no view")
-    if obs not in _VIEWS:
-        _VIEWS[obs] = build_view(ran.records, ran.stop_token_id, ran.pad_token_id, ran.sites)
-    return _VIEWS[obs]
+    return obs.view("ppo", lambda ran: build_view(ran.records, ran.stop_token_id, ran.pad_token_id, ran.sites))
