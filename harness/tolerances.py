@@ -72,7 +72,29 @@ _ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # not a logged metric: max |grad_a - grad_b| / max |grad_a| between two cuts of one minibatch, and the
     # part of a step's .grad that its micro-batches' (clipped) gradients do not explain
     "gradient": ((1e-9, 1e-9), (1e-5, 1e-5), (2e-2, 2e-2)),
+    # not logged metrics: the largest |log-prob (value) the trainer used - the network's own, recomputed in float64
+    # on a float64 copy of its weights| over V (harness/checks/forward.py; abs_tol only). Measured at LR 0,
+    # forward_recompute (both runs) and the temperature profile, seeds 0-3: float32 log-probs 5.0e-6 (reference
+    # and the example trainer alike), 3.6e-6 (TRL 1.12.0); values 2.0e-6 (reference, example), 3.6e-6 (TRL); float64
+    # log-probs 6.3e-7 (reference and example: their log_softmax runs in float32), values 0 (the same float64
+    # operations; 1e-8 leaves room for another batching's float64 rounding); about ten times the largest.
+    # bfloat16: a bfloat16 network and its float64 copy part by up to 2.3 in a log-prob and 3.2 in a value (reference,
+    # seeds 0-3: 8-bit mantissas through two layers), so the rows are ten times that and the check there catches
+    # only what is grossly wrong (NaN, the wrong network). At float32 an inverted attention mask, pads in the mask of
+    # a left-padded prompt, real tokens replaced by 0, or logits multiplied by the temperature (0.7) instead of
+    # divided put some log-prob off by 1.2 to 1.6 (measured, seed 0).
+    "forward/logprob": ((1e-5, 0.0), (5e-5, 0.0), (25.0, 0.0)),
+    "forward/value": ((1e-8, 0.0), (4e-5, 0.0), (32.0, 0.0)),
 }
+
+
+SAMPLING_Z = 5.0
+"""`sampling` (harness/checks/sampling.py): the largest |Z| of a run's drawn tokens, Z = sum(-log p - H) /
+sqrt(sum Var[log p]), which is about standard normal for tokens drawn from the rollout's own distribution.
+Measured on the uneven split's two updates (about 200 drawn tokens): the reference at seeds 0-5, temperature 1,
+|Z| at most 2.2; temperature 0.5 at most 1.8; TRL 1.12.0 at seeds 0-3 at most 0.6, and at 0.7 at most 0.8. For
+tokens drawn as reported, |Z| > 5 has a chance of about 6e-7 per run. A rollout that samples at 0.5 but takes its
+log-probs at 1 gives Z of -8.4 to -10.2 (seeds 0-3); greedy decoding -12 to -17."""
 
 
 def _rows_of(rows: dict) -> dict[str, dict[str, Tolerance]]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.algorithms import case
-from harness.algorithms.ppo import forward
+from harness.checks import forward
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
@@ -77,7 +77,7 @@ def test_a_run_without_models_fails_loudly_not_recomputable():
     result = case("forward_recompute[run=lr0_uneven]").run(ObservationCache(value_head_hidden), ScenarioSpec())
     assert not result.passed and "not recomputable" in result.message and "`models`" in result.message
     with pytest.raises(NotRecomputable, match="models"):
-        forward.networks_of(type("Ran", (), {"networks": None, "prompts": None})())
+        forward.networks_of(type("Ran", (), {"networks": None, "prompts": None})(), ("policy", "ref_policy"))
 
 
 def test_the_reference_passes_on_left_padded_prompts():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.algorithms.ppo.sampling import drawn_positions, judge_sampling, sampling_z
 from harness.algorithms.ppo.view import RolloutView
+from harness.checks.sampling import drawn_positions, judge_sampling, sampling_z
 from harness.instrument.tensors import reduce_logits
 from harness.verdict import Check, CheckId
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import torch
 
+from harness.checks.forward import Gaps, match_prompts, networks_of, response_logprobs, response_values
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
@@ -43,109 +44,6 @@ from .values import micro_batch_values, rollout_values
 from .view import UpdateView
 
 NETWORKS = ("policy", "ref_policy", "value_model")
-NO_MODELS = (
-    "the run exposes no `models` (policy, ref_policy, value_model) and `prompts` (docs/architecture.md), so the "
-    "network's own log-probs and values cannot be recomputed"
-)
-
-
-def model_inputs(sequences: torch.Tensor, pad: int) -> dict[str, torch.Tensor]:
-    """The harness's own inputs: attend to every token but pad, positions counting the real tokens before each."""
-    real = sequences != pad
-    positions = (real.long().cumsum(dim=1) - 1).clamp(min=0)
-    return {"input_ids": sequences, "attention_mask": real.long(), "position_ids": positions}
-
-
-def response_logprobs(model, queries: torch.Tensor, responses: torch.Tensor, pad: int, temperature: float):
-    """(B, T) float64 log-probs of each response token under `model`, given its query and the response before it."""
-    sequences = torch.cat([queries, responses], dim=1)
-    with torch.no_grad():
-        logits = model(**model_inputs(sequences, pad), return_dict=True).logits.double()
-    width, context = responses.shape[1], queries.shape[1]
-    scaled = logits[:, context - 1 : context - 1 + width] / temperature
-    return torch.log_softmax(scaled, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-
-
-def response_values(model, queries: torch.Tensor, responses: torch.Tensor, pad: int) -> torch.Tensor:
-    """(B, T) float64 value-head outputs at each response position (read from the position before it).
-
-    The value model is a transformers sequence-classification model: its backbone (`base_model_prefix`)
-    and its scalar `score` head, applied per position.
-    """
-    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    head = getattr(model, "score", None)
-    if backbone is None or head is None:
-        raise NotRecomputable(
-            f"the value model {type(model).__name__} has no backbone and `score` head to read per position"
-        )
-    sequences = torch.cat([queries, responses], dim=1)
-    with torch.no_grad():
-        hidden = backbone(**model_inputs(sequences, pad), return_dict=True).last_hidden_state
-        values = head(hidden).double().squeeze(-1)
-    width, context = responses.shape[1], queries.shape[1]
-    return values[:, context - 1 : context - 1 + width]
-
-
-def worst(gap: torch.Tensor, mask: torch.Tensor) -> tuple[float, int]:
-    """The largest gap where `mask` is true (NaN counts as infinite), and its position; (0.0, -1) when none."""
-    if not mask.any():
-        return 0.0, -1
-    gaps = torch.where(mask, gap.nan_to_num(nan=float("inf")), torch.zeros_like(gap))
-    at = int(gaps.argmax())
-    return float(gaps.flatten()[at]), at
-
-
-def match_prompts(policy, prompts: torch.Tensor, responses: torch.Tensor, logprobs: torch.Tensor,
-                  mask: torch.Tensor, pad: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """For each row, the prompt (index) whose policy log-probs of the row's response are nearest the trainer's
-    on `mask`, and that nearest gap (largest over the row's positions); rows without a masked position get 0."""
-    chosen, gaps = [], []
-    for response, logged, row_mask in zip(responses, logprobs, mask):
-        if not row_mask.any():
-            chosen.append(0)
-            gaps.append(0.0)
-            continue
-        batch = response.expand(len(prompts), -1)
-        network = response_logprobs(policy, prompts, batch, pad, temperature)
-        gap = (network - logged.double()).abs().nan_to_num(nan=float("inf"))
-        per_prompt = torch.where(row_mask, gap, torch.zeros_like(gap)).amax(dim=1)
-        best = int(per_prompt.argmin())
-        chosen.append(best)
-        gaps.append(float(per_prompt[best]))
-    return torch.tensor(chosen, dtype=torch.long), torch.tensor(gaps, dtype=torch.float64)
-
-
-def networks_of(ran) -> tuple[Mapping, torch.Tensor]:
-    """The run's pristine networks and prompts; NotRecomputable when it exposed none."""
-    networks, prompts = getattr(ran, "networks", None), getattr(ran, "prompts", None)
-    if networks is None or prompts is None:
-        raise NotRecomputable(NO_MODELS)
-    missing = [name for name in NETWORKS if name not in networks]
-    if missing:
-        raise NotRecomputable(f"the run's `models` lack {', '.join(missing)} (expected {', '.join(NETWORKS)})")
-    if prompts.dim() != 2 or not len(prompts):
-        raise NotRecomputable(f"the run's `prompts` have shape {tuple(prompts.shape)}, expected (N, P) with N > 0")
-    return networks, prompts
-
-
-# ---------------------------------------------------------------- the check
-
-
-class Gaps:
-    """The largest gap of each quantity over a run, and where it was."""
-
-    def __init__(self) -> None:
-        self.largest: dict[str, tuple[float, str]] = {}
-
-    def add(self, quantity: str, gap: torch.Tensor, mask: torch.Tensor, where: str, rows: list[int]) -> None:
-        """Keep the largest of `gap` on `mask` for `quantity` ((rows, T) tensors; `rows` names their rollout rows)."""
-        value, at = worst(gap, mask)
-        if at < 0:
-            return
-        row, position = divmod(at, gap.shape[1])
-        label = f"{where}, rollout row {rows[row]} position {position}"
-        if quantity not in self.largest or not value <= self.largest[quantity][0]:
-            self.largest[quantity] = (value, label)
 
 
 def compare_update(update: UpdateView, networks: Mapping, prompts: torch.Tensor, pad: int, temperature: float,
@@ -213,7 +111,7 @@ def forward_recompute(cache: ObservationCache, run: ScenarioSpec, case: Case) ->
     if view is None or not require(check, obs.spec.learning_rate == 0, "the run's learning rate is not 0"):
         return check.finish()
     try:
-        networks, prompts = networks_of(obs.ran)
+        networks, prompts = networks_of(obs.ran, NETWORKS, "log-probs and values")
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()

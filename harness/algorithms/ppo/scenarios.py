@@ -8,6 +8,7 @@ any PPO target runs them. Check ids come from `Scenario.cases()`.
 
 from __future__ import annotations
 
+from harness.checks.sampling import judge_sampling
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.require import require
@@ -31,7 +32,6 @@ from .partitions import partition_invariance
 from .poolings import diagnose_identities
 from .rollout_poolings import diagnose_rollout
 from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, FORWARD_RUNS, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
-from .sampling import judge_sampling
 from .scores import update_scores
 from .spec import ScenarioSpec
 

@@ -1,4 +1,4 @@
-"""`sampling`: the rollout's tokens are draws from the distribution its own log-probs describe.
+"""The rollout's tokens are draws from the distribution its own log-probs describe (any algorithm's rollout).
 
 At each response position t the trainer's rollout hands `selective_log_softmax` the logits of the
 policy (already divided by the temperature: docs/metrics.md) and the token y_t it sampled. If y_t
@@ -21,14 +21,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
 from harness.oracle.masks import derive_masks
+from harness.tolerances import SAMPLING_Z
 from harness.verdict import Check
 
-from .tolerances import SAMPLING_Z
-from .view import RolloutView
+
+class DrawnRollout(Protocol):
+    """What the check reads of one rollout: the sampled ids, their log-probs, and the entropy and log-prob
+    variance of the distribution each was drawn from ((N, T) float64 each; the variance None when not recorded)."""
+
+    responses: torch.Tensor
+    logprobs: torch.Tensor
+    entropy: torch.Tensor
+    logprob_variance: torch.Tensor | None
 
 
 def drawn_positions(responses: torch.Tensor, stop: int | None, pad: int) -> torch.Tensor:
@@ -43,7 +52,7 @@ def drawn_positions(responses: torch.Tensor, stop: int | None, pad: int) -> torc
     return response_mask | ended_by_pad
 
 
-def sampling_z(rollouts: Sequence[RolloutView], stop: int | None, pad: int) -> tuple[float, int]:
+def sampling_z(rollouts: Sequence[DrawnRollout], stop: int | None, pad: int) -> tuple[float, int]:
     """(Z, number of drawn tokens) over every rollout; Z is NaN when no token was drawn or no variance recorded."""
     total, variance, tokens = 0.0, 0.0, 0
     for rollout in rollouts:
@@ -59,7 +68,7 @@ def sampling_z(rollouts: Sequence[RolloutView], stop: int | None, pad: int) -> t
     return total / math.sqrt(variance), tokens
 
 
-def judge_sampling(rollouts: Sequence[RolloutView], stop: int | None, pad: int, check: Check, where: str) -> None:
+def judge_sampling(rollouts: Sequence[DrawnRollout], stop: int | None, pad: int, check: Check, where: str) -> None:
     """Fail `check` unless the rollouts' drawn tokens look like draws from their own log-probs (|Z| <= SAMPLING_Z)."""
     if any(r.logprob_variance is None for r in rollouts):
         check.fail(f"{where}: the spy recorded no log-prob variance for the rollout: sampling not recomputable")
