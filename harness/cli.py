@@ -1,4 +1,7 @@
-"""`python -m harness verify | verify-dist | checks | algorithms`. Exit 0 pass, 1 a check failed, 2 usage or configuration."""
+"""`python -m harness verify | verify-dist | checks | algorithms`.
+
+Exit 0 pass, 1 a check failed, 2 usage or configuration.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +29,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="a trainer setting for the whole gate (repeatable), e.g. temperature=0.7")  # fmt: skip
     verify.add_argument("-v", "--verbose", action="store_true",
                         help="print every metric of every check (default: one line per check)")  # fmt: skip
+    verify.add_argument("--baseline", default=None, metavar="FILE",
+                        help="known failures (TOML: [[known]] check, reason, link): a listed check that fails is "
+                             "reported as known and does not fail the run; a new failure fails it, and so does a "
+                             "listed check that passes (remove it from the baseline)")  # fmt: skip
+    verify.add_argument("--write-baseline", default=None, metavar="FILE",
+                        help="write the run's failed checks to FILE as a baseline (a known failure keeps its "
+                             "entry); the exit code is the run's")  # fmt: skip
     dist = sub.add_parser("verify-dist", help="uneven_split, lr0_ratio and freshness on several processes")
     dist.add_argument("--target", default="reference")
     dist.add_argument("--processes", type=int, default=2)
@@ -128,6 +138,9 @@ def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
     except ValueError as exc:
         print(f"error: --seeds {args.seeds!r}: expected e.g. 0,1,2 or 0-4 ({exc})", file=sys.stderr)
         return 2
+    if args.write_baseline is not None:
+        print("error: --write-baseline writes one run's failures: run it without --seeds", file=sys.stderr)
+        return 2
     rest = without_options(argv, ("--seeds", "--seed", "--report-dir"))
     codes: dict[int, int] = {}
     for seed in seeds:
@@ -156,7 +169,7 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
     from .preflight import preflight
 
     try:
-        preflight(args.target, args.seed, args.device, args.dtype, args.settings, args.check)
+        preflight(args.target, args.seed, args.device, args.dtype, args.settings, args.check, baseline=args.baseline)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         write_config_error(args, str(exc))
@@ -172,6 +185,8 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         f"--ppo-report-dir={args.report_dir}",
         *(f"--ppo-check={check}" for check in args.check),
         *(f"--ppo-set={setting}" for setting in args.settings),
+        *([f"--ppo-baseline={args.baseline}"] if args.baseline is not None else []),
+        *([f"--ppo-write-baseline={args.write_baseline}"] if args.write_baseline is not None else []),
         # one line per check is the whole verdict; pytest's own failure sections repeat it (-v keeps them)
         *(["--ppo-verbose"] if args.verbose else ["--tb=no", "-rN"]),
         f"--junitxml={args.report_dir}/verify.xml",

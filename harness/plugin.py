@@ -3,6 +3,12 @@
 The verify suite has one test, parametrized here over every check of the target's
 algorithm (`harness.algorithms.cases`), each named by its check id. torch is not
 imported when the plugin loads, only when a fixture or the parametrization needs it.
+
+With `--ppo-baseline FILE` (harness/baseline.py) a test that fails with the failure lines of
+a check the baseline lists is reported as an expected failure (pytest's xfail: `x` in the
+progress, counted as xfailed, a `<skipped type="pytest.xfail">` in JUnit XML), and a test that
+passes with a check the baseline lists fails, saying to remove the entry (as a strict xfail
+that passed). `--ppo-write-baseline FILE` writes the run's failed checks as a baseline file.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ import pytest
 CONFIG_ERROR = pytest.StashKey[list]()
 COLLECTOR = pytest.StashKey[object]()
 TARGET = pytest.StashKey[object]()
+BASELINE = pytest.StashKey[object]()
+WROTE = pytest.StashKey[str]()
+RECORDED_BEFORE = pytest.StashKey[int]()
 CASE_FIXTURE = "ppo_case"
 
 
@@ -29,10 +38,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--ppo-verbose", action="store_true", help="the verdict lists every metric (default: one line per check)"
     )
+    group.addoption(
+        "--ppo-baseline",
+        default=None,
+        metavar="FILE",
+        help="known failures (TOML [[known]] check/reason/link): a failed check listed there is an expected "
+        "failure; a new failure, or a listed check that passes, fails",
+    )
+    group.addoption(
+        "--ppo-write-baseline", default=None, metavar="FILE", help="write the run's failed checks as a baseline file"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[CONFIG_ERROR] = []
+    config.stash[BASELINE] = None
+    path = getattr(config.option, "ppo_baseline", None)
+    if path:
+        from .baseline import load
+        from .errors import HarnessConfigError
+
+        try:
+            config.stash[BASELINE] = load(path, _target(config).algorithm, config.option.ppo_target)
+        except HarnessConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -118,7 +147,7 @@ def ppo_report(pytestconfig: pytest.Config):
     opt = pytestconfig.option
     algorithm = _target(pytestconfig).algorithm
     report = Report(target=opt.ppo_target, device=opt.ppo_device, seed=opt.ppo_seed, dtype=opt.ppo_dtype,
-                    algorithm=algorithm)  # fmt: skip
+                    algorithm=algorithm, baseline=pytestconfig.stash.get(BASELINE, None))  # fmt: skip
     pytestconfig.stash[COLLECTOR] = report
     return report
 
@@ -153,17 +182,75 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.session.shouldstop = f"configuration error: {call.excinfo.value}"
         report = outcome.get_result()
         report.longrepr = f"configuration error: {call.excinfo.value}"
+    collector = item.config.stash.get(COLLECTOR, None)
+    if call.when == "setup":
+        item.stash[RECORDED_BEFORE] = len(collector.checks) if collector is not None else 0
+    elif call.when == "call" and collector is not None and collector.baseline is not None:
+        recorded = collector.checks[item.stash.get(RECORDED_BEFORE, 0) :]
+        apply_baseline(outcome.get_result(), call, recorded, collector)
+
+
+def apply_baseline(rep: pytest.TestReport, call: pytest.CallInfo, recorded: list, collector) -> None:
+    """A test's call report as the baseline has it: expected failure, or failed for a stale entry, or as it was.
+
+    A failed test is an expected failure only when every check it recorded that did not pass is a known
+    failure and it failed with one of those checks' failure lines first (`pytest.fail` or an assert's message):
+    a test that failed for anything else, or recorded a new failure, stays failed. A passed test that
+    recorded a passed check the baseline lists (a stale entry) fails.
+    """
+    if rep.failed and call.excinfo is not None:
+        failed = [check for check in recorded if not check.passed]
+        said = [line.strip() for line in str(call.excinfo.value).splitlines()]
+        if (
+            failed
+            and all(collector.known(c) for c in failed)
+            and any(c.failure_lines() and said[: len(c.failure_lines())] == lines_of(c) for c in failed)
+        ):
+            reasons = "; ".join(collector.baseline.entry(str(c.id)).reason for c in failed)
+            rep.outcome, rep.wasxfail = "skipped", f"known failure (baseline: {reasons})"
+    elif rep.passed:
+        stale = [check for check in recorded if collector.stale(check)]
+        if stale:
+            from .report.terminal import stale_text
+
+            rep.outcome = "failed"
+            rep.longrepr = "\n".join(f"{c.id} {stale_text(collector, c)}" for c in stale)
+
+
+def lines_of(check) -> list[str]:
+    """A check's failure lines, each stripped (an assert's message comes back with its lines indented)."""
+    return [line.strip() for line in check.failure_lines()]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     errors = session.config.stash.get(CONFIG_ERROR, [])
     report = session.config.stash.get(COLLECTOR, None)
     report_dir = session.config.option.ppo_report_dir
+    if session.config.option.ppo_write_baseline:
+        write_baseline(session.config, report, errors)
     if report is not None and report_dir:
         report.config_errors.extend(errors)
         report.write(report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
     if errors:
         session.exitstatus = 2
+
+
+def write_baseline(config: pytest.Config, report, errors: list[str]) -> None:
+    """--ppo-write-baseline: the run's failed checks as a baseline file, unless the run could not be configured
+    or ran no check; what was done is said in the terminal summary, a file that cannot be written is an error."""
+    from .baseline import write
+
+    path = config.option.ppo_write_baseline
+    if errors or report is None:
+        why = "the run had a configuration error" if errors else "no check ran"
+        config.stash[WROTE] = f"baseline {path} not written: {why}"
+        return
+    try:
+        count = write(path, report)
+    except OSError as exc:
+        errors.append(f"cannot write the baseline {path}: {exc}")
+    else:
+        config.stash[WROTE] = f"wrote baseline {path}: {count} failed check(s)"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -193,3 +280,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 terminalreporter.write_line(f"{kind if is_test else 'ERROR'}  {rep.nodeid}  {last}", red=True)
     for line in errors:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)
+    if WROTE in config.stash:
+        terminalreporter.write_line(config.stash[WROTE])

@@ -1,6 +1,7 @@
 """Configuration, validated once before any check runs: the target, its algorithm, the settings, the checks.
 
-`preflight(...)` resolves the target, parses `--set`, checks the asked-for check ids and the
+`preflight(...)` resolves the target, parses `--set`, checks the asked-for check ids, reads the
+baseline file (`--baseline`, harness/baseline.py) against the algorithm's check ids, checks the
 device, then builds the target's run for the run-wide spec once (without training it), so
 that a target that cannot be imported, built or handed what it needs fails here, in one
 line, rather than once per check. What the trainer then does wrong while it trains is a
@@ -35,6 +36,7 @@ def preflight(
     settings: list[str] | tuple[str, ...] = (),
     checks: list[str] | tuple[str, ...] = (),
     build: bool = True,
+    baseline: str | None = None,
 ) -> Configured:
     """The validated configuration of a gate run; HarnessConfigError (one line) for the first thing wrong."""
     from harness.algorithms import cases, get
@@ -50,6 +52,10 @@ def preflight(
             f"unknown check id(s) {', '.join(unknown)} for {algorithm.name}; `python -m harness checks --target "
             f"{target}` lists them"
         )
+    if baseline is not None:
+        from harness.baseline import load
+
+        load(baseline, algorithm.name, target)
     if device.startswith("cuda"):
         import torch
 

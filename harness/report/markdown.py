@@ -1,13 +1,21 @@
-"""verify.md: a short summary for a pull request: header, one row per check, the failing metrics, all folded."""
+"""verify.md: a short summary for a pull request: header, one row per check, the failing metrics, all folded.
+
+With a baseline the header gives the run's verdict with it applied and counts the known
+failures; a known failure's status reads `known fail` and its message ends with the entry's
+reason (and link); a stale entry's reads `stale` (remove it from the baseline); the metrics of
+known failures are listed apart from the failing metrics, under "Known failing metrics".
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from harness.report.format import diagnosis_text, fmt
+from harness.verdict import CheckResult
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
+from .terminal import baseline_counts
 
 
 def md_cell(value: Any) -> str:
@@ -22,20 +30,39 @@ def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(md_cell(cell) for cell in row) + " |" for row in rows]
 
 
+def status_and_message(report: Report, check: CheckResult) -> list[str]:
+    """A check's status and message cells, with what the baseline made of it."""
+    entry = report.baseline.entry(str(check.id)) if report.baseline is not None else None
+    if entry is None or not (report.known(check) or report.stale(check)):
+        return [check.status.value, check.message]
+    said = f"baseline: {entry.reason}" + (f" ({entry.link})" if entry.link else "")
+    if report.stale(check):
+        return ["stale", f"passes: remove it from the baseline `{report.baseline.path}` ({said})"]
+    return ["known fail", f"{check.message} ({said})"]
+
+
 def render_markdown(report: Report) -> str:
     """The Markdown summary of `report`."""
     lines = [
-        f"## {(report.algorithm or 'ppo').upper()} statistics verify: {report.status.value.upper()}",
+        f"## {(report.algorithm or 'ppo').upper()} statistics verify: {report.verdict.value.upper()}"
+        + baseline_counts(report),
         "",
         f"target `{report.target}` · algorithm `{report.algorithm}` · device `{report.device}` · "
-        f"dtype `{report.dtype}` · torch `{report.torch}` · seed `{report.seed}`",
+        f"dtype `{report.dtype}` · torch `{report.torch}` · seed `{report.seed}`"
+        + (f" · baseline `{report.baseline.path}`" if report.baseline is not None else ""),
         "",
     ]
-    checks = [[str(c.id), c.scenario, c.status.value, c.message] for c in report.all_checks()]
+    checks = [[str(c.id), c.scenario, *status_and_message(report, c)] for c in report.all_checks()]
     lines += md_table(["check", "scenario", "status", "message"], checks)
+    known = {str(c.id) for c in report.all_checks() if report.known(c)}
     failing = metric_rows(report, only_failing=True)
+    new = [row for row in failing if row[0] not in known]
+    if new:
+        lines += ["", "### Failing metrics", ""] + md_table(METRIC_HEADER, new)
+    if len(new) < len(failing):
+        lines += ["", "### Known failing metrics (baseline)", ""]
+        lines += md_table(METRIC_HEADER, [row for row in failing if row[0] in known])
     if failing:
-        lines += ["", "### Failing metrics", ""] + md_table(METRIC_HEADER, failing)
         diagnosed = [
             f"- `{c.id}` {m.label} {diagnosis_text(m)}"
             for c in report.all_checks()

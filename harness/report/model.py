@@ -5,7 +5,9 @@ Schema of `verify.json`::
     {"target", "algorithm", "device", "dtype", "torch", "status", "seed",
      "checks": [{"id", "scenario", "status", "message",
                  "metrics": [{"name", "where", "logged", "expected", "abs_err", "rel_err", "tol",
-                              "status", "reason", "failed"}]}]}
+                              "status", "reason", "failed"}],
+                 "known", "stale", "baseline_reason", "baseline_link"}],
+     "verdict", "baseline": {"file", "known", "stale", "not_run"}}
 
 `where` tells apart several comparisons of one metric in a check (`update 2`, a split);
 `tol` is the allowed gap around `expected` (abs_tol + rel_tol * |expected|); `failed` is
@@ -13,6 +15,14 @@ false for a pass and for a not-recomputable metric the check opted out of (no sc
 supplied), true otherwise. NaN, inf and None are written as null. A check's status is
 "pass", "fail", "error" or "skip"; the run's is "fail" if any check failed, else "error"
 if any errored or none passed (nothing was verified), else "pass".
+
+The fields after `metrics` and after `checks` are there only when the run had a baseline
+(`--baseline`, harness/baseline.py); every other field stays what the checks found. A check's
+`known` is true for a failed check the baseline lists, its `stale` for a passed one, and
+`baseline_reason` / `baseline_link` are its entry's (null when it has none). `verdict` is the
+run's status with the baseline applied (a known failure counts as a pass, a stale entry as a
+failure); `baseline` names the file and lists the ids of the known failures, of the stale
+entries and of the entries whose check did not run.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.baseline import KNOWN, STALE, Baseline, outcome
 from harness.verdict import CheckId, CheckResult, CheckStatus
 
 JSON_NAME = "verify.json"
@@ -51,6 +62,8 @@ class Report:
     torch: str | None = field(default_factory=torch_version)
     checks: list[CheckResult] = field(default_factory=list)
     config_errors: list[str] = field(default_factory=list)
+    baseline: Baseline | None = None
+    """The known failures the run is held to, or None."""
 
     def add(self, result: CheckResult) -> CheckResult:
         """Record one check's result."""
@@ -70,9 +83,55 @@ class Report:
         """The run's status (see CheckStatus.overall)."""
         return CheckStatus.overall(c.status for c in self.all_checks())
 
+    def baseline_outcome(self, check: CheckResult) -> str | None:
+        """`known` for a failed check the baseline lists, `stale` for a passed one, else None."""
+        if self.baseline is None:
+            return None
+        return outcome(self.baseline.entry(str(check.id)), check.status)
+
+    def known(self, check: CheckResult) -> bool:
+        """True for a failed check the baseline lists."""
+        return self.baseline_outcome(check) == KNOWN
+
+    def stale(self, check: CheckResult) -> bool:
+        """True for a passed check the baseline lists (the run fails until the entry is removed)."""
+        return self.baseline_outcome(check) == STALE
+
+    def with_baseline(self, state: str) -> list[CheckResult]:
+        """The checks whose baseline outcome is `state` (`known` or `stale`), in report order."""
+        return [c for c in self.all_checks() if self.baseline_outcome(c) == state]
+
+    @property
+    def verdict(self) -> CheckStatus:
+        """The run's status with the baseline applied: a known failure counts as a pass, a stale entry as a fail."""
+        as_judged = {KNOWN: CheckStatus.PASS, STALE: CheckStatus.FAIL}
+        return CheckStatus.overall(as_judged.get(self.baseline_outcome(c), c.status) for c in self.all_checks())
+
+    def check_dict(self, check: CheckResult) -> dict[str, Any]:
+        """A check as plain data, with what the baseline made of it when there is one."""
+        if self.baseline is None:
+            return check.as_dict()
+        entry = self.baseline.entry(str(check.id))
+        return {
+            **check.as_dict(),
+            "known": self.known(check),
+            "stale": self.stale(check),
+            "baseline_reason": entry.reason if entry else None,
+            "baseline_link": entry.link if entry else None,
+        }
+
+    def baseline_dict(self, baseline: Baseline) -> dict[str, Any]:
+        """The baseline's file and what it made of the run."""
+        return {
+            "file": baseline.path,
+            "known": [str(c.id) for c in self.with_baseline(KNOWN)],
+            "stale": [str(c.id) for c in self.with_baseline(STALE)],
+            "not_run": baseline.not_run([str(c.id) for c in self.checks]),
+        }
+
     def as_dict(self) -> dict[str, Any]:
         """The report as plain data (see the module docstring for the schema)."""
-        return {
+        data = {
             "target": self.target,
             "algorithm": self.algorithm,
             "device": self.device,
@@ -80,8 +139,11 @@ class Report:
             "torch": self.torch,
             "status": self.status.value,
             "seed": self.seed,
-            "checks": [c.as_dict() for c in self.all_checks()],
+            "checks": [self.check_dict(c) for c in self.all_checks()],
         }
+        if self.baseline is not None:
+            data.update(verdict=self.verdict.value, baseline=self.baseline_dict(self.baseline))
+        return data
 
     def to_json(self) -> str:
         """The report as strict JSON."""

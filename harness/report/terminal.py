@@ -4,10 +4,16 @@ A failed check's line ends with its first failing metric as a pasteable failure 
 (`FAIL <scenario> <metric>: logged=... expected=... gap=... (rel ..., tol ...)`), or, when no
 metric failed, its first problem; `(+N more)` counts what else failed in it. The verbose form
 is the metric table, then one failure line per failing metric or failed check.
+
+With a baseline, a known failure's line starts with `known` and ends with its entry's reason
+(`known FAIL  <id>  <what failed first> (baseline: <reason>)`), a passed check the baseline
+lists reads `STALE <id>  passes: remove it from the baseline <file> (baseline: <reason>)`, and
+the headline gives the run's verdict with the baseline applied and counts both.
 """
 
 from __future__ import annotations
 
+from harness.baseline import KNOWN, STALE, Entry
 from harness.report.format import diagnosis_text, failure_line, fmt
 from harness.verdict import CheckResult, CheckStatus
 
@@ -21,16 +27,32 @@ def failure_lines(report: Report) -> list[str]:
     """One line per failing metric, and one per failed or errored check without a failing metric."""
     lines = []
     for check in report.all_checks():
+        if report.stale(check):
+            lines.append(f"STALE {check.scenario} {check.id}: {stale_text(report, check)}")
         if check.status not in FAILED:
             continue
+        known = "known " if report.known(check) else ""
         failing = [m for m in check.metrics if m.failed]
         for m in failing:
-            lines.append(failure_line(check.scenario, m))
+            lines.append(known + failure_line(check.scenario, m))
             if diagnosis_text(m):
                 lines.append("    " + diagnosis_text(m))
         if not failing:
-            lines.append(f"{check.status.value.upper()} {check.scenario} {check.id}: {check.message}")
+            lines.append(f"{known}{check.status.value.upper()} {check.scenario} {check.id}: {check.message}")
     return lines
+
+
+def entry_of(report: Report, check: CheckResult) -> Entry:
+    """The baseline entry of a check the baseline lists (a known failure or a stale entry)."""
+    entry = report.baseline.entry(str(check.id)) if report.baseline is not None else None
+    if entry is None:
+        raise KeyError(f"the baseline does not list {check.id}")
+    return entry
+
+
+def stale_text(report: Report, check: CheckResult) -> str:
+    """What a stale entry's line says after the check id."""
+    return f"passes: remove it from the baseline {report.baseline.path} (baseline: {entry_of(report, check).reason})"
 
 
 def first_failure(check: CheckResult) -> str:
@@ -48,23 +70,41 @@ def first_failure(check: CheckResult) -> str:
 
 
 def check_lines(report: Report) -> list[str]:
-    """One line per check: `pass  <id>`, or `FAIL  <id>  <what failed first>` (ERROR, skip alike)."""
+    """One line per check: `pass  <id>`, or `FAIL  <id>  <what failed first>` (ERROR, skip alike); a known
+    failure's and a stale entry's as the module docstring says."""
     checks = report.all_checks()
     width = max((len(str(c.id)) for c in checks), default=0)
     lines = []
     for check in checks:
         status = check.status.value.upper() if check.status in FAILED else check.status.value
-        if check.status in FAILED:
+        if report.known(check):
+            reason = entry_of(report, check).reason
+            lines.append(f"known {status:<5} {str(check.id):<{width}}  {first_failure(check)} (baseline: {reason})")
+        elif report.stale(check):
+            lines.append(f"{'STALE':<5} {str(check.id):<{width}}  {stale_text(report, check)}")
+        elif check.status in FAILED:
             lines.append(f"{status:<5} {str(check.id):<{width}}  {first_failure(check)}")
         else:
             lines.append(f"{status:<5} {check.id}")
     return lines
 
 
+def baseline_counts(report: Report) -> str:
+    """` (13 known failures, 1 stale baseline entry)`, or '' without a baseline."""
+    if report.baseline is None:
+        return ""
+    known, stale = len(report.with_baseline(KNOWN)), len(report.with_baseline(STALE))
+    said = [f"{known} known failure{'s' if known != 1 else ''}"]
+    if stale:
+        said.append(f"{stale} stale baseline entr{'ies' if stale != 1 else 'y'}")
+    return f" ({', '.join(said)})"
+
+
 def headline(report: Report) -> str:
     """The verdict's first line: the run's status and settings."""
     return (
-        f"{(report.algorithm or 'ppo').upper()} statistics verify: {report.status.value.upper()}  "
+        f"{(report.algorithm or 'ppo').upper()} statistics verify: {report.verdict.value.upper()}"
+        f"{baseline_counts(report)}  "
         f"target={report.target} algorithm={report.algorithm} "
         f"device={report.device} dtype={report.dtype} torch={report.torch} seed={report.seed}"
     )
