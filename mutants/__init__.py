@@ -1,4 +1,4 @@
-"""Mutation testing of the gate: curated known-bug mutants of reference_ppo, and mutmut over its trainer.
+"""Mutation testing of the gate: curated known-bug mutants of reference_trainers, and mutmut over its trainers.
 
 `python -m mutants` (see __main__.py). The catalogue is data in catalogue/ (the bug
 classes in classes.toml, one TOML file and one unified diff per mutant in entries/),

@@ -1,8 +1,8 @@
 """`python -m mutants [curated|mutmut|report|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
-mutmut [--max-children N] [--keep-scratch]    mutmut over trainer.py and config.py (scratch copy)
-       [--algorithm grpo]                      ... over grpo.py and grpo_config.py, the GRPO gate as tests
+mutmut [--max-children N] [--keep-scratch]    mutmut over ppo.py, ppo_config.py, common.py (scratch copy)
+       [--algorithm grpo]                      ... over grpo.py, grpo_config.py, common.py, the GRPO gate as tests
        [--functions F,C.M]                     ... over these functions' mutants only
        [--recheck-triaged]                     ... also those triaged (skipped by default)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
@@ -47,8 +47,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
             "--algorithm",
             choices=sorted(ALGORITHMS),
             default=DEFAULT,
-            help="whose trainer mutmut mutates: ppo (trainer.py, config.py; target reference; the default) or "
-            "grpo (grpo.py, grpo_config.py; target reference-grpo)",
+            help="whose trainer mutmut mutates: ppo (ppo.py, ppo_config.py, common.py; target reference; the default) "
+            "or grpo (grpo.py, grpo_config.py, common.py; target reference-grpo)",
         )
         p.add_argument(
             "--functions",

@@ -53,7 +53,7 @@ def run_control(timeout: float, command: str = "verify") -> ControlResult:
             [
                 sys.executable,
                 "-c",
-                "import reference_ppo.trainer as t, harness; print(t.__file__); print(harness.__file__)",
+                "import reference_trainers.ppo as t, harness; print(t.__file__); print(harness.__file__)",
             ],
             cwd=tempfile.gettempdir(),
             env=scratch_env(scratch),

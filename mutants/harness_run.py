@@ -1,6 +1,6 @@
 """The gate run in a scratch copy: `python -m harness verify` (or `verify-dist`) there, and the checks it reported.
 
-The copy's folder is first on PYTHONPATH (project.scratch_env), so its `reference_ppo`,
+The copy's folder is first on PYTHONPATH (project.scratch_env), so its `reference_trainers`,
 patched or not, is the one the gate imports.
 """
 

@@ -1,9 +1,11 @@
 """Which trainer mutmut mutates, and the scratch `[tool.mutmut]` that says so: one entry per algorithm.
 
 `python -m mutants mutmut --algorithm ppo|grpo` (PPO by default). Each algorithm names, once,
-the files mutmut mutates (its trainer first, then its configuration), the file its survivors
-are triaged in, and where its baseline scores sit in mutants/baseline.json (its `mutation`,
-harness/algorithms); its tests run against its default target (`--ppo-target`).
+the files mutmut mutates (its trainer first, then its configuration, then common.py, which both
+trainers use, so that its mutants run against both gates), the file its survivors are triaged
+in, and where its baseline scores sit in mutants/baseline.json (its `mutation`,
+harness/algorithms); its tests run against its default target (`--ppo-target`). A mutant of
+common.py has one name in both runs, triaged in each algorithm's file for that algorithm's gate.
 
 The project's own `[tool.mutmut]` (pyproject.toml) is PPO's: it must mutate exactly PPO's
 files and name no target (the verify suite's default is `reference`). The driver writes

@@ -57,9 +57,16 @@ SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
 
 
-# every module mutmut may mutate, PPO's and GRPO's (mutmut_algorithms.ALGORITHMS; a test keeps the two in step):
-# in a run over one algorithm the other's modules hold no generated function, and nothing of them is renamed
-MUTATED_MODULES = ("reference_ppo.trainer", "reference_ppo.config", "reference_ppo.grpo", "reference_ppo.grpo_config")
+# every module mutmut may mutate, PPO's, GRPO's and the common one both use (mutmut_algorithms.ALGORITHMS; a test
+# keeps the two in step): in a run over one algorithm the other's own modules hold no generated function, and
+# nothing of them is renamed
+MUTATED_MODULES = (
+    "reference_trainers.ppo",
+    "reference_trainers.ppo_config",
+    "reference_trainers.common",
+    "reference_trainers.grpo",
+    "reference_trainers.grpo_config",
+)
 # x_<function>__mutmut_<n|orig>, or xǁ<Class>ǁ<method>__mutmut_<n|orig> (mutmut's names for what it generates)
 GENERATED = re.compile(r"^(?:x_|x\u01c1[^\u01c1]+\u01c1)(?P<name>.+?)__mutmut_(?:orig|\d+)$")
 

@@ -1,10 +1,11 @@
-"""mutmut 3 over the whole of one trainer: PPO's trainer.py and config.py, or GRPO's grpo.py and grpo_config.py.
+"""mutmut 3 over the whole of one trainer: PPO's ppo.py and ppo_config.py, or GRPO's grpo.py and grpo_config.py,
+each with common.py (what the two trainers share).
 
 `python -m mutants mutmut [--algorithm ppo|grpo]` never runs mutmut in the project:
 mutmut writes its working tree to `./mutants/`, which is this package's own folder.
 Instead it
 
-1. copies `reference_ppo/`, `harness/` and `pyproject.toml` (whose `[tool.mutmut]`
+1. copies `reference_trainers/`, `reference_ppo/`, `harness/` and `pyproject.toml` (whose `[tool.mutmut]`
    section is the configuration) to a scratch folder outside the project, plus
    `mutmut_hooks.py` as `ppo_mutmut_hooks.py`, a pytest plugin that the
    configuration loads (see that module for what it does), and sets the scratch
@@ -16,7 +17,7 @@ Instead it
    (steps 1 and 2: mutmut_scratch.py);
 3. runs `mutmut run` there (fork isolation, CPU torch, one thread per worker) with
    the verify suite against the algorithm's reference target as its tests;
-4. reads mutmut's meta files (`mutants/reference_ppo/<file>.meta`) and the
+4. reads mutmut's meta files (`mutants/reference_trainers/<file>.meta`) and the
    generated functions (`x_<name>__mutmut_<n>`, and `xǁ<Class>ǁ<method>__mutmut_<n>`
    inside their class) and turns each mutant into a record with its file, its
    location in the original file (locate.py), the replaced text, the replacement

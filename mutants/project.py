@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_PARTS = ("reference_ppo", "harness", "pyproject.toml")
+PROJECT_PARTS = ("reference_trainers", "reference_ppo", "harness", "pyproject.toml")
 CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 

@@ -1,9 +1,9 @@
 """The curated runner: each catalogue mutant, applied to a scratch copy of the project, against the gate.
 
-For every mutant: copy `reference_ppo/`, `harness/` and `pyproject.toml` into a
-fresh temporary folder, apply the patch there, and run
+For every mutant: copy `reference_trainers/`, `reference_ppo/`, `harness/` and `pyproject.toml`
+into a fresh temporary folder, apply the patch there, and run
 `python -m harness verify --target reference` in that folder with
-PYTHONPATH pointing at it (so that the scratch copy's `reference_ppo` is the one
+PYTHONPATH pointing at it (so that the scratch copy's `reference_trainers` is the one
 imported; the runner checks this once per session). The verdict comes from the
 run's exit code and its `verify.json`:
 

@@ -1,12 +1,13 @@
 """reports/mutation.json: the report as mutation-testing-report-schema, version 2, and its validation.
 
-Built as plain dicts and written with the json module. mutmut's mutants of the
-trainer and the curated PPO mutants share the file entry of reference_ppo/trainer.py,
-mutmut's mutants of reference_ppo/config.py have their own; the curated
-GRPO mutants and mutmut's mutants of the GRPO trainer (a run with `--algorithm grpo`)
-share reference_ppo/grpo.py's, grpo_config.py has its own, and the curated mutants' checks are named `grpo:<check id>`
-(GRPO reuses some PPO scenario names). A survivor triaged "equivalent" is reported as
-Ignored with its reason.
+Built as plain dicts and written with the json module. Each mutated file has its own
+file entry: mutmut's mutants of the PPO trainer and the curated PPO mutants share
+reference_trainers/ppo.py's, the curated GRPO mutants and mutmut's mutants of the GRPO
+trainer (a run with `--algorithm grpo`) share reference_trainers/grpo.py's, and a curated
+mutant of what both trainers share is placed in common.py's, beside mutmut's mutants of it;
+the configurations have their own. The curated GRPO mutants' checks are named
+`grpo:<check id>` (GRPO reuses some PPO scenario names). A survivor triaged "equivalent"
+is reported as Ignored with its reason.
 """
 
 from __future__ import annotations
@@ -98,29 +99,40 @@ def trainers() -> dict[str, str]:
     return {name: algorithm.trainer for name, algorithm in ALGORITHMS.items()}
 
 
+def curated_file(mutant: catalogue.Mutant, paths: dict[str, str]) -> str:
+    """The file a curated mutant is placed in: its algorithm's trainer (`paths`) where its patch changes it, else the
+    first file it patches (common.py, for a bug in what the two trainers share)."""
+    patched = [rep.file for rep in mutant.patch]
+    trainer = paths.get(mutant.algorithm, TRAINER)
+    return trainer if trainer in patched or not patched else patched[0]
+
+
 def schema_report(
     curated: CuratedRun | None, results: MutmutResults | None, source: str, baseline: float | None
 ) -> tuple[dict, list[str]]:
     """The report as mutation-testing-report-schema v2 (plain dicts), and the curated ids it could not place."""
     records = results.mutants if results is not None else ()
     paths = trainers()
+    mutated = list(results.sources) if results is not None else []
 
     def text_of(path: str) -> str:
-        """A trainer as a mutmut run over it copied it, else as it is now (its curated mutants' source)."""
+        """A file as a mutmut run over it copied it, else as it is now (its curated mutants' source)."""
         if path == TRAINER:
             return source
         copied = results.sources.get(path) if results is not None else None
         return copied or (ROOT / path).read_text(encoding="utf-8")
 
-    entries = {path: [mutmut_entry(r) for r in records if r.file == path] for path in (TRAINER, *paths.values())}
+    entries: dict[str, list[dict]] = {path: [] for path in (TRAINER, *paths.values())}
+    for r in records:
+        entries.setdefault(r.file, []).append(mutmut_entry(r))
     unplaced: list[str] = []
     for r in curated.mutants if curated is not None else ():
-        path = paths[r.mutant.algorithm]
+        path = curated_file(r.mutant, paths)
         entry = curated_entry(r, text_of(path), path)
         if entry is None:
             unplaced.append(r.id)
         else:
-            entries[path].append(entry)
+            entries.setdefault(path, []).append(entry)
     tests = [
         {"id": test_id(algorithm, cid), "name": f"{TEST_FILE}::{node}"}
         for algorithm, checks in catalogue.ALGORITHM_CHECKS.items()
@@ -129,33 +141,18 @@ def schema_report(
     thresholds = dict(THRESHOLDS)
     if baseline is not None:
         thresholds["break"] = int(baseline)
-    others = {path: {"language": "python", "source": text_of(path), "mutants": entries[path]}
-              for path in paths.values() if path != TRAINER and entries[path]}  # fmt: skip
+    # the PPO trainer always; every file mutmut mutated; any other file a curated mutant is placed in
+    others = [p for p in dict.fromkeys([*mutated, *entries]) if p != TRAINER and (p in mutated or entries[p])]
+    files = {p: {"language": "python", "source": text_of(p), "mutants": entries.get(p, [])} for p in [TRAINER, *others]}
     report = {
         "schemaVersion": "2",
         "thresholds": thresholds,
         "projectRoot": str(ROOT),
-        "files": {
-            TRAINER: {"language": "python", "source": source, "mutants": entries[TRAINER]},
-            **other_files(results),
-            **others,
-        },
+        "files": files,
         "testFiles": {TEST_FILE: {"tests": tests}},
         "framework": {"name": "mutmut + curated catalogue", "version": mutmut_version() or "n/a"},
     }
     return report, unplaced
-
-
-def other_files(results: MutmutResults | None) -> dict:
-    """The schema-v2 file entries of the files mutmut mutated besides the trainers (config.py, grpo_config.py)."""
-    if results is None:
-        return {}
-    entries = {}
-    for path, text in results.sources.items():
-        if path not in (TRAINER, *trainers().values()):
-            mutants = [mutmut_entry(r) for r in results.mutants if r.file == path]
-            entries[path] = {"language": "python", "source": text, "mutants": mutants}
-    return entries
 
 
 def mutmut_version() -> str | None:

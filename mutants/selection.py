@@ -4,7 +4,7 @@ A run over the whole of the mutated files takes about an hour and a half on two 
 the functions of one part of the trainer (the update's arithmetic, say) takes a fraction of that.
 The functions are named as the report names them: `compute_gae` for a module-level function,
 `PPOTrainer.micro_step` for a method. Each becomes one glob of mutmut's mutant names
-(`reference_ppo.trainer.x_compute_gae__mutmut_*`, `reference_ppo.trainer.xǁPPOTrainerǁmicro_step__mutmut_*`),
+(`reference_trainers.ppo.x_compute_gae__mutmut_*`, `reference_trainers.ppo.xǁPPOTrainerǁmicro_step__mutmut_*`),
 passed to `mutmut run`, which then tests those mutants only. mutmut still generates every mutant
 of the files; the others are left out of the results, and the results name the functions they
 cover, so that the report never presents such a run as one over the whole files.
@@ -37,7 +37,7 @@ def defined_functions(source: str) -> set[str]:
 
 
 def module_name(path: str) -> str:
-    """The dotted module of a mutated file: `reference_ppo/trainer.py` -> `reference_ppo.trainer`."""
+    """The dotted module of a mutated file: `reference_trainers/ppo.py` -> `reference_trainers.ppo`."""
     return path.removesuffix(".py").replace("/", ".")
 
 
@@ -70,8 +70,8 @@ def select(functions: tuple[str, ...], sources: dict[str, str]) -> tuple[list[st
 def function_name(mutant_name: str) -> str:
     """The function (`name` or `Class.method`) a mutmut mutant name is of.
 
-    `reference_ppo.trainer.x_compute_gae__mutmut_3` -> `compute_gae`;
-    `reference_ppo.trainer.xǁPPOTrainerǁmicro_step__mutmut_7` -> `PPOTrainer.micro_step`.
+    `reference_trainers.ppo.x_compute_gae__mutmut_3` -> `compute_gae`;
+    `reference_trainers.ppo.xǁPPOTrainerǁmicro_step__mutmut_7` -> `PPOTrainer.micro_step`.
     """
     base = mutant_name.rpartition(".")[2].rpartition("__mutmut_")[0]
     if base.startswith("x" + CLASS_SEPARATOR):

@@ -1,8 +1,9 @@
 """The two rules of architecture, checked on the source by glob, so that every new module is covered.
 
-1. The trainer under test never knows it is watched: nothing under `reference_ppo/` imports `harness`.
+1. The trainer under test never knows it is watched: nothing under `reference_trainers/` (nor under
+   `reference_ppo/`, its earlier name) imports `harness`.
 2. The oracle never shares code with what it checks: no module of `harness/` imports a trainer
-   (`reference_ppo`, `trl`) or a module of a `targets/` folder, except the targets themselves. The
+   (`reference_trainers`, `reference_ppo`, `trl`) or a module of a `targets/` folder, except the targets themselves. The
    target resolver (`harness/targets/__init__.py`) may be imported: it loads targets by name at run time.
 """
 
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINERS = {"reference_ppo", "trl"}
+TRAINER_PACKAGES = ("reference_trainers", "reference_ppo")
+"""The reference trainers' package and its alias (reference_ppo/__init__.py): rule 1 covers both."""
+TRAINERS = {*TRAINER_PACKAGES, "trl"}
 
 
 def imported(source: str, module: str) -> set[str]:
@@ -61,7 +64,7 @@ def is_target_module(name: str) -> bool:
 def rule_breaks(path: Path) -> list[str]:
     """The imports of `path` that break a rule (empty when it keeps both)."""
     names = imported(path.read_text(encoding="utf-8"), module_name(path))
-    if path.is_relative_to(ROOT / "reference_ppo"):
+    if any(path.is_relative_to(ROOT / package) for package in TRAINER_PACKAGES):
         return sorted(n for n in names if n.split(".")[0] == "harness")
     if "targets" in path.relative_to(ROOT).parts:
         return []
@@ -75,7 +78,7 @@ def sources(package: str) -> list[Path]:
     return found
 
 
-@pytest.mark.parametrize("package", ["reference_ppo", "harness"])
+@pytest.mark.parametrize("package", [*TRAINER_PACKAGES, "harness"])
 def test_no_module_breaks_a_rule(package):
     broken = {module_name(p): rule_breaks(p) for p in sources(package)}
     assert {name: why for name, why in broken.items() if why} == {}
@@ -89,11 +92,13 @@ def test_the_globs_cover_the_oracle_and_the_algorithm_folders():
 @pytest.mark.parametrize(
     "where, source",
     [
-        ("harness/oracle/new_pooling.py", "from reference_ppo import trainer\n"),
+        ("harness/oracle/new_pooling.py", "from reference_trainers import ppo\n"),
+        ("harness/oracle/old_name.py", "from reference_ppo import trainer\n"),
         ("harness/algorithms/ppo/shortcut.py", "import trl.experimental.ppo\n"),
         ("harness/algorithms/ppo/expect2.py", "from .targets.reference import factory\n"),
         ("harness/compare2.py", "from harness.algorithms.ppo.targets import trl\n"),
         ("harness/oracle/world.py", "from harness.targets.toy import toy_world\n"),
+        ("reference_trainers/watched.py", "from harness.instrument.spy import Spy\n"),
         ("reference_ppo/watched.py", "from harness.instrument.spy import Spy\n"),
     ],
 )
@@ -105,5 +110,6 @@ def test_a_module_that_breaks_a_rule_is_caught(tmp_path, monkeypatch, where, sou
 
 def test_targets_may_import_their_trainer():
     path = ROOT / "harness/algorithms/ppo/targets/reference.py"
-    assert any(n.startswith("reference_ppo") for n in imported(path.read_text(encoding="utf-8"), module_name(path)))
+    names = imported(path.read_text(encoding="utf-8"), module_name(path))
+    assert any(n.startswith("reference_trainers") for n in names)
     assert rule_breaks(path) == []

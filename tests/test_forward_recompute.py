@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from harness.algorithms import case
-from harness.checks import forward
 from harness.algorithms.ppo.spec import ScenarioSpec
+from harness.checks import forward
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
 
@@ -18,7 +18,7 @@ def tiny(kind: str, seed: int = 0):
     """A float64 toy-world network (causal LM or value model) of vocabulary 16."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from reference_ppo.toy import tiny_config
+    from reference_trainers.toy import tiny_config
 
     torch.manual_seed(seed)
     if kind == "lm":
@@ -91,7 +91,7 @@ def test_the_reference_passes_on_left_padded_prompts():
 def test_a_forward_without_the_attention_mask_fails_on_left_padded_prompts(monkeypatch):
     """A trainer whose policy sees the ids alone (class 46) is consistent with itself; the network is not."""
     from harness.algorithms.ppo.targets.reference import factory
-    from reference_ppo import trainer
+    from reference_trainers import ppo as trainer
 
     def unmasked(policy, query_responses, context_length, pad_token_id, temperature):
         return policy(input_ids=query_responses, return_dict=True).logits[:, context_length - 1 : -1] / temperature

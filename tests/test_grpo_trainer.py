@@ -14,10 +14,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_ppo import ConfigError, toy
-from reference_ppo import grpo as G
-from reference_ppo import trainer as T
-from reference_ppo.grpo_config import SCALE_REWARDS, GRPOConfig
+from reference_trainers import ConfigError, toy
+from reference_trainers import common as C
+from reference_trainers import grpo as G
+from reference_trainers.grpo_config import SCALE_REWARDS, GRPOConfig
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 RUNS = settings(max_examples=8, deadline=None, derandomize=True, database=None)
@@ -349,7 +349,7 @@ def slow_objective(policy, cfg: GRPOConfig, pad: int, parts) -> torch.Tensor:
     for batch, micro_batches in parts:
         rows = torch.cat(micro_batches)
         ids = batch.completion_ids[rows]
-        logits = T.policy_logits(policy, batch.prompt_completion_ids[rows], batch.context_length, pad, cfg.temperature)
+        logits = C.policy_logits(policy, batch.prompt_completion_ids[rows], batch.context_length, pad, cfg.temperature)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
         old = logp.detach() if batch.old_per_token_logps is None else batch.old_per_token_logps[rows]
         ratio = torch.exp(logp - old)

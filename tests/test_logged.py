@@ -80,7 +80,7 @@ def _crash_of(factory, spec):
 def test_the_reference_trainer_with_broken_logging_fails_its_run(monkeypatch, broken_log, message):
     """What a user's callback or tracker sees is what the gate checks: a trainer logging it wrong fails."""
     from harness.algorithms.ppo.targets.reference import factory
-    from reference_ppo import trainer
+    from reference_trainers import ppo as trainer
 
     def log(self, metrics):
         self.history.append(metrics)

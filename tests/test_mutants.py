@@ -424,7 +424,7 @@ def test_locations_are_those_of_the_original_file():
 def record(name, status, original="0", replacement="1", line="if n > 0:", **changes) -> MutantRecord:
     """A mutmut record as mutmut_results.json holds it (fields in `changes` replaced), read back."""
     data = {
-        "name": f"reference_ppo.trainer.{name}",
+        "name": f"reference_trainers.ppo.{name}",
         "function": "pooled_stats",
         "status": status,
         "exit_code": 0,
@@ -453,13 +453,13 @@ def test_kill_cost_is_wall_time_over_the_first_test_mutmut_runs():
         record("x_masked_sum__mutmut_1", "killed", function="masked_sum", seconds=0.4),
     ]
     per_mutant, cost = scoring.kill_costs(records, stats)
-    assert per_mutant["reference_ppo.trainer.x_pooled_stats__mutmut_1"].to_dict() == {
+    assert per_mutant["reference_trainers.ppo.x_pooled_stats__mutmut_1"].to_dict() == {
         "first_test": "t::fast",
         "first_test_seconds": 0.5,
         "cost_ratio": 2.0,
     }
-    assert per_mutant["reference_ppo.trainer.x_masked_sum__mutmut_1"].cost_ratio is None  # a 0 s first test
-    assert "reference_ppo.trainer.x_pooled_stats__mutmut_9" not in per_mutant
+    assert per_mutant["reference_trainers.ppo.x_masked_sum__mutmut_1"].cost_ratio is None  # a 0 s first test
+    assert "reference_trainers.ppo.x_pooled_stats__mutmut_9" not in per_mutant
     assert (cost.killed, cost.measured, cost.first_tests) == (6, 5, {"t::fast": 5})
     assert cost.median_ratio == pytest.approx(3.0) and cost.p90_ratio == pytest.approx(5.2)
     assert cost.share_under_goal == pytest.approx(0.2) and cost.goal_met is False
@@ -493,11 +493,11 @@ def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
         record("x_pooled_stats__mutmut_4", "survived"),
     ]
     entries = {
-        "reference_ppo.trainer.x_pooled_stats__mutmut_2": TriageEntry(
-            "reference_ppo.trainer.x_pooled_stats__mutmut_2", "if n > 0:", "0", "1", TriageVerdict.EQUIVALENT, "w"
+        "reference_trainers.ppo.x_pooled_stats__mutmut_2": TriageEntry(
+            "reference_trainers.ppo.x_pooled_stats__mutmut_2", "if n > 0:", "0", "1", TriageVerdict.EQUIVALENT, "w"
         ),
-        "reference_ppo.trainer.x_pooled_stats__mutmut_3": TriageEntry(
-            "reference_ppo.trainer.x_pooled_stats__mutmut_3", "if n > 0:", "0", "2", TriageVerdict.MISSING_CHECK, "w"
+        "reference_trainers.ppo.x_pooled_stats__mutmut_3": TriageEntry(
+            "reference_trainers.ppo.x_pooled_stats__mutmut_3", "if n > 0:", "0", "2", TriageVerdict.MISSING_CHECK, "w"
         ),
     }
     triaged, problems, _ = scoring.triage(tuple(records), entries)
@@ -733,7 +733,9 @@ def test_report_json_is_schema_v2():
     statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
     ids = [m["id"] for m in entry["mutants"]]
     grpo = [r.id for r in curated.mutants if r.mutant.algorithm == "grpo"]
-    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants) - len(grpo)
+    common = [r.id for r in curated.mutants if r.mutant.patch[0].file == catalogue.COMMON]
+    assert len(ids) == len(set(ids)) == 3 + len(curated.mutants) - len(grpo) - len(common)
+    assert sorted(m["id"] for m in doc["files"][catalogue.COMMON]["mutants"]) == sorted(common) and common
     grpo_entry = doc["files"][catalogue.GRPO_TRAINER]  # the GRPO mutants patch the GRPO trainer
     assert sorted(m["id"] for m in grpo_entry["mutants"]) == sorted(grpo) and grpo
     tests = {t["id"] for t in doc["testFiles"]["harness/suite/test_verify.py"]["tests"]}
@@ -760,7 +762,7 @@ def test_report_json_is_schema_v2():
 
 def test_each_mutated_file_gets_its_own_entry_in_mutation_json():
     curated, mutmut = synthetic_inputs()
-    config_path = "reference_ppo/config.py"
+    config_path = "reference_trainers/ppo_config.py"
     config_source = (ROOT / config_path).read_text(encoding="utf-8")
     loc = {"start": {"line": 14, "column": 8}, "end": {"line": 14, "column": 10}}
     in_config = record("x_exact_div__mutmut_1", "killed", "or", "and", location=loc, file=config_path)
@@ -772,7 +774,8 @@ def test_each_mutated_file_gets_its_own_entry_in_mutation_json():
     )
     doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
     assert schema.validate(doc) == []
-    assert set(doc["files"]) == {catalogue.TRAINER, config_path, "reference_ppo/grpo.py"}  # grpo.py: curated only
+    # grpo.py and common.py: curated mutants only (common.py's patch what both trainers share)
+    assert set(doc["files"]) == {catalogue.TRAINER, config_path, catalogue.GRPO_TRAINER, catalogue.COMMON}
     assert [m["id"] for m in doc["files"][config_path]["mutants"]] == ["x_exact_div__mutmut_1"]
     assert "x_exact_div__mutmut_1" not in {m["id"] for m in doc["files"][catalogue.TRAINER]["mutants"]}
 
@@ -888,14 +891,14 @@ def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None
     mutants = doc["files"][catalogue.TRAINER]["mutants"]
     overview = render(chromium, page, "", tmp_path)
     assert overview["shadow"], "mutation-test-report-app was never defined: the component did not load"
-    assert "trainer.py" in overview["text"]
+    assert Path(catalogue.TRAINER).name in overview["text"]
     assert catalogue.GRPO_TRAINER not in doc["files"] or "grpo.py" in overview["text"]
     every = [m for entry in doc["files"].values() for m in entry["mutants"]]  # the overview counts every file
     detected = sum(m["status"] in ("Killed", "Timeout") for m in every)
     survived = sum(m["status"] == "Survived" for m in every)
     assert f"killed + timeout ({detected})" in overview["titles"]
     assert f"survived ({survived})" in overview["titles"]
-    code = render(chromium, page, "mutant/trainer.py", tmp_path)
+    code = render(chromium, page, f"mutant/{Path(catalogue.TRAINER).name}", tmp_path)
     assert {m["id"] for m in mutants} <= set(code["ids"]), "every mutant is marked in the rendered source"
     assert "pooled_stats" in code["text"]
     tests = render(chromium, page, "test/test_verify.py", tmp_path)

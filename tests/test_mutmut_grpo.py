@@ -33,7 +33,7 @@ PPO = ALGORITHMS["ppo"]
 GRPO_SOURCES = {path: (ROOT / path).read_text(encoding="utf-8") for path in GRPO.files}
 
 
-def grpo_record(name: str, status: str, function: str, file: str = "reference_ppo/grpo.py") -> MutantRecord:
+def grpo_record(name: str, status: str, function: str, file: str = "reference_trainers/grpo.py") -> MutantRecord:
     """A mutmut record of a GRPO `function` as mutmut_results.json holds it."""
     return record(name, status, function, file)
 
@@ -48,8 +48,11 @@ def grpo_results(selected: tuple[str, ...], *records: MutantRecord) -> MutmutRes
 
 
 def test_each_algorithm_mutates_its_own_files_against_its_own_target():
-    assert PPO.files == mutmut_run.MUTATED_FILES == ("reference_ppo/trainer.py", "reference_ppo/config.py")
-    assert GRPO.files == ("reference_ppo/grpo.py", "reference_ppo/grpo_config.py") and GRPO.trainer == GRPO.files[0]
+    common = "reference_trainers/common.py"  # what both trainers use: mutated under both gates
+    assert PPO.files == mutmut_run.MUTATED_FILES
+    assert PPO.files == ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", common)
+    assert GRPO.files == ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", common)
+    assert GRPO.trainer == GRPO.files[0] and PPO.trainer == PPO.files[0]
     assert (PPO.target, GRPO.target) == ("reference", "reference-grpo")
     assert PPO.triage_file != GRPO.triage_file and PPO.baseline_section != GRPO.baseline_section
     assert set(mutmut_hooks.MUTATED_MODULES) == set(module_names())  # the hooks plugin restores every one's names
@@ -78,7 +81,7 @@ def test_the_projects_mutmut_config_is_ppos_and_names_no_target():
     project = mutmut_config(ROOT / "pyproject.toml")
     assert config_problems(project, PPO, None) == []
     wrong = dict(project, only_mutate=list(GRPO.files))
-    assert "only_mutate must list exactly reference_ppo/trainer.py" in config_problems(wrong, PPO, None)[0]
+    assert "only_mutate must list exactly reference_trainers/ppo.py" in config_problems(wrong, PPO, None)[0]
     targeted = dict(project, pytest_add_cli_args=[*project["pytest_add_cli_args"], "--ppo-target=trl"])
     assert named_target(targeted["pytest_add_cli_args"]) == "trl"
     assert "name no --ppo-target" in config_problems(targeted, PPO, None)[0]
@@ -114,19 +117,24 @@ def test_grpo_function_names_become_globs_of_the_grpo_modules():
     assert problems == []
     sep = "\u01c1"
     assert globs == [
-        "reference_ppo.grpo.x_pooled_stats__mutmut_*",
-        f"reference_ppo.grpo.x{sep}GRPOTrainer{sep}micro_step__mutmut_*",
-        f"reference_ppo.grpo_config.x{sep}GRPOConfig{sep}__post_init____mutmut_*",
+        "reference_trainers.grpo.x_pooled_stats__mutmut_*",
+        f"reference_trainers.grpo.x{sep}GRPOTrainer{sep}micro_step__mutmut_*",
+        f"reference_trainers.grpo_config.x{sep}GRPOConfig{sep}__post_init____mutmut_*",
     ]
     names = [
-        "reference_ppo.grpo.x_pooled_stats__mutmut_4",
-        "reference_ppo.trainer.x_pooled_stats__mutmut_4",  # PPO's function of the same name is not taken
-        f"reference_ppo.grpo_config.x{sep}GRPOConfig{sep}__post_init____mutmut_2",
+        "reference_trainers.grpo.x_pooled_stats__mutmut_4",
+        "reference_trainers.ppo.x_pooled_stats__mutmut_4",  # PPO's function of the same name is not taken
+        f"reference_trainers.grpo_config.x{sep}GRPOConfig{sep}__post_init____mutmut_2",
     ]
     taken = [n for n in names if any(fnmatch.fnmatch(n, g) for g in globs)]
     assert [selection.function_name(n) for n in taken] == ["pooled_stats", "GRPOConfig.__post_init__"]
     _, problems = selection.select(("compute_gae",), GRPO_SOURCES)  # a PPO function: not in a GRPO run
     assert problems and "'compute_gae' is defined in no mutated file" in problems[0]
+    shared, problems = selection.select(("masked_mean", "sample_responses"), GRPO_SOURCES)  # common.py's, in GRPO
+    assert problems == [] and shared == [
+        "reference_trainers.common.x_masked_mean__mutmut_*",
+        "reference_trainers.common.x_sample_responses__mutmut_*",
+    ]
 
 
 def test_the_command_line_passes_the_algorithm_on_and_defaults_to_ppo(monkeypatch, tmp_path):
@@ -153,7 +161,7 @@ def test_the_report_says_which_trainer_and_target_a_run_covers():
     summary = scoring.score(run.mutants)
     text = "\n".join(markdown.mutmut_summary(run, summary, None))
     assert "## mutmut over the whole GRPO trainer" in text and "against the target `reference-grpo`" in text
-    assert "`reference_ppo/grpo.py`, `reference_ppo/grpo_config.py`" in text
+    assert "`reference_trainers/grpo.py`, `reference_trainers/grpo_config.py`, `reference_trainers/common.py`" in text
     selected = dataclasses.replace(run, selected=("pooled_stats",))
     assert "## mutmut over the GRPO trainer: selected functions only" in markdown.mutmut_summary(
         selected, summary, None
@@ -162,14 +170,14 @@ def test_the_report_says_which_trainer_and_target_a_run_covers():
 
 def test_grpo_mutants_share_grpo_pys_file_entry_with_the_curated_grpo_mutants():
     in_config = grpo_record("x\u01c1GRPOConfig\u01c1__post_init____mutmut_3", "killed", "GRPOConfig.__post_init__")
-    in_config = dataclasses.replace(in_config, file="reference_ppo/grpo_config.py")
+    in_config = dataclasses.replace(in_config, file="reference_trainers/grpo_config.py")
     run = grpo_results((), grpo_record("x_pooled_stats__mutmut_1", "killed", "pooled_stats"), in_config)
     trainer_source = (ROOT / PPO.trainer).read_text(encoding="utf-8")
     assert report.trainer_source(run) == ""  # a GRPO run carries no copy of the PPO trainer
     doc, unplaced = schema.schema_report(None, run, trainer_source, baseline=None)
     assert schema.validate(doc) == [] and unplaced == []
-    assert [m["id"] for m in doc["files"]["reference_ppo/grpo.py"]["mutants"]] == ["x_pooled_stats__mutmut_1"]
-    assert len(doc["files"]["reference_ppo/grpo_config.py"]["mutants"]) == 1
+    assert [m["id"] for m in doc["files"]["reference_trainers/grpo.py"]["mutants"]] == ["x_pooled_stats__mutmut_1"]
+    assert len(doc["files"]["reference_trainers/grpo_config.py"]["mutants"]) == 1
     assert doc["files"][PPO.trainer]["mutants"] == []
 
 
@@ -180,9 +188,11 @@ def test_grpo_survivors_are_triaged_in_their_own_file(tmp_path):
     assert f"add it to mutants/{GRPO.triage_file}" in problems[0]
     entries, problems = scoring.load_triage(scoring.HERE / GRPO.triage_file)
     assert problems == [] and entries, f"mutants/{GRPO.triage_file} triages the GRPO survivors"
-    assert all(name.startswith(("reference_ppo.grpo.", "reference_ppo.grpo_config.")) for name in entries)
+    grpo_modules = ("reference_trainers.grpo.", "reference_trainers.grpo_config.", "reference_trainers.common.")
+    assert all(name.startswith(grpo_modules) for name in entries)
     ppo_entries, _ = scoring.load_triage(scoring.HERE / PPO.triage_file)
-    assert not set(entries) & set(ppo_entries)
+    # only common.py's mutants, run under both gates, may be triaged in both files (for each gate apart)
+    assert all(name.startswith("reference_trainers.common.") for name in set(entries) & set(ppo_entries))
 
 
 def test_a_grpo_run_has_its_baselines_apart_from_ppos(tmp_path):
@@ -203,7 +213,7 @@ def test_a_grpo_run_has_its_baselines_apart_from_ppos(tmp_path):
     assert written["grpo"]["mutmut"]["score"] == 100.0
     assert written["grpo"]["mutmut"]["files"] == list(GRPO.files)
     (entry,) = written["grpo"][report.SELECTIONS]
-    assert entry["functions"] == ["pooled_stats"] and entry["files"] == ["reference_ppo/grpo.py"]
+    assert entry["functions"] == ["pooled_stats"] and entry["files"] == ["reference_trainers/grpo.py"]
     assert report.run_baseline(written, selected) == 100.0 and report.run_baseline(written, whole) == 100.0
 
 

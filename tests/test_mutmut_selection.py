@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {path: (ROOT / path).read_text(encoding="utf-8") for path in mutmut_run.MUTATED_FILES}
 
 
-def record(name: str, status: str, function: str, file: str = "reference_ppo/trainer.py") -> MutantRecord:
+def record(name: str, status: str, function: str, file: str = "reference_trainers/ppo.py") -> MutantRecord:
     """A mutmut record of `function` of `file` as mutmut_results.json holds it."""
     module = file.removesuffix(".py").replace("/", ".")
     return MutantRecord.from_dict(
@@ -46,15 +46,15 @@ def test_function_names_become_globs_of_exactly_their_mutants():
     globs, problems = selection.select(("compute_gae", "masked_sum", "PPOTrainer.micro_step"), SOURCES)
     assert problems == []
     assert globs == [
-        "reference_ppo.trainer.x_compute_gae__mutmut_*",
-        "reference_ppo.trainer.x_masked_sum__mutmut_*",
-        "reference_ppo.trainer.x\u01c1PPOTrainer\u01c1micro_step__mutmut_*",
+        "reference_trainers.ppo.x_compute_gae__mutmut_*",
+        "reference_trainers.ppo.x_masked_sum__mutmut_*",
+        "reference_trainers.ppo.x\u01c1PPOTrainer\u01c1micro_step__mutmut_*",
     ]
     names = [
-        "reference_ppo.trainer.x_masked_sum__mutmut_1",
-        "reference_ppo.trainer.x_masked_sum_rows__mutmut_1",  # a name that starts with another's is not taken
-        "reference_ppo.trainer.x\u01c1PPOTrainer\u01c1micro_step__mutmut_12",
-        "reference_ppo.trainer.x\u01c1PPOTrainer\u01c1minibatch_step__mutmut_1",
+        "reference_trainers.ppo.x_masked_sum__mutmut_1",
+        "reference_trainers.ppo.x_masked_sum_rows__mutmut_1",  # a name that starts with another's is not taken
+        "reference_trainers.ppo.x\u01c1PPOTrainer\u01c1micro_step__mutmut_12",
+        "reference_trainers.ppo.x\u01c1PPOTrainer\u01c1minibatch_step__mutmut_1",
     ]
     taken = [n for n in names if any(fnmatch.fnmatch(n, g) for g in globs)]
     assert taken == [names[0], names[2]]
@@ -89,7 +89,7 @@ def test_only_the_selected_functions_mutants_are_kept(monkeypatch):
         record("x_log__mutmut_1", "not checked", "log"),
     ]
     monkeypatch.setattr(
-        mutmut_collect, "collect_file", lambda scratch, path: records if path.endswith("trainer.py") else []
+        mutmut_collect, "collect_file", lambda scratch, path: records if path.endswith("/ppo.py") else []
     )
     assert mutmut_collect.collect("scratch", ("compute_gae",)) == records[:1]
     assert mutmut_collect.collect("scratch") == records
@@ -97,7 +97,7 @@ def test_only_the_selected_functions_mutants_are_kept(monkeypatch):
 
 def results_of(selected: tuple[str, ...], *records: MutantRecord) -> MutmutResults:
     """mutmut results of a run over `selected` (a run over the whole files where empty)."""
-    return MutmutResults(0, 10.0, 1, ("compute_gae",), "reference_ppo/trainer.py", "", records, selected=selected)
+    return MutmutResults(0, 10.0, 1, ("compute_gae",), "reference_trainers/ppo.py", "", records, selected=selected)
 
 
 def test_a_selected_run_says_it_covers_only_those_functions_and_reads_back():
@@ -113,7 +113,7 @@ def test_a_selected_run_says_it_covers_only_those_functions_and_reads_back():
 
 
 def test_triage_of_other_functions_is_not_called_stale_in_a_selected_run():
-    entry = TriageEntry("reference_ppo.trainer.x_log__mutmut_1", "x = 0", "0", "1", TriageVerdict.EQUIVALENT, "w")
+    entry = TriageEntry("reference_trainers.ppo.x_log__mutmut_1", "x = 0", "0", "1", TriageVerdict.EQUIVALENT, "w")
     records = (record("x_compute_gae__mutmut_1", "killed", "compute_gae"),)
     _, _, notes = scoring.triage(records, {entry.name: entry}, ("compute_gae",))
     assert notes == []
@@ -122,7 +122,7 @@ def test_triage_of_other_functions_is_not_called_stale_in_a_selected_run():
 
 
 def test_a_selected_run_has_its_own_baseline_apart_from_the_whole_file_one(tmp_path):
-    whole = {"mutmut": {"score": 70.0, "files": ["reference_ppo/trainer.py"]}}
+    whole = {"mutmut": {"score": 70.0, "files": ["reference_trainers/ppo.py"]}}
     run = results_of(("compute_gae", "policy_loss"), record("x_compute_gae__mutmut_1", "killed", "compute_gae"))
     assert report.run_baseline(whole, run) is None  # never compared with a score over other mutants
     assert report.run_baseline(whole, results_of(())) == 70.0
@@ -137,7 +137,7 @@ def test_a_selected_run_has_its_own_baseline_apart_from_the_whole_file_one(tmp_p
     assert written["mutmut"] == whole["mutmut"]
     (entry,) = written[report.SELECTIONS]
     assert entry["functions"] == ["compute_gae", "policy_loss"] and entry["score"] == 100.0
-    assert "only these functions" in entry["note"] and entry["files"] == ["reference_ppo/trainer.py"]
+    assert "only these functions" in entry["note"] and entry["files"] == ["reference_trainers/ppo.py"]
     swapped = dataclasses.replace(run, selected=("policy_loss", "compute_gae"))
     assert report.run_baseline(written, swapped) == 100.0
     report.record_baseline(path, written, swapped, summary)  # the same selection replaces its entry

@@ -15,7 +15,7 @@ def test_header_names_target_seed_and_device(pytester):
 def test_ppo_spy_fixture_records_the_trainer_and_is_undone(ppo_spy):
     import torch
 
-    from reference_ppo import trainer
+    from reference_trainers import ppo as trainer
 
     real = trainer.masked_mean
     with ppo_spy(trainer) as spy:

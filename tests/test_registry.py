@@ -21,7 +21,7 @@ def test_both_built_in_algorithms_are_registered_and_declare_every_member():
         algorithm = get(name)
         assert all(member in dir(algorithm) for member in MEMBERS)
         assert algorithm.default_target in algorithm.targets
-        assert algorithm.scenarios and algorithm.mutation.files[0].startswith("reference_ppo/")
+        assert algorithm.scenarios and algorithm.mutation.files[0].startswith("reference_trainers/")
 
 
 def test_an_unknown_or_incomplete_algorithm_is_a_configuration_error(monkeypatch):

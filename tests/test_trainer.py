@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_ppo import ConfigError, PPOConfig, toy
-from reference_ppo import trainer as T
+from reference_trainers import ConfigError, PPOConfig, toy
+from reference_trainers import common as C
+from reference_trainers import ppo as T
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
@@ -132,7 +133,7 @@ def test_model_inputs_skip_pads_wherever_they_are():
     """Left-padded prompts, right-padded responses: pads are masked, ids there are 0, positions count real tokens."""
     pad = 9
     query_responses = torch.tensor([[9, 9, 3, 4, 5, 9], [2, 3, 4, 5, 6, 7]])
-    inputs = T.model_inputs(query_responses, pad)
+    inputs = C.model_inputs(query_responses, pad)
     assert sorted(inputs) == ["attention_mask", "input_ids", "position_ids"]
     assert inputs["attention_mask"].tolist() == [[False, False, True, True, True, False], [True] * 6]
     assert inputs["input_ids"].tolist() == [[0, 0, 3, 4, 5, 0], [2, 3, 4, 5, 6, 7]]

@@ -9,7 +9,7 @@ def toy_world(spec):
     """The toy world of a scenario's seed, sizes, device and dtype (HarnessConfigError if it lacks them)."""
     import torch
 
-    from reference_ppo.toy import build_world
+    from reference_trainers.toy import build_world
 
     if spec.device.startswith("cuda") and not torch.cuda.is_available():
         raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")

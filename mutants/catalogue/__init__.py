@@ -1,11 +1,13 @@
 """The curated catalogue: one mutant per bug class of docs/bug-catalogue.md, PPO's and GRPO's.
 
-Each mutant re-creates, inside `reference_ppo`, a bug that shipped (or was found in
+Each mutant re-creates, inside `reference_trainers`, a bug that shipped (or was found in
 review) in a public RL trainer, and names the checks of the gate that must kill it.
 The catalogue is data: `classes.toml` is the table of bug classes (number,
 algorithm, short name), and `entries/` holds one `<id>.toml` per mutant (its
 metadata) with its patch beside it as `<id>.diff`, a unified diff against the
-trainer file with paths relative to the repository root (load.py reads them).
+trainer files with paths relative to the repository root (load.py reads them): a
+PPO mutant patches `reference_trainers/ppo.py`, or `common.py` for a bug in what
+both trainers share (sampling, log-probs, logits, scores, the KL estimate).
 Each hunk's old text, context included, must occur exactly once in its file, so
 that a refactor of the trainer breaks the catalogue loudly instead of leaving a
 mutant that no longer mutates anything (see `apply`).
@@ -14,7 +16,7 @@ mutant that no longer mutates anything (see `apply`).
 scenario names (e.g. "uneven_split", which covers both epoch variants). The runner
 counts a mutant as killed only when the verify run exits 1 and at least one of
 these checks failed. A GRPO mutant (`algorithm = "grpo"`, ids `g<class>_...`) patches
-`reference_ppo/grpo.py` and names checks of the GRPO gate, against `reference-grpo`.
+`reference_trainers/grpo.py` and names checks of the GRPO gate, against `reference-grpo`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from pathlib import Path
 from . import load
 from .patches import PatchError, Replacement, apply_to_text
 
-TRAINER = "reference_ppo/trainer.py"
-GRPO_TRAINER = "reference_ppo/grpo.py"
+TRAINER = "reference_trainers/ppo.py"
+GRPO_TRAINER = "reference_trainers/grpo.py"
+COMMON = "reference_trainers/common.py"
+"""What both trainers share: a mutant of either algorithm may patch it."""
 
 
 def _targets() -> dict[str, str]:

@@ -33,7 +33,7 @@ class MutantCost:
 
 @dataclass(frozen=True)
 class MutantRecord:
-    """One mutmut mutant of trainer.py: what mutmut made of it, where it is, what it changed, and its triage."""
+    """One mutmut mutant of a mutated file: what mutmut made of it, where it is, what it changed, and its triage."""
 
     name: str
     function: str
@@ -52,7 +52,7 @@ class MutantRecord:
     verdict: TriageVerdict | None = None
     """Set by the triage, on a survivor only; never written to mutmut_results.json, which precedes the triage."""
     why: str = ""
-    file: str = "reference_ppo/trainer.py"
+    file: str = "reference_trainers/ppo.py"
     """The mutated file, relative to the project root (its `location` counts in that file)."""
 
     @property
@@ -123,7 +123,7 @@ class MutantRecord:
             cost,
             TriageVerdict(data["verdict"]) if data.get("verdict") else None,
             data.get("why", ""),
-            data.get("file", "reference_ppo/trainer.py"),
+            data.get("file", "reference_trainers/ppo.py"),
         )
 
 

@@ -43,7 +43,9 @@ class PPOAlgorithm:
     """The PPO checks read the spy's records of masked_mean and selective_log_softmax."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     mutation: Mutation | None = Mutation(
-        ("reference_ppo/trainer.py", "reference_ppo/config.py"), "equivalent.toml", None
+        ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", "reference_trainers/common.py"),
+        "equivalent.toml",
+        None,
     )
 
     @property

@@ -69,7 +69,7 @@ def world(shape: ModelShape, spec: ScenarioSpec) -> World:
     """The pristine world of `shape` for the spec's seed and sizes (built once per process)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from reference_ppo.toy import build_tokenizer
+    from reference_trainers.toy import build_tokenizer
 
     key = (shape, spec.seed, spec.vocab_size, spec.prompt_length, spec.num_prompts)
     if key not in _WORLDS:
@@ -93,7 +93,8 @@ def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
     """A reference trainer for `spec` on fresh copies of the size's world, on the spec's device and dtype."""
     from accelerate import Accelerator
 
-    from reference_ppo import ConfigError, trainer
+    from reference_trainers import ConfigError
+    from reference_trainers import ppo as trainer
 
     if spec.device.startswith("cuda") and not torch.cuda.is_available():
         raise HarnessConfigError(f"device {spec.device!r} asked for but CUDA is not available")

@@ -1,7 +1,7 @@
 """tinyppo held to ppo-stats-harness: `ppo-verify --target tinyppo.target:factory`.
 
 `factory(spec)` builds a `TinyPPO` for one scenario of the gate: the spec's batch geometry and
-hyper-parameters mapped onto `Settings`, tiny offline models from `reference_ppo.toy`, and a
+hyper-parameters mapped onto `Settings`, tiny offline models from `reference_trainers.toy`, and a
 reward function that keeps every score it gives (so that the gate checks `objective/scores`).
 tinyppo names its call sites its own way, so the run hands the gate a `SiteMap`.
 """
@@ -113,7 +113,7 @@ class TinyRun:
 
 def build(spec: ScenarioSpec, trainer_class: type[trainer.TinyPPO] = trainer.TinyPPO) -> TinyRun:
     """A run of `trainer_class` for `spec` on the toy world of its seed."""
-    from reference_ppo.toy import build_world
+    from reference_trainers.toy import build_world
 
     world = build_world(
         seed=spec.seed,

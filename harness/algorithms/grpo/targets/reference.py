@@ -1,10 +1,10 @@
-"""The reference GRPO trainer (reference_ppo/grpo.py) on the toy world, recording what its loss was fed.
+"""The reference GRPO trainer (reference_trainers/grpo.py) on the toy world, recording what its loss was fed.
 
 The trainer never imports the harness. While it trains, the harness's `LossRecorder`
 (harness/instrument/loss_recorder.py) wraps, on the trainer object and without changing what
 they compute, `micro_step` (the loss entry point: one `LossRecord` per micro-batch), and, for
 the recorder's duration, the module-level `selective_log_softmax` and `entropy_from_logits` of
-`reference_ppo.grpo`: inside a micro-step the first result of each is the record's `logps` and
+`reference_trainers.grpo`: inside a micro-step the first result of each is the record's `logps` and
 `entropies` (the first log-prob call of a micro-step is `per_token_logps`; docs/grpo-metrics.md
 lists the call sites), each result's largest gap to its float64 recomputation from the logits is
 kept (`logit_gaps`), and a hook on the micro-step's log-probs keeps the gradient its backward
@@ -141,7 +141,7 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     from accelerate import Accelerator
 
     from harness.targets.toy import toy_world
-    from reference_ppo import ConfigError, grpo, toy
+    from reference_trainers import ConfigError, grpo, toy
 
     world = toy_world(spec)
     try:

@@ -1,4 +1,4 @@
-"""PPO's built-in targets; the only PPO modules allowed to import a trainer (reference_ppo, trl).
+"""PPO's built-in targets; the only PPO modules allowed to import a trainer (reference_trainers, trl).
 
 They are named, by `module:factory`, in `harness.algorithms.ppo.algorithm` (`TARGETS`).
 """

@@ -112,7 +112,7 @@ class ReferenceRun:
 
 def build_config(spec: ScenarioSpec, stop_token_id: int):
     """The reference trainer's PPOConfig for a scenario."""
-    from reference_ppo import PPOConfig
+    from reference_trainers import PPOConfig
 
     return PPOConfig(
         per_device_train_batch_size=spec.per_device_train_batch_size,
@@ -144,7 +144,8 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
     from accelerate import Accelerator
 
     from harness.targets.toy import toy_world
-    from reference_ppo import ConfigError, trainer
+    from reference_trainers import ConfigError
+    from reference_trainers import ppo as trainer
 
     world = toy_world(spec)
     try:

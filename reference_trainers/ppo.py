@@ -1,12 +1,15 @@
 """A compact PPO trainer for causal language models whose logged statistics are pooled exactly.
 
-Read top-down in algorithm order: masked reductions, rollout (sampling, truncation,
-scores), KL penalty and rewards, GAE and whitening, the clipped losses of one
-micro-batch, pooling of the statistics, and the trainer that ties them together
-(epochs -> minibatches -> micro-batches, one optimizer step per minibatch).
+Read top-down in algorithm order: masked reductions, the reward on decoded text, KL penalty
+and rewards, GAE and whitening, the clipped losses of one micro-batch, pooling of the
+statistics, and the trainer that ties them together (epochs -> minibatches -> micro-batches,
+one optimizer step per minibatch).
 
-`masked_mean` and `selective_log_softmax` are module-level names that the loop
-looks up at call time, so that a test can monkeypatch them here.
+What it shares with the GRPO trainer (the masked mean, log-probs and entropy from logits,
+sampling, truncation at the stop token and the response masks, model inputs and logits, the
+scores of a reward callable or model, the KL estimate) is in common.py. `masked_mean`,
+`selective_log_softmax` and `entropy_from_logits` are imported into this module, and the loop
+looks them up here at call time, so that a test can monkeypatch them here.
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .config import PPOConfig
-
-Reward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | nn.Module
-Callback = Callable[[dict, int], None]
+from .common import (
+    Callback,
+    Reward,
+    entropy_from_logits,
+    head_outputs,
+    kl_per_token,
+    masked_mean,
+    policy_logits,
+    response_masks,
+    sample_responses,
+    selective_log_softmax,
+    sequence_scores,
+    truncate_at_stop,
+)
+from .ppo_config import PPOConfig
 
 # Order of the per-micro-batch statistics row: numerators, then the two counts.
 STAT_FIELDS = (
@@ -49,14 +62,6 @@ def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum()
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    """Mean of `values` where `mask` is true; 0 (not NaN) where the mask is empty."""
-    mask = mask.to(values.dtype)
-    if axis is None:
-        return (values * mask).sum() / mask.sum().clamp(min=1)
-    return (values * mask).sum(dim=axis) / mask.sum(dim=axis).clamp(min=1)
-
-
 def masked_var(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Unbiased variance of `values` where `mask` is true (0 with fewer than two entries)."""
     mean = masked_mean(values, mask)
@@ -73,117 +78,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
-def at_least_float32(x: torch.Tensor) -> torch.Tensor:
-    """`x` in float32 when it is narrower (bfloat16, float16), as it is otherwise: float64 stays float64."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[index] per position, one row at a time to bound memory."""
-    rows = [
-        torch.log_softmax(at_least_float32(row), dim=-1).gather(-1, ids.unsqueeze(-1))
-        for row, ids in zip(logits, index)
-    ]
-    return torch.stack(rows).squeeze(-1).to(logits.dtype)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy of softmax(logits)."""
-    logits = at_least_float32(logits)
-    return torch.logsumexp(logits, dim=-1) - (F.softmax(logits, dim=-1) * logits).sum(dim=-1)
-
-
-# ---------------------------------------------------------------- rollout
-
-
-def truncate_at_stop(responses: torch.Tensor, stop_token_id: int | None, pad_token_id: int) -> torch.Tensor:
-    """Keep each response up to and including its first stop token; pad the rest."""
-    if stop_token_id is None:
-        return responses
-    is_stop = (responses == stop_token_id).int()
-    after_stop = (is_stop.cumsum(dim=1) - is_stop) > 0
-    return responses.masked_fill(after_stop, pad_token_id)
-
-
-def response_masks(postprocessed: torch.Tensor, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sequence_lengths, R, V): last real position per row, response mask, value mask (one more)."""
-    length = postprocessed.shape[1]
-    is_pad = postprocessed == pad_token_id
-    first_pad = torch.where(
-        is_pad.any(dim=1), is_pad.int().argmax(dim=1), torch.full_like(is_pad[:, 0], length, dtype=torch.long)
-    )
-    sequence_lengths = first_pad - 1
-    positions = torch.arange(length, device=postprocessed.device).unsqueeze(0)
-    return sequence_lengths, positions <= sequence_lengths.unsqueeze(1), positions <= sequence_lengths.unsqueeze(1) + 1
-
-
-def model_inputs(query_responses: torch.Tensor, pad_token_id: int) -> dict:
-    """Attention mask and position ids that ignore pad tokens (left-padded prompts work too)."""
-    attention_mask = query_responses != pad_token_id
-    position_ids = attention_mask.long().cumsum(dim=1) - attention_mask.long()
-    return {
-        "input_ids": query_responses.masked_fill(~attention_mask, 0),
-        "attention_mask": attention_mask,
-        "position_ids": position_ids.clamp(min=0),
-    }
-
-
-def policy_logits(
-    policy: nn.Module, query_responses: torch.Tensor, context_length: int, pad_token_id: int, temperature: float
-) -> torch.Tensor:
-    """Temperature-scaled logits of the response positions, shape (B, T, V)."""
-    out = policy(**model_inputs(query_responses, pad_token_id), return_dict=True)
-    return out.logits[:, context_length - 1 : -1] / temperature
-
-
-def head_outputs(model: nn.Module, query_responses: torch.Tensor, pad_token_id: int) -> torch.Tensor:
-    """Per-token scalar head output (B, L) of a sequence-classification model (value or reward)."""
-    backbone = getattr(model, model.base_model_prefix)
-    hidden = backbone(**model_inputs(query_responses, pad_token_id), return_dict=True).last_hidden_state
-    return model.score(hidden).squeeze(-1)
-
-
-def sample_responses(
-    policy: nn.Module,
-    queries: torch.Tensor,
-    length: int,
-    temperature: float,
-    stop_token_id: int | None,
-    pad_token_id: int,
-) -> torch.Tensor:
-    """Sample `length` tokens per query at `temperature` (padded after an early stop at `stop_token_id`)."""
-    from transformers import GenerationConfig
-
-    generation = GenerationConfig(
-        max_new_tokens=length,
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
-        eos_token_id=stop_token_id,
-        pad_token_id=pad_token_id,
-    )
-    inputs = model_inputs(queries, pad_token_id)
-    out = policy.generate(
-        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], generation_config=generation
-    )
-    responses = out[:, queries.shape[1] :]
-    return F.pad(responses, (0, length - responses.shape[1]), value=pad_token_id)
-
-
-def sequence_scores(
-    reward: Reward,
-    queries: torch.Tensor,
-    postprocessed: torch.Tensor,
-    sequence_lengths: torch.Tensor,
-    pad_token_id: int,
-) -> torch.Tensor:
-    """One score per sequence: a reward model's head at the last real token, or a callable's output."""
-    if not isinstance(reward, nn.Module):
-        return reward(queries, postprocessed).to(device=queries.device, dtype=torch.float32)
-    per_token = head_outputs(reward, torch.cat([queries, postprocessed], dim=1), pad_token_id)
-    last = (queries.shape[1] + sequence_lengths).clamp(min=queries.shape[1] - 1)
-    return per_token[torch.arange(len(last), device=last.device), last].float()
+# ---------------------------------------------------------------- a reward on decoded text
 
 
 def decoded_reward(score_texts: Callable[[list[str], list[str]], Sequence[float]], tokenizer) -> Callable:
@@ -198,12 +93,6 @@ def decoded_reward(score_texts: Callable[[list[str], list[str]], Sequence[float]
 
 
 # ---------------------------------------------------------------- rewards, GAE, whitening
-
-
-def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL(policy || ref) estimate: k1 = log p - log q, k3 = (q/p - 1) - log(q/p)."""
-    log_ratio = ref_logprobs - logprobs
-    return -log_ratio if estimator == "k1" else log_ratio.exp() - 1 - log_ratio
 
 
 def compute_rewards(

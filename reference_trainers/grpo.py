@@ -6,12 +6,12 @@ statistics of one micro-batch, pooling over a logging interval, and the trainer 
 them together (generation -> num_iterations passes of steps_per_generation micro-batches
 -> accumulation windows, one optimizer step per window, never across two generations).
 
-Shared with the PPO trainer, where they are the same thing: sampling, truncation at the
-stop token and the response mask, model inputs and temperature-scaled logits, scores of a
-reward callable or model, k3 and entropy. `masked_mean` and
-`selective_log_softmax` are module-level names of this module too, looked up at call
-time, so that a test can monkeypatch them here. Each call site assigns its result to the
-name of its role (docs/grpo-metrics.md lists them).
+Shared with the PPO trainer, where they are the same thing (common.py): sampling, truncation
+at the stop token and the response mask, model inputs and temperature-scaled logits, scores
+of a reward callable or model, k3, entropy and the masked mean. `masked_mean`,
+`selective_log_softmax` and `entropy_from_logits` are imported into this module, and the
+loop looks them up here at call time, so that a test can monkeypatch them here. Each call
+site assigns its result to the name of its role (docs/grpo-metrics.md lists them).
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .config import ConfigError
-from .grpo_config import GRPOConfig
-from .trainer import (
+from .common import (
     Callback,
     Reward,
     entropy_from_logits,
@@ -39,6 +37,8 @@ from .trainer import (
     sequence_scores,
     truncate_at_stop,
 )
+from .grpo_config import GRPOConfig
+from .ppo_config import ConfigError
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "masked_mean", "selective_log_softmax"]
 

@@ -1,4 +1,7 @@
-"""The trainer's one configuration object and the batch sizes derived from it."""
+"""The PPO trainer's one configuration object and the batch sizes derived from it (no torch needed).
+
+`ConfigError` and `exact_div` serve the GRPO configuration too (grpo_config.py).
+"""
 
 from __future__ import annotations
 
