@@ -84,9 +84,11 @@ def report_dir(posargs: list[str]) -> tuple[str, list[str]]:
 
 
 def wants_trl(posargs: list[str]) -> bool:
-    """True when the target is TRL's adapter: `trl`, or `trl:MODULE` (a module that imports TRL)."""
+    """True when the target is one of TRL's adapters: `trl`, `trl-grpo`, or either on a module (`trl:MODULE`,
+    `trl-grpo:MODULE`, a module that imports TRL)."""
     names = ("trl", "--target=trl", "trl-grpo", "--target=trl-grpo")
-    return any(a in names or a.startswith(("trl:", "--target=trl:")) for a in posargs)
+    prefixes = ("trl:", "--target=trl:", "trl-grpo:", "--target=trl-grpo:")
+    return any(a in names or a.startswith(prefixes) for a in posargs)
 
 
 def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
@@ -109,6 +111,21 @@ def extra(name: str) -> list[str]:
     return list(nox.project.load_toml(os.path.join(ROOT, "pyproject.toml"))["project"]["optional-dependencies"][name])
 
 
+def constraints_but_trl(folder: str) -> str:
+    """constraints.txt without its trl pin, written to `folder`; its path."""
+    pins = [line for line in open(CONSTRAINTS, encoding="utf-8") if not re.match(r"\s*trl\s*[=<>!~]", line)]
+    constraints = os.path.join(folder, "constraints-but-trl.txt")
+    with open(constraints, "w", encoding="utf-8") as f:
+        f.writelines(pins)
+    return constraints
+
+
+def trl_besides() -> list[str]:
+    """What TRL needs at run time beside itself: the `trl` extra less its TRL pin (`requests`, which
+    trl.trainer.grpo_trainer imports and no TRL release declares), read from pyproject.toml."""
+    return [req for req in extra("trl") if not re.match(r"\s*trl\b", req)]
+
+
 def install_trl(session: nox.Session, what: str) -> None:
     """Install a TRL checkout (a folder: editable), wheel or requirement into the session, keeping torch.
 
@@ -116,13 +133,8 @@ def install_trl(session: nox.Session, what: str) -> None:
     takes every pin but that one: torch stays 2.13.0 whatever the TRL asks for, and pip fails
     rather than fetch another torch.
     """
-    pins = [line for line in open(CONSTRAINTS, encoding="utf-8") if not re.match(r"\s*trl\s*[=<>!~]", line)]
-    constraints = os.path.join(session.create_tmp(), "constraints-but-trl.txt")
-    with open(constraints, "w", encoding="utf-8") as f:
-        f.writelines(pins)
-    # what TRL needs at run time beside itself (the `trl` extra less its TRL pin: `requests`, which
-    # trl.trainer.grpo_trainer imports and no TRL release declares), read from pyproject.toml
-    besides = [req for req in extra("trl") if not re.match(r"\s*trl\b", req)]
+    constraints = constraints_but_trl(session.create_tmp())
+    besides = trl_besides()
     if besides:
         session.install("-c", constraints, *besides)
     local = os.path.abspath(os.path.expanduser(what))
@@ -174,13 +186,15 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests", *session.posargs, env={**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""})
     if not session.posargs:  # the whole suite (what CI runs): the example project too, in its own fresh venv
         session.notify("example")
+        session.notify("trl_newest")  # and the GRPO verdict on TRL's newest release, in a venv of its own
 
 
 @nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
     """ruff over the code."""
     session.install("-c", CONSTRAINTS, "ruff")
-    session.run("ruff", "check", "reference_ppo", "harness", "tests", "mutants", "noxfile.py", *session.posargs)
+    packages = ("reference_trainers", "reference_ppo", "harness", "tests", "mutants")
+    session.run("ruff", "check", *packages, "noxfile.py", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -334,3 +348,68 @@ def install_check(session: nox.Session) -> None:
         session.log(f"torch left alone; {time.monotonic() - started:.0f} s")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+TRL_NEWEST = "1.16.0"
+"""The newest TRL release whose GRPO verdict is pinned (tests/test_trl_newest.py)."""
+TRL_RELEASES = ("1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
+"""The TRL releases `trl_releases` runs the GRPO gate on by default."""
+
+
+@nox.session(python=PYTHON, default=False)
+def trl_newest(session: nox.Session) -> None:
+    """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): tests/test_trl_newest.py, in this
+    session's own venv (the `tests` session's has trl 1.12.0, where that module skips)."""
+    install(session, "test")
+    install_trl(session, f"trl=={TRL_NEWEST}")
+    env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    session.run("python", "-m", "pytest", "tests/test_trl_newest.py", *session.posargs, env=env)
+
+
+def failing_checks(report: str) -> str:
+    """What a verify.json report says for `trl_releases`' table: how many checks fail and which, or the usage
+    error's message ("-" without a report)."""
+    if not os.path.exists(report):
+        return "-"
+    with open(report, encoding="utf-8") as f:
+        found = json.load(f)
+    if found["status"] == "error":
+        return "usage error: " + "; ".join(check["message"] for check in found["checks"])
+    failing = [check["id"] for check in found["checks"] if check["status"] != "pass"]
+    return f"{len(failing)}: {', '.join(failing)}" if failing else "0"
+
+
+@nox.session(python=False, default=False)
+def trl_releases(session: nox.Session) -> None:
+    """The GRPO gate (`--target trl-grpo`, CPU) on each TRL release named (`-- 1.13.0 1.16.0`; default
+    TRL_RELEASES), each in a venv of its own under .nox/trl_releases/ (made once, then kept), reports in
+    reports/trl-releases/RELEASE/. Prints one row per release: the release, the gate's exit code, how many checks
+    fail and which, and the seconds the gate took. The session fails only when a gate did not reach a verdict or
+    a usage error (an exit code other than 0, 1 or 2)."""
+    releases = session.posargs or list(TRL_RELEASES)
+    home = os.path.join(ROOT, ".nox", "trl_releases")
+    os.makedirs(home, exist_ok=True)
+    constraints = constraints_but_trl(home)
+    rows, codes = [], []
+    for release in releases:
+        venv = os.path.join(home, release)
+        python = os.path.join(venv, "bin", "python")
+        if not os.path.exists(python):
+            session.run(sys.executable, "-m", "venv", venv, external=True)
+            pip = (python, "-m", "pip", "install", "--quiet", "-c", constraints)
+            session.run(*pip, "--upgrade", "pip", external=True)
+            session.run(*pip, "-e", f"{ROOT}[test]", *trl_besides(), f"trl=={release}", external=True)
+        reports = os.path.join(ROOT, "reports", "trl-releases", release)
+        shutil.rmtree(reports, ignore_errors=True)
+        env = {**os.environ, **CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
+        session.log(f"trl {release}: python -m harness verify --target trl-grpo")
+        started = time.monotonic()
+        code = subprocess.call([python, "-m", "harness", "verify", "--target", "trl-grpo", "--report-dir", reports],
+                               env=env)  # fmt: skip
+        seconds = time.monotonic() - started
+        listed = failing_checks(os.path.join(reports, "verify.json"))
+        rows.append(f"| {release} | {code} | {listed} | {seconds:.0f} |")
+        codes.append(code)
+    print("\n".join(["| TRL | exit | failing checks | seconds |", "|---|---|---|---|", *rows]), flush=True)
+    if any(code not in (0, 1, 2) for code in codes):
+        session.error(f"a gate did not reach a verdict: exit codes {codes}")

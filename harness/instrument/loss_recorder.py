@@ -8,10 +8,14 @@ always puts back:
   `fields(*args, **kwargs)` gives the record's fields that the call's arguments determine (its
   generation, window, rank, mask, advantages, old and reference log-probs, completions and ids);
   the recorder copies each tensor to the CPU in its record dtype (`LossRecord.DTYPES`);
-- the module-level `selective_log_softmax` and `entropy_from_logits` of the trainer's module, which
-  the trainer looks up at call time: inside a loss call, each call's result is compared with its float64
-  recomputation from the logits (`logit_gaps`, logits.py), and, unless `outputs` names a method, the first
-  result of each is the record's `logps` and `entropies`; outside a loss call they only call through;
+- the functions that compute the log-probs and entropies, which the trainer looks up at call time (`logits`:
+  `(owner, name, kind)` each; by default the module-level `selective_log_softmax` and `entropy_from_logits` of
+  the trainer's module). Inside a loss call, each call's result is compared with its float64 recomputation from
+  what it was given (`logit_gaps`, logits.py: `kind` is "log_softmax" or "entropy" for those two, "joint" for a
+  `selective_log_softmax_and_entropy(logits, index, ...)`, "head" for a fused LM head's
+  `(hidden, weight, bias, targets, temperature, ...)`), and, unless `outputs` names a method, the first result of
+  each is the record's `logps` and `entropies` (a "head" records no values of its own: it needs `outputs`);
+  outside a loss call they only call through;
 - `outputs`, when given: a method of the trainer that returns `(logps, entropies)` inside the loss (TRL's
   `_get_per_token_logps_and_entropies`), which must run exactly once per recorded loss call;
 - whatever the target adds with `around` (counters of its generations and windows).
@@ -24,7 +28,7 @@ so far when asked, after the run. Every wrapper returns what the wrapped functio
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,14 +66,27 @@ class _Draft:
                           logp_grad=self.logp_grad)  # fmt: skip
 
 
+KINDS = ("log_softmax", "entropy", "joint", "head")
+"""What a function of `logits` computes (module docstring)."""
+
+
 @dataclass
 class _Live:
-    """The loss call running now: its draft and the gap-keeping wrappers of the module's two functions."""
+    """The loss call running now: its draft and the gap-keeping wrappers of the functions of `logits`, in order."""
 
     draft: _Draft
-    log_softmax: Callable
-    entropy: Callable
+    calls: list[Callable]
     gaps: LogitGaps
+
+
+def _gap_wrappers(gaps: LogitGaps, kinds: Sequence[str], originals: Sequence[Callable]) -> list[Callable]:
+    """`gaps`' wrappers of the functions `originals`, each as its kind says."""
+    pair = {}
+    if "log_softmax" in kinds or "entropy" in kinds:
+        take = lambda kind: originals[kinds.index(kind)] if kind in kinds else None  # noqa: E731
+        pair = dict(zip(("log_softmax", "entropy"), gaps.wrap(take("log_softmax"), take("entropy"))))
+    made = {"joint": gaps.wrap_joint, "head": gaps.wrap_head}
+    return [pair[kind] if kind in pair else made[kind](original) for kind, original in zip(kinds, originals)]
 
 
 class LossRecorder:
@@ -84,10 +101,22 @@ class LossRecorder:
         *,
         outputs: str | None = None,
         keep: Callable[[], bool] | None = None,
+        logits: Sequence[tuple[Any, str, str]] | None = None,
     ) -> None:
-        """`keep()`, asked after each loss call: whether to record it (e.g. only in training mode; default: all)."""
+        """`keep()`, asked after each loss call: whether to record it (e.g. only in training mode; default: all).
+        `logits`: the functions compared with their float64 formulas, `(owner, name, kind)` each (module
+        docstring; default: `module`'s `selective_log_softmax` and `entropy_from_logits`)."""
         self.owner, self.loss, self.module, self.fields = owner, loss, module, fields
         self.outputs, self.keep = outputs, keep
+        if logits is None:
+            logits = ((module, "selective_log_softmax", "log_softmax"), (module, "entropy_from_logits", "entropy"))
+        self.logits = tuple(logits)
+        kinds = [kind for _, _, kind in self.logits]
+        unknown = [kind for kind in kinds if kind not in KINDS]
+        if unknown or len(set(kinds)) != len(kinds):
+            raise ValueError(f"logits: kinds {kinds}, each one of {', '.join(KINDS)} at most once")
+        if "head" in kinds and outputs is None:
+            raise ValueError("a fused head's outputs are not the loss's log-probs: name the method that returns them")
         self._drafts: list[_Draft] = []
         self._live: _Live | None = None
         self._extra: list[tuple[Any, str, Callable[[Callable], Callable]]] = []
@@ -107,9 +136,9 @@ class LossRecorder:
             raise RuntimeError("this LossRecorder is already installed")
         self._undo = []
         try:
-            originals = (self.module.selective_log_softmax, self.module.entropy_from_logits)
-            self._replace(self.module, "selective_log_softmax", self._log_softmax)
-            self._replace(self.module, "entropy_from_logits", self._entropy)
+            originals = [getattr(owner, name) for owner, name, _ in self.logits]
+            for place, (owner, name, kind) in enumerate(self.logits):
+                self._replace(owner, name, lambda original, place=place, kind=kind: self._site(original, place, kind))
             if self.outputs is not None:
                 self._replace(self.owner, self.outputs, self._outputs)
             self._replace(self.owner, self.loss, lambda loss: self._loss(loss, originals))
@@ -136,10 +165,12 @@ class LossRecorder:
             else:
                 setattr(owner, name, previous)
 
-    def _loss(self, loss: Callable, originals: tuple[Callable, Callable]) -> Callable:
+    def _loss(self, loss: Callable, originals: Sequence[Callable]) -> Callable:
+        kinds = [kind for _, _, kind in self.logits]
+
         def recorded_loss(*args, **kwargs):
             gaps = LogitGaps()
-            live = self._live = _Live(_Draft(), *gaps.wrap(*originals), gaps)
+            live = self._live = _Live(_Draft(), _gap_wrappers(gaps, kinds, originals), gaps)
             try:
                 result = loss(*args, **kwargs)
             finally:
@@ -166,29 +197,24 @@ class LossRecorder:
         dtype = LossRecord.DTYPES.get(name)
         return value if dtype is None else _copy(value, getattr(torch, dtype))
 
-    def _log_softmax(self, original: Callable) -> Callable:
-        def selective_log_softmax(logits, index):
+    def _site(self, original: Callable, place: int, kind: str) -> Callable:
+        def recorded_function(*args, **kwargs):
             live = self._live
             if live is None:
-                return original(logits, index)
-            out = live.log_softmax(logits, index)
-            if self.outputs is None and live.draft.logps is None:
-                live.draft.keep_logps(out)
+                return original(*args, **kwargs)
+            out = live.calls[place](*args, **kwargs)
+            if self.outputs is None:
+                draft = live.draft
+                split = {"log_softmax": lambda: (out, None), "entropy": lambda: (None, out)}
+                logps, entropies = split.get(kind, lambda: out[:2])()
+                if logps is not None and draft.logps is None:
+                    draft.keep_logps(logps)
+                if entropies is not None and draft.entropies is None:
+                    draft.entropies = _copy(entropies, torch.float64)
             return out
 
-        return selective_log_softmax
-
-    def _entropy(self, original: Callable) -> Callable:
-        def entropy_from_logits(logits):
-            live = self._live
-            if live is None:
-                return original(logits)
-            out = live.entropy(logits)
-            if self.outputs is None and live.draft.entropies is None:
-                live.draft.entropies = _copy(out, torch.float64)
-            return out
-
-        return entropy_from_logits
+        recorded_function.__name__ = getattr(original, "__name__", kind)
+        return recorded_function
 
     def _outputs(self, method: Callable) -> Callable:
         def recorded_outputs(*args, **kwargs):

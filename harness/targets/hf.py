@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import io
 import logging
 import os
@@ -19,18 +20,33 @@ from typing import Any
 from harness.errors import HarnessConfigError
 
 TRL_VERSION = "1.12.0"
-"""The TRL release the adapters are written against (and docs/trl.md, docs/trl-grpo.md measure)."""
+"""The TRL release the extra installs, whose verdicts the tests pin (docs/trl.md, docs/trl-grpo.md)."""
 
 
-def import_trainer_module(module: str | None, default: str, names: Sequence[str], target: str) -> types.ModuleType:
+def trl_release() -> str | None:
+    """The version of the installed `trl` distribution (None when there is none)."""
+    try:
+        return importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def import_trainer_module(
+    module: str | None, default: str, names: Sequence[str], target: str, absent: str | None = None
+) -> types.ModuleType:
     """The trainer module `module` (TRL's own, `default`, when None), after checking it has each of `names` as a
-    callable; HarnessConfigError (naming the `target`) when it cannot be imported or lacks one."""
+    callable; HarnessConfigError (naming the `target`) when it cannot be imported or lacks one. `absent`: what to
+    say, after the installed release, when TRL is installed and has no module `default` (a release without it)."""
     name = module or default
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trainer = importlib.import_module(name)
     except ImportError as exc:  # trl missing (or a dependency its import needs), or no such module
+        missing = getattr(exc, "name", None) or ""
+        installed = trl_release()
+        if module is None and absent and installed and missing.startswith("trl.") and default.startswith(missing):
+            raise HarnessConfigError(f"{target} target: trl {installed} is installed, {absent}") from None
         if module is None:
             raise HarnessConfigError(
                 f"{target} target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]' ({exc})"

@@ -27,8 +27,8 @@ TARGETS = {
     "trl-grpo": "harness.algorithms.grpo.targets.trl:build",
 }
 """Built-in target name -> `module:factory` (loaded by name at run time, never imported here)."""
-TARGETS_WITH_ARGUMENT: dict[str, str] = {}
-"""`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (none yet)."""
+TARGETS_WITH_ARGUMENT = {"trl-grpo": "harness.algorithms.grpo.targets.trl:build_for"}
+"""`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (`trl-grpo:my_pkg.grpo_trainer`)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,9 @@ class GRPOAlgorithm:
     """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     mutation: Mutation | None = Mutation(
-        ("reference_ppo/grpo.py", "reference_ppo/grpo_config.py"), "equivalent_grpo.toml", "grpo"
+        ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", "reference_trainers/common.py"),
+        "equivalent_grpo.toml",
+        "grpo",
     )
 
     @property

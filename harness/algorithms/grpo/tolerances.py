@@ -38,12 +38,18 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # 1.12.0 3.1e-7 abs / 2.8e-7 rel (seeds 0-4); the row is ten times TRL's. A population std is off by 15%
     # (groups of 4), an epsilon subtracted instead of added by 2e-4 / std.
     "advantage": ((1e-6, 3e-6), (1e-6, 3e-6), (1e-6, 3e-6)),
-    # not logged metrics: GRPO, the largest |selective_log_softmax's / entropy_from_logits' result - the float64
-    # formula from the loss's logits| in a micro-batch (abs_tol only; harness/instrument/logits.py).
+    # not logged metrics: GRPO, the largest |a log-prob / entropy function's result - the float64 formula of what
+    # it was given (logits, or a fused head's hidden states)| in a micro-batch (abs_tol only;
+    # harness/instrument/logits.py).
     # Measured, uneven_lengths (temperature 1 and 0.7), extremes and all_masked, seeds 0-2, log-probs / entropies:
     # reference float32 7.2e-7 / 1.1e-6, float64 4.7e-7 / 7.2e-7 (its log_softmax runs in float32), bfloat16
     # 1.5e-2 / 5.9e-7; TRL 1.12.0 float32 7.9e-7 / 6.0e-7, bfloat16 2.2e-2 / 2.4e-2 (TRL does not build float64
-    # runs). About ten times the largest. An entropy of the logits before the temperature (0.7) is off by O(0.1).
+    # runs). logit_recompute (temperature 0.7), seeds 0-2, float32: TRL 1.13.0 6.9e-7 / 4.4e-7 (the same two
+    # functions), 1.14.2 4.8e-7 / 4.3e-7 (selective_log_softmax_and_entropy, against the formula of the logits it
+    # was given over the temperature), 1.16.0 1.3e-6 / 1.9e-6 (its fused LM head, against the formula of the
+    # head's logits recomputed from the hidden states, weight and bias it was given, over the temperature; on CPU
+    # it scores every position, the prompt's too). About ten times the largest. An entropy of the logits before
+    # the temperature (0.7) is off by O(0.1).
     "logit_gap/logps": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
     "logit_gap/entropies": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
     # not a logged metric: GRPO, the largest |dL/dlogp recorded - formula| / (|formula| + mean |formula| over the

@@ -1,6 +1,6 @@
 """The `trl` target: TRL 1.12.0's PPOTrainer (`trl.experimental.ppo`) on the toy world.
 
-`factory(spec)` builds the toy models with `reference_ppo.toy.build_world`, maps the
+`factory(spec)` builds the toy models with `reference_trainers.toy.build_world`, maps the
 ScenarioSpec onto TRL's own `PPOConfig` and returns a `TrlRun` (the TargetRun protocol
 of docs/architecture.md). TRL is imported lazily so that the harness works without it.
 
@@ -47,9 +47,17 @@ MODULE_NAMES = ("PPOTrainer", "PPOConfig", "masked_mean", "selective_log_softmax
 """What a module handed to `factory_for` must have, as TRL's trainer module has them."""
 
 
+NO_PPO = (
+    "and it has no PPOTrainer (TRL removed it in 1.13.0): the PPO adapter runs on trl 1.12.0 (pip install "
+    "'trl==1.12.0', or nox -s verify -- --target trl, which installs it), or on a trainer module with TRL's names "
+    "(--target trl:MODULE)"
+)
+"""What the `trl` target says where the installed TRL has no PPO trainer module."""
+
+
 def _import_trl(module: str | None = None):
     """The PPO trainer module and its config class (TRL's own, or `module`'s), or HarnessConfigError."""
-    trainer = import_trainer_module(module, TRL_MODULE, MODULE_NAMES, "trl")
+    trainer = import_trainer_module(module, TRL_MODULE, MODULE_NAMES, "trl", absent=NO_PPO)
     return trainer, trainer.PPOConfig
 
 

@@ -1,4 +1,4 @@
-"""The `trl-grpo` target: TRL 1.12.0's GRPOTrainer on the toy world, offline, on CPU or CUDA.
+"""The `trl-grpo` target: TRL's GRPOTrainer (releases 1.12.0 to 1.16.0) on the toy world, offline, on CPU or CUDA.
 
 `build(spec)` maps a GRPO run spec (the field names of `reference_ppo.grpo_config.GRPOConfig`,
 which are TRL's, plus `seed`, `device`, `dtype`) onto TRL's own `GRPOConfig` (config.py), builds the
@@ -9,11 +9,12 @@ harness works without it.
 
 `build_for("my_pkg.grpo_trainer")` (what `--target trl-grpo:my_pkg.grpo_trainer` resolves to) is the
 same adapter on another module with the names of `trl.trainer.grpo_trainer` (`GRPOTrainer`,
-`GRPOConfig`, `selective_log_softmax`, `entropy_from_logits`).
+`GRPOConfig`, and the functions of one release's log-probs and entropies, entry.py).
 
 What the run records (recording.py): one `LossRecord` per micro-batch of the loss, in the order they
 ran, with detached CPU copies of what TRL's `_compute_loss` was fed and computed, the largest gaps of
-its log-probs and entropies to their float64 recomputations from the logits (`logit_gaps`), the
+its log-probs and entropies to their float64 recomputations from what the functions that computed
+them were given, logits or the fused head's hidden states and weights (`logit_gaps`), the
 gradient its backward pass delivered to those log-probs (`logp_grad`), and which completions of their
 generation batch the rows are (`completions`) with their token ids; and one `RewardCall` per call of a
 reward function handed to TRL. The wrappers call TRL's own methods and functions with the same
@@ -40,12 +41,13 @@ from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
 from harness.targets.hf import import_trainer_module, metrics_callback, quiet
 
-from . import recording, world
+from . import entry, recording, world
 from .config import trl_args
 
 TRL_MODULE = "trl.trainer.grpo_trainer"
-MODULE_NAMES = ("GRPOTrainer", "GRPOConfig", "selective_log_softmax", "entropy_from_logits")
-"""What a module handed to `build_for` must have, as TRL's trainer module has them."""
+MODULE_NAMES = ("GRPOTrainer", "GRPOConfig")
+"""What a module handed to `build_for` must have, as TRL's trainer module has them (and one release's functions
+of the log-probs and entropies, entry.py)."""
 
 
 @dataclass
@@ -119,6 +121,7 @@ def build(
     generations (docs/trl-grpo.md).
     """
     grpo_trainer = import_trainer_module(module, TRL_MODULE, MODULE_NAMES, "trl-grpo")
+    points = entry.entry_points(grpo_trainer)
     import transformers
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -176,7 +179,7 @@ def build(
         stop_token_id=toy.stop_token_id,
         trainer=trainer,
         spec=spec,
-        recorder=recording.recorder(trainer, grpo_trainer, rewards),
+        recorder=recording.recorder(trainer, grpo_trainer, rewards, points),
         reward_calls=rewards.calls,
         _metrics=metrics,
         _workdir=workdir,

@@ -2,7 +2,8 @@
 completion of its generation batch each row of a loss micro-batch is.
 
 The recorder wraps TRL's `_compute_loss(model, inputs)` (each training call one micro-batch) and
-takes the log-probs and entropies from its one call of `_get_per_token_logps_and_entropies`; the
+takes the log-probs and entropies from its one call of `_get_per_token_logps_and_entropies`, and
+compares them with their float64 formulas at the functions that computed them (entry.py); the
 record's other fields come from the `inputs` the loss received (`completion_mask`, times the tool
 mask when there is one; `advantages`; `old_per_token_logps`, absent on on-policy steps;
 `ref_per_token_logps`, when `beta != 0`; `completion_ids`, padded as TRL pads them). A wrapper of
@@ -19,6 +20,8 @@ from typing import Any
 
 from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
+
+from .entry import EntryPoints
 
 
 def row_keys(batch: dict[str, Any]) -> list[tuple]:
@@ -82,10 +85,11 @@ class Rows:
         }
 
 
-def recorder(trainer: Any, module: types.ModuleType, rewards: RewardTap) -> LossRecorder:
-    """The loss recorder of one TRL GRPO trainer (`module`: its trainer module, whose functions it wraps)."""
+def recorder(trainer: Any, module: types.ModuleType, rewards: RewardTap, points: EntryPoints) -> LossRecorder:
+    """The loss recorder of one TRL GRPO trainer (`module`: its trainer module; `points`: the functions of its
+    log-probs and entropies that it wraps, entry.py)."""
     rows = Rows(trainer, rewards)
     loss = LossRecorder(trainer, "_compute_loss", module, rows.fields, outputs="_get_per_token_logps_and_entropies",
-                        keep=rows.training)  # fmt: skip
+                        keep=rows.training, logits=points.logits)  # fmt: skip
     loss.around(trainer, "_generate_and_score_completions", rows.counting)
     return loss
