@@ -5,8 +5,9 @@ from __future__ import annotations
 from harness.errors import HarnessConfigError
 
 
-def toy_world(spec):
-    """The toy world of a scenario's seed, sizes, device and dtype (HarnessConfigError if it lacks them)."""
+def toy_world(spec, prompt_pads: int = 0):
+    """The toy world of a scenario's seed, sizes, device, dtype and dropout (HarnessConfigError if it lacks them),
+    its prompts left-padded by up to `prompt_pads` pads."""
     import torch
 
     from reference_trainers.toy import build_world
@@ -27,6 +28,6 @@ def toy_world(spec):
         dtype=dtype,
         independent_ref=True,
         pad_logit_bias=spec.pad_logit_bias,
-        prompt_pads=getattr(spec, "prompt_pads", 0),
-        dropout=getattr(spec, "dropout", 0.0),
+        prompt_pads=prompt_pads,
+        dropout=spec.dropout,
     )

@@ -147,7 +147,7 @@ def factory(spec: ScenarioSpec, accelerator=None) -> ReferenceRun:
     from reference_trainers import ConfigError
     from reference_trainers import ppo as trainer
 
-    world = toy_world(spec)
+    world = toy_world(spec, prompt_pads=spec.prompt_pads)
     try:
         config = build_config(spec, stop_token_id=world.stop_token_id)
     except ConfigError as exc:

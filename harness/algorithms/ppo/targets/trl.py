@@ -134,7 +134,7 @@ def factory(spec: ScenarioSpec, module: str | None = None) -> TrlRun:
     from harness.targets.toy import toy_world
 
     transformers.set_seed(spec.seed)  # TRL draws its minibatch permutation from numpy
-    world = toy_world(spec)  # validates device and dtype
+    world = toy_world(spec, prompt_pads=spec.prompt_pads)  # validates device and dtype
     dataset = Dataset.from_dict({"input_ids": world.prompts.tolist()})
 
     workdir = tempfile.TemporaryDirectory(prefix="ppo-harness-trl-", ignore_cleanup_errors=True)
