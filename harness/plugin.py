@@ -169,13 +169,19 @@ def ppo_spy():
         spy._restore()
 
 
+def is_check(item: pytest.Item) -> bool:
+    """True for a test of the gate's own parametrization (one check id); a user's test that raises a configuration
+    error is that test's failure, and never stops their session."""
+    return CASE_FIXTURE in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     from .errors import HarnessConfigError
 
-    if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError):
-        # the configuration is the same for every check: said once, and the session stops
+    if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and is_check(item):
+        # the configuration is the same for every check of the gate: said once, and the gate's session stops
         errors = item.config.stash[CONFIG_ERROR]
         if not errors:
             errors.append(str(call.excinfo.value))

@@ -22,18 +22,18 @@ from harness.algorithms.grpo.scenarios import UNEVEN
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
 
-COPY = "patched_trl.grpo_trainer"
+COPY = "patched_trl_grpo.grpo_trainer"
 CHECKS = ("reward_stats[scale_rewards=batch]", "logit_recompute")
 needs_trl = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed")
 
 
 def copy_trl_grpo_trainer(root: Path) -> Path:
-    """TRL's grpo_trainer.py as `patched_trl/grpo_trainer.py` under `root`, its relative imports made absolute."""
+    """TRL's grpo_trainer.py as `patched_trl_grpo/grpo_trainer.py` under `root`, its relative imports made absolute."""
     source = Path(importlib.util.find_spec("trl.trainer.grpo_trainer").origin).read_text()
     for dots, package in (("..", "trl."), (".", "trl.trainer.")):
         source = re.sub(rf"^(\s*)from {re.escape(dots)}(?=\w)", rf"\1from {package}", source, flags=re.M)
     assert not re.search(r"^\s*from \.", source, flags=re.M), "a relative import was left"
-    package = root / "patched_trl"
+    package = root / "patched_trl_grpo"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "grpo_trainer.py").write_text(source)
