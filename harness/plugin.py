@@ -21,6 +21,7 @@ TARGET = pytest.StashKey[object]()
 BASELINE = pytest.StashKey[object]()
 WROTE = pytest.StashKey[str]()
 RECORDED_BEFORE = pytest.StashKey[int]()
+SESSION_ALGORITHM = pytest.StashKey[object]()
 CASE_FIXTURE = "ppo_case"
 
 
@@ -51,7 +52,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from .algorithms import SESSION_ALGORITHMS
+
     config.stash[CONFIG_ERROR] = []
+    # `case(id)` of an id several algorithms have is this session's target's algorithm's (resolved when asked)
+    config.stash[SESSION_ALGORITHM] = lambda: _target(config).algorithm
+    SESSION_ALGORITHMS.append(config.stash[SESSION_ALGORITHM])
     config.stash[BASELINE] = None
     path = getattr(config.option, "ppo_baseline", None)
     if path:
@@ -62,6 +68,14 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[BASELINE] = load(path, _target(config).algorithm, config.option.ppo_target)
         except HarnessConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from .algorithms import SESSION_ALGORITHMS
+
+    hint = config.stash.get(SESSION_ALGORITHM, None)
+    if hint in SESSION_ALGORITHMS:
+        SESSION_ALGORITHMS.remove(hint)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

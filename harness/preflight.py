@@ -4,8 +4,12 @@
 baseline file (`--baseline`, harness/baseline.py) against the algorithm's check ids, checks the
 device, then builds the target's run for the run-wide spec once (without training it), so
 that a target that cannot be imported, built or handed what it needs fails here, in one
-line, rather than once per check. What the trainer then does wrong while it trains is a
-failed check (exit 1), never a configuration error.
+line, rather than once per check. The algorithm is the target's own (a factory of yours
+declares it, harness/targets/__init__.py), and the built run must fit it: a factory that
+reads a field its algorithm's spec lacks, or a run shaped for another algorithm (one with
+`loss_inputs` for an algorithm whose checks read the spy's records, or one without them for an
+algorithm whose checks read them), is one line naming the `algorithm` to declare. What the
+trainer then does wrong while it trains is a failed check (exit 1), never a configuration error.
 """
 
 from __future__ import annotations
@@ -63,21 +67,71 @@ def preflight(
             raise HarnessConfigError(f"--device {device} but torch {torch.__version__} sees no CUDA device")
     run_spec = algorithm.run_spec(seed, device, dtype, typed)
     if build:
-        built(resolved.factory, run_spec)
+        built(resolved.factory, run_spec, algorithm, target)
     return Configured(resolved, algorithm, run_spec)
 
 
-def built(factory: Any, run_spec: Any) -> None:
-    """Build the target's run for `run_spec` and drop it: only a HarnessConfigError matters here.
+def built(factory: Any, run_spec: Any, algorithm: Any = None, target: str = "the target") -> None:
+    """Build the target's run for `run_spec`, check it fits `algorithm`, and drop it.
 
-    Anything else the build raises is the trainer's to answer for: the checks report it, each
-    naming what it raised.
+    Only a HarnessConfigError matters here: a factory that reads a field `run_spec` lacks (it builds
+    another algorithm's trainer) and a run that does not fit `algorithm` are made one. Anything else
+    the build raises is the trainer's to answer for: the checks report it, each naming what it raised.
     """
     from harness.instrument.observe import build_run
 
     try:
-        build_run(factory, run_spec)
+        run = build_run(factory, run_spec)
     except HarnessConfigError:
         raise
+    except AttributeError as exc:
+        if algorithm is not None and getattr(exc, "obj", None) is run_spec:
+            raise HarnessConfigError(spec_misfit(target, algorithm, run_spec, exc.name)) from None
+        return  # the trainer's own failure: the checks that build it report it
     except Exception:  # the trainer's own failure: the checks that build it report it
         return
+    if algorithm is not None:
+        misfit = run_misfit(target, algorithm, run)
+        if misfit:
+            raise HarnessConfigError(misfit)
+
+
+def spec_misfit(target: str, algorithm: Any, run_spec: Any, field: str) -> str:
+    """Why a factory that read `spec.<field>`, which `algorithm`'s spec lacks, is not a factory of `algorithm`."""
+    from harness.algorithms import get, known_algorithms
+    from harness.targets import declare_hint
+
+    others = []
+    for name in known_algorithms():
+        if name != algorithm.name:
+            spec = get(name).run_spec(run_spec.seed, run_spec.device, run_spec.dtype)
+            if hasattr(spec, field):
+                others.append(name)
+    return (
+        f"target {target!r} is declared {algorithm.name!r}, but its factory reads spec.{field}, which a "
+        f"{algorithm.name} spec ({type(run_spec).__name__}) lacks: "
+        + (declare_hint(target, *others) if others else f"is it a factory of a {algorithm.name} trainer?")
+    )
+
+
+def run_misfit(target: str, algorithm: Any, run: Any) -> str | None:
+    """Why the built `run` does not fit `algorithm` (None when it does).
+
+    The documented shapes (harness/instrument/observe.py `TargetRun`): a run whose algorithm reads the spy's
+    records (`spy` true) has no `loss_inputs`; a run whose algorithm does not (its checks read the loss
+    records) has them.
+    """
+    from harness.algorithms import get, known_algorithms
+    from harness.targets import declare_hint
+
+    has_records = hasattr(run, "loss_inputs")
+    if has_records != algorithm.spy:
+        return None
+    others = [name for name in known_algorithms() if name != algorithm.name and get(name).spy != algorithm.spy]
+    kind = type(run).__name__
+    if has_records:
+        what = f"has `loss_inputs`, loss records, where {algorithm.name}'s checks read the spy's records"
+    else:
+        what = f"has no `loss_inputs`, the loss records {algorithm.name}'s checks read"
+    fix = declare_hint(target, *others) if others else f"is it a run of a {algorithm.name} trainer?"
+    return f"target {target!r} is declared {algorithm.name!r}, but its run ({kind}) {what}: {fix}"

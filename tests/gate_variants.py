@@ -148,3 +148,18 @@ def responses_past_response_length(spec):
 
     run = reference_factory(spec)
     return swapped_during_training(run, "sample_responses", replacement)
+
+
+for _factory in (
+    mean_of_means,
+    value_stats_on_the_response_mask,
+    nan_when_nothing_to_average,
+    no_spy_functions,
+    not_a_run,
+    whitening_not_seen,
+    value_head_hidden,
+    reward_model_unseen,
+    oversampling,
+    responses_past_response_length,
+):
+    _factory.algorithm = "ppo"  # a target names its algorithm: the gate never guesses it

@@ -31,7 +31,7 @@ from harness.scenario import Case, Scenario
 
 ENTRY_POINT_GROUP = "ppo_stats_harness.algorithms"
 DEFAULT_ALGORITHM = "ppo"
-"""The algorithm of a factory that names none, of `case(id)` for an id several algorithms have, of old reports."""
+"""The algorithm listed first, and that of old reports (a factory always names its own; nothing is guessed)."""
 CHECK_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 """What a scenario's name (the part of a check id before `[`) must look like."""
 
@@ -192,18 +192,35 @@ def check_ids(name: str = DEFAULT_ALGORITHM) -> dict[str, str]:
     return {str(case.id): case.scenario.name for case in cases(name)}
 
 
+SESSION_ALGORITHMS: list = []
+"""The algorithm of each running gate session's target, innermost last: callables, pushed and popped by the
+pytest plugin (harness/plugin.py), each returning its session's `--ppo-target`'s algorithm when first asked."""
+
+
 def case(check_id: str, name: str | None = None) -> Case:
     """The case whose check id is `check_id`, of algorithm `name`.
 
-    Without `name`, the algorithm is found from the id: the default algorithm's case where it has
-    one (ids such as `freshness` exist in several), else the one algorithm that has it. A KeyError
-    names the known ids otherwise.
+    Without `name`, the algorithm is found from the id: the one registered algorithm that has it. An id
+    several algorithms have (such as `freshness`) is the target's algorithm's inside a gate's pytest session
+    (`--ppo-target`), and a KeyError asking for `name` outside one. A KeyError names the known ids of an id
+    no algorithm (or not `name`) has.
     """
-    names = [name] if name is not None else known_algorithms()
-    for algorithm in names:
-        found_case = next((c for c in cases(algorithm) if str(c.id) == check_id), None)
+    if name is not None:
+        found_case = next((c for c in cases(name) if str(c.id) == check_id), None)
         if found_case is not None:
             return found_case
-    where = name or " or ".join(names)
+        raise KeyError(f"no check {check_id!r} in {name}; known: {', '.join(str(c.id) for c in cases(name))}")
+    having = {n: c for n in known_algorithms() for c in cases(n) if str(c.id) == check_id}
+    if len(having) == 1:
+        return next(iter(having.values()))
+    if len(having) > 1:
+        session = SESSION_ALGORITHMS[-1]() if SESSION_ALGORITHMS else None
+        if session in having:
+            return having[session]
+        raise KeyError(
+            f"check {check_id!r} is a check of {' and '.join(having)}: name the algorithm, "
+            f"e.g. case({check_id!r}, {next(iter(having))!r})"
+        )
+    names = known_algorithms()
     known = ", ".join(str(c.id) for n in names for c in cases(n))
-    raise KeyError(f"no check {check_id!r} in {where}; known: {known}")
+    raise KeyError(f"no check {check_id!r} in {' or '.join(names)}; known: {known}")

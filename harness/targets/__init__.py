@@ -6,9 +6,10 @@ TRL's adapter on another module) or `resolve("package.module:factory")` returns 
 `Target`: the factory `factory(spec) -> TargetRun` (see
 `harness.instrument.observe.TargetRun`) and the algorithm whose scenarios it runs. A name
 before the colon that is a built-in target taking an argument wins over a module of
-that name. A factory of your own names its algorithm with an
-`algorithm` attribute (default "ppo"). Anything that cannot be resolved is a
-HarnessConfigError (exit 2).
+that name. A factory of your own names its algorithm with an `algorithm` attribute
+(`factory.algorithm = "ppo"`, or "grpo"): the algorithm is never guessed, and a factory that
+names none is a HarnessConfigError. Anything that cannot be resolved is a HarnessConfigError
+(exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.algorithms import DEFAULT_ALGORITHM, builtin_targets, builtin_targets_with_argument, known_algorithms
+from harness.algorithms import builtin_targets, builtin_targets_with_argument, known_algorithms
 from harness.errors import HarnessConfigError
 
 
@@ -55,6 +56,14 @@ def _takes_one_spec(factory: Callable) -> bool:
     return True
 
 
+def declare_hint(name: str, *algorithms: str) -> str:
+    """How a factory names its algorithm: one of `algorithms` (none given: every registered one, the default first)."""
+    names = list(algorithms) or known_algorithms()
+    attr = name.partition(":")[2] or "factory"
+    others = " or ".join(f'"{n}"' for n in names[1:])
+    return f'set `{attr}.algorithm = "{names[0]}"` on the factory' + (f" (or {others})" if others else "")
+
+
 def resolve(name: str) -> Target:
     """The target named `name`; HarnessConfigError (exit 2) when it cannot be found or is not a factory."""
     builtin = builtin_targets()
@@ -75,7 +84,10 @@ def resolve(name: str) -> Target:
         raise HarnessConfigError(f"unknown target {name!r}: use one of {known} or 'package.module:factory'")
     if not _takes_one_spec(factory):
         raise HarnessConfigError(f"target {name!r}: the factory must take one argument, the scenario spec")
-    algorithm = algorithm or getattr(factory, "algorithm", DEFAULT_ALGORITHM)
+    if algorithm is None:
+        algorithm = getattr(factory, "algorithm", None)
+        if algorithm is None:
+            raise HarnessConfigError(f"target {name!r} names no algorithm: {declare_hint(name)}")
     if algorithm not in known_algorithms():
         raise HarnessConfigError(
             f"target {name!r} names algorithm {algorithm!r}; known: {', '.join(sorted(known_algorithms()))}"

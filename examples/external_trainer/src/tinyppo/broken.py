@@ -28,3 +28,6 @@ class MeanOfPassMeans(trainer.TinyPPO):
 
 def factory(spec):
     return target.build(spec, trainer_class=MeanOfPassMeans)
+
+
+factory.algorithm = "ppo"

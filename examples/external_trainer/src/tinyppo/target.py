@@ -144,3 +144,6 @@ def build(spec: ScenarioSpec, trainer_class: type[trainer.TinyPPO] = trainer.Tin
 def factory(spec: ScenarioSpec) -> TinyRun:
     """The gate's entry point: `--target tinyppo.target:factory`."""
     return build(spec)
+
+
+factory.algorithm = "ppo"  # the gate whose checks it runs: the harness never guesses it
