@@ -48,6 +48,30 @@ PROFILES = {
 }
 """The settings sweep: each profile changes the run-wide settings of its checks in SWEEP. The reward on text runs on
 prompts left-padded by 0 to 3 pads, so that its prompts, decoded, must lose their pad tokens too."""
+PROFILE_ROWS = {"whiten_eos": 2}
+"""Profiles whose runs take more rows: every run of the profile's checks has this many times the rows per micro-batch
+(`per_device_train_batch_size`), so per minibatch and per rollout, and nothing else changed. A check must not fail a
+trainer for its documented preconditions: with `whiten_rewards`, TRL's PPOTrainer asserts per-rank minibatches of at
+least WHITEN_MIN_ROWS rows (`local_mini_batch_size >= 8`), and the checks' minibatches have 6. Twice the rows keep
+every cut and its accumulation steps: the uneven split is 8+4 in minibatches of 12 (gradient_accumulation_steps 3,
+two minibatches, a rollout of 24 rows whitened together: the 48 prompts over its two updates), the gradient cuts 8+4,
+4+4+4, 12 and 6+6."""
+WHITEN_MIN_ROWS = 8
+"""TRL's smallest per-rank minibatch with reward whitening (trl/experimental/ppo/ppo_trainer.py, 1.12.0)."""
+assert all(b * g * PROFILE_ROWS["whiten_eos"] // UNEVEN.num_mini_batches >= WHITEN_MIN_ROWS
+           for b, g in ((UNEVEN.per_device_train_batch_size, UNEVEN.gradient_accumulation_steps), *GRADIENT_CUTS)
+           ), "the whitening profile's minibatches meet TRL's minimum"  # fmt: skip
+
+
+class _MoreRows:
+    """An ObservationCache whose every run has `factor` times the rows per micro-batch of the spec asked for."""
+
+    def __init__(self, cache: ObservationCache, factor: int) -> None:
+        self._cache, self._factor = cache, factor
+
+    def get(self, spec: ScenarioSpec, spy: bool = True):
+        rows = spec.per_device_train_batch_size * self._factor
+        return self._cache.get(spec.with_(per_device_train_batch_size=rows), spy=spy)
 
 
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -197,8 +221,12 @@ def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Ch
     clipping, dropout 0.1 in every model, a reward model, a reward on decoded text): a correct trainer passes them
     all; one that drops the temperature from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens
     rewards wrongly, clips wrongly, lets dropout act in the update, reads its reward model's head at the wrong
-    position or hands its reward on text other strings than the decoded prompt and truncated response does not."""
-    return SWEPT[case.param("check")](cache, run.with_(**PROFILES[case.param("settings")]), case)
+    position or hands its reward on text other strings than the decoded prompt and truncated response does not.
+    The whitening profile's runs have twice the rows per micro-batch (PROFILE_ROWS: TRL's whitening minimum)."""
+    profile = case.param("settings")
+    if profile in PROFILE_ROWS:
+        cache = _MoreRows(cache, PROFILE_ROWS[profile])
+    return SWEPT[case.param("check")](cache, run.with_(**PROFILES[profile]), case)
 
 
 SCENARIOS = (
