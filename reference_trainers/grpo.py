@@ -17,6 +17,7 @@ site assigns its result to the name of its role (docs/grpo-metrics.md lists them
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from .common import (
     sequence_scores,
     truncate_at_stop,
 )
-from .grpo_config import GRPOConfig
+from .grpo_config import CLIPPED_LOSS_TYPES, GRPOConfig
 from .ppo_config import ConfigError
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "masked_mean", "selective_log_softmax"]
@@ -49,12 +50,21 @@ STAT_FIELDS = (
     "clip_ratio/low_mean",
     "clip_ratio/high_mean",
     "clip_ratio/region_mean",
+    "cispo_clip_ratio",
+    "vespo/phi_seq_mean",
     "policy_loss/token_sum",
     "policy_loss/completion_sum",
+    "policy_loss/microbatch_mean",
     "count/tokens",
     "count/completions",
+    "count/micro_batches",
 )
-TOKEN_POOLED = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+TOKEN_POOLED = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                "cispo_clip_ratio")  # fmt: skip
+CLIP_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+"""Logged by the loss types with a hard clip (CLIPPED_LOSS_TYPES) only, with the two extremes."""
+VESPO_CLAMP = (math.log(1e-8), 20.0)
+"""vespo's bounds on the log of a sequence's importance weight (each token's log-ratio is first bounded by 20)."""
 # Columns of a completion's record (then one column per reward function).
 COMPLETION_FIELDS = ("length", "terminated", "reward", "zero_std")
 # Columns of a trained row's clip record (one row per completion per micro-batch it ran in).
@@ -182,6 +192,64 @@ def clipped_objective(
     return per_token_loss, coef_1, is_low_clipped, is_high_clipped
 
 
+def cispo_objective(per_token_logps, old_per_token_logps, advantages, epsilon_high: float):
+    """(per_token_loss, ratio, is_clipped): -sg(min(r, epsilon_high)) * A * logp per token (MiniMax-M1's CISPO).
+
+    The capped importance weight carries no gradient; the flag is r > epsilon_high where A > 0.
+    """
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    weight = torch.clamp(ratio, max=epsilon_high).detach()
+    return -weight * advantages * per_token_logps, ratio, (ratio > epsilon_high) & (advantages > 0)
+
+
+def sapo_objective(per_token_logps, old_per_token_logps, advantages, temperature_pos: float, temperature_neg: float):
+    """(per_token_loss, ratio): -sigmoid(tau (r - 1)) * 4 / tau * A per token, tau by the sign of A (SAPO's gate)."""
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    tau = torch.where(advantages > 0, temperature_pos, temperature_neg)
+    return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * advantages, ratio
+
+
+def vespo_weights(per_token_logps, old_per_token_logps, advantages, mask, cfg) -> torch.Tensor:
+    """(B, 1) vespo's sequence weight phi(w) = exp(lambda + k log w - lambda w), no gradient.
+
+    w is the sequence's importance weight, exp of the masked sum of its tokens' log-ratios
+    (each bounded by 20, the sum by VESPO_CLAMP); k and lambda are the `_pos` ones where A >= 0.
+    """
+    with torch.no_grad():
+        log_ratio = torch.clamp(per_token_logps - old_per_token_logps, -20.0, 20.0)
+        log_w = torch.clamp((log_ratio * mask).sum(dim=-1, keepdim=True), *VESPO_CLAMP)
+        nonnegative = advantages >= 0
+        k = torch.where(nonnegative, cfg.vespo_k_pos, cfg.vespo_k_neg)
+        lam = torch.where(nonnegative, cfg.vespo_lambda_pos, cfg.vespo_lambda_neg)
+        return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask):
+    """(per_token_loss, ratio for the KL's correction, flags) of one micro-batch under `cfg.loss_type`.
+
+    flags: {"low", "high"} for the clipped loss types, {"cispo"} for cispo, {"phi"} (the (B, 1)
+    sequence weights) for vespo, nothing for sapo.
+    """
+    if cfg.loss_type in CLIPPED_LOSS_TYPES:
+        per_token_loss, ratio, low, high = clipped_objective(
+            per_token_logps, old_per_token_logps, advantages, cfg.epsilon_low, cfg.epsilon_high, cfg.delta
+        )
+        return per_token_loss, ratio, {"low": low, "high": high}
+    if cfg.loss_type == "cispo":
+        per_token_loss, ratio, clipped = cispo_objective(
+            per_token_logps, old_per_token_logps, advantages, cfg.epsilon_high
+        )
+        return per_token_loss, ratio, {"cispo": clipped}
+    if cfg.loss_type == "sapo":
+        per_token_loss, ratio = sapo_objective(
+            per_token_logps, old_per_token_logps, advantages, cfg.sapo_temperature_pos, cfg.sapo_temperature_neg
+        )
+        return per_token_loss, ratio, {}
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    phi = vespo_weights(per_token_logps, old_per_token_logps, advantages, mask, cfg)
+    return -phi * advantages * per_token_logps, ratio, {"phi": phi}
+
+
 def kl_to_reference(
     per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, ratio: torch.Tensor | None
 ) -> torch.Tensor:
@@ -205,22 +273,26 @@ class WindowCounts:
     """Completion tokens of the whole generation batch the window trains on."""
     generation_share: float
     """The window's micro-batches / steps_per_generation (1 when a window is one pass over the batch)."""
+    micro_batches: float
+    """Micro-batches in the window."""
 
 
 def loss_denominator(loss_type: str, counts: WindowCounts, max_completion_length: int) -> float:
     """What the window's summed loss numerators are divided by, so that the window's loss is its objective.
 
-    grpo: completions (the numerators are per-completion token means); bnpo: the window's
-    tokens; dr_grpo: completions * max_completion_length; dapo: the generation batch's tokens,
-    times the window's share of the generation batch (as TRL scales `num_items_in_batch`).
+    grpo, sapo: completions (the numerators are per-completion token means); bnpo: micro-batches
+    (the numerators are each micro-batch's own token mean: TRL's "local batch"); dr_grpo:
+    completions * max_completion_length; dapo, cispo, vespo: the generation batch's tokens, times
+    the window's share of the generation batch (as TRL scales `num_items_in_batch`); luspo:
+    completions (the numerators are token sums: each completion weighted by its length).
     """
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo", "luspo"):
         return max(counts.completions, 1.0)
     if loss_type == "bnpo":
-        return max(counts.tokens, 1.0)
+        return counts.micro_batches
     if loss_type == "dr_grpo":
         return max(counts.completions, 1.0) * max_completion_length
-    if loss_type == "dapo":
+    if loss_type in ("dapo", "cispo", "vespo"):
         return max(counts.generation_tokens, 1.0) * counts.generation_share
     raise ConfigError(f"unknown loss_type {loss_type!r}")  # pragma: no mutate - message
 
@@ -228,30 +300,36 @@ def loss_denominator(loss_type: str, counts: WindowCounts, max_completion_length
 def loss_numerator(
     loss_type: str, token_loss: torch.Tensor, completion_loss: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
-    """A micro-batch's share of its window's numerator: summed completion means (grpo) or summed token losses."""
-    return completion_loss.sum() if loss_type == "grpo" else token_loss * mask.sum()
+    """A micro-batch's share of its window's numerator: summed completion means (grpo, sapo), its token mean
+    (bnpo) or its summed token losses (the others)."""
+    if loss_type in ("grpo", "sapo"):
+        return completion_loss.sum()
+    return token_loss if loss_type == "bnpo" else token_loss * mask.sum()
 
 
 # ---------------------------------------------------------------- statistics of one micro-batch
 
 
-def microbatch_stats(
-    mean_entropy, mean_kl, low_clip_mean, high_clip_mean, region_clip_mean, token_loss, completion_loss, mask
-) -> torch.Tensor:
-    """One row of STAT_FIELDS: float64 numerators (token means times the token count) and the two counts."""
+def microbatch_stats(means: Mapping[str, torch.Tensor | None], phi_sum, token_loss, completion_loss, mask
+                     ) -> torch.Tensor:  # fmt: skip
+    """One row of STAT_FIELDS: float64 numerators (token means times the token count) and the three counts.
+
+    `means`: the micro-batch's token mean of each TOKEN_POOLED metric (None: not computed, 0);
+    `phi_sum`: the sum of its rows' vespo weights (0 for other loss types).
+    """
     n = mask.sum().double()
-    kl_sum = mean_kl.double() * n if mean_kl is not None else torch.zeros((), dtype=torch.float64, device=n.device)
+    zero = torch.zeros((), dtype=torch.float64, device=n.device)
+    pooled = [means[name].double() * n if means.get(name) is not None else zero for name in TOKEN_POOLED]
     return torch.stack(
         [
-            mean_entropy.double() * n,
-            kl_sum,
-            low_clip_mean.double() * n,
-            high_clip_mean.double() * n,
-            region_clip_mean.double() * n,
+            *pooled,
+            phi_sum.double().reshape(()),
             token_loss.double() * n,
             completion_loss.double().sum(),
+            token_loss.double(),
             n,
             torch.tensor(float(mask.shape[0]), dtype=torch.float64, device=n.device),
+            torch.ones((), dtype=torch.float64, device=n.device),
         ]
     )
 
@@ -275,11 +353,22 @@ def pooled_stats(rows: torch.Tensor, loss_type: str, max_completion_length: int,
         raise RuntimeError("no micro-batch ran in this interval: nothing to log")  # pragma: no mutate - message
     totals = dict(zip(STAT_FIELDS, rows.sum(dim=0)))
     tokens, completions = totals["count/tokens"], totals["count/completions"]
-    metrics = {name: _ratio(totals[name], tokens) for name in TOKEN_POOLED if with_kl or name != "kl"}
-    if loss_type == "grpo":
+    names = ["entropy", *(["kl"] if with_kl else [])]
+    if loss_type in CLIPPED_LOSS_TYPES:
+        names += CLIP_METRICS
+    elif loss_type == "cispo":
+        names.append("cispo_clip_ratio")
+    metrics = {name: _ratio(totals[name], tokens) for name in names}
+    if loss_type == "vespo":
+        metrics["vespo/phi_seq_mean"] = _ratio(totals["vespo/phi_seq_mean"], completions)
+    if loss_type in ("grpo", "sapo"):
         metrics["policy_loss"] = _ratio(totals["policy_loss/completion_sum"], completions)
+    elif loss_type == "bnpo":
+        metrics["policy_loss"] = _ratio(totals["policy_loss/microbatch_mean"], totals["count/micro_batches"])
     elif loss_type == "dr_grpo":
         metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], completions * max_completion_length)
+    elif loss_type == "luspo":
+        metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], completions)
     else:
         metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], tokens)
     return metrics
@@ -477,9 +566,7 @@ class GRPOTrainer:
             old_per_token_logps = per_token_logps.detach()
         else:
             old_per_token_logps = batch.old_per_token_logps[rows]
-        per_token_loss, coef_1, is_low_clipped, is_high_clipped = clipped_objective(
-            per_token_logps, old_per_token_logps, advantages, cfg.epsilon_low, cfg.epsilon_high, cfg.delta
-        )
+        per_token_loss, coef_1, flags = token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask)
         per_token_kl = None
         if cfg.beta != 0:
             ref_per_token_logps = batch.ref_per_token_logps[rows]
@@ -495,21 +582,18 @@ class GRPOTrainer:
             entropies = entropy_from_logits(logits)
             mean_entropy = masked_mean(entropies, mask)
             mean_kl = masked_mean(per_token_kl, mask) if per_token_kl is not None else None
+            is_low_clipped = flags.get("low", torch.zeros_like(mask))
+            is_high_clipped = flags.get("high", torch.zeros_like(mask))
             low_clip_mean = masked_mean(is_low_clipped.float(), mask)
             high_clip_mean = masked_mean(is_high_clipped.float(), mask)
             region_clip_mean = masked_mean((is_low_clipped | is_high_clipped).float(), mask)
+            cispo_clip_mean = masked_mean(flags.get("cispo", torch.zeros_like(mask)).float(), mask)
             low_clip_per_completion = masked_mean(is_low_clipped.float(), mask, axis=1)
             high_clip_per_completion = masked_mean(is_high_clipped.float(), mask, axis=1)
-            stats = microbatch_stats(
-                mean_entropy,
-                mean_kl,
-                low_clip_mean,
-                high_clip_mean,
-                region_clip_mean,
-                token_loss,
-                completion_loss,
-                mask,
-            )
+            means = dict(zip(TOKEN_POOLED, (mean_entropy, mean_kl, low_clip_mean, high_clip_mean, region_clip_mean,
+                                            cispo_clip_mean)))  # fmt: skip
+            phi_sum = flags["phi"].sum() if "phi" in flags else torch.zeros((), device=mask.device)
+            stats = microbatch_stats(means, phi_sum, token_loss, completion_loss, mask)
             return stats, clip_rows(low_clip_per_completion, high_clip_per_completion, mask)
 
     def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:
@@ -521,6 +605,7 @@ class GRPOTrainer:
             completions=float(sum(len(rows) for rows in micro_batches) * acc.num_processes),
             generation_tokens=batch.generation_tokens,
             generation_share=len(micro_batches) / cfg.steps_per_generation,
+            micro_batches=float(len(micro_batches) * acc.num_processes),
         )
         denominator = loss_denominator(cfg.loss_type, counts, cfg.max_completion_length)
         for i, rows in enumerate(micro_batches):
@@ -572,7 +657,9 @@ class GRPOTrainer:
         metrics = pooled_stats(
             acc.gather(torch.stack(interval.stats)), cfg.loss_type, cfg.max_completion_length, cfg.beta != 0
         )
-        metrics.update(clip_extremes(acc.gather(torch.cat(interval.clips))))
+        clips = acc.gather(torch.cat(interval.clips))
+        if cfg.loss_type in CLIPPED_LOSS_TYPES:
+            metrics.update(clip_extremes(clips))
         metrics.update(
             completion_stats(
                 acc.gather(torch.stack(list(interval.completion_records.values()))), list(self.reward_funcs)

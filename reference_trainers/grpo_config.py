@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from .ppo_config import ConfigError, exact_div
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+"""The loss types with a hard clip of the ratio: they log the clip_ratio metrics (cispo logs its own)."""
 SCALE_REWARDS = ("group", "batch", "none")
 
 
@@ -37,7 +39,7 @@ class GRPOConfig:
     stop_token_id: int | None = None
     """Completions end after the first occurrence of this token (None: every completion runs to full length)."""
     loss_type: str = "dapo"
-    """How per-token losses become one loss: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (see docs/grpo-metrics.md)."""
+    """The per-token loss and how it becomes one loss: one of LOSS_TYPES (docs/grpo-metrics.md, section 4)."""
     beta: float = 0.0
     """Weight of the k3 KL to the reference model in the loss; 0 skips the reference model and the `kl` metric."""
     use_bias_correction_kl: bool = True
@@ -45,9 +47,21 @@ class GRPOConfig:
     epsilon_low: float = 0.2
     """The ratio is clipped below at 1 - epsilon_low (TRL's `epsilon`)."""
     epsilon_high: float = 0.2
-    """The ratio is clipped above at 1 + epsilon_high."""
+    """The ratio is clipped above at 1 + epsilon_high; cispo caps its importance weight at epsilon_high itself."""
     delta: float | None = None
     """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
+    sapo_temperature_pos: float = 1.0
+    """sapo's gate temperature for tokens of positive advantage (TRL's default)."""
+    sapo_temperature_neg: float = 1.05
+    """sapo's gate temperature for tokens of non-positive advantage (TRL's default)."""
+    vespo_k_pos: float = 2.0
+    """vespo's power k of the sequence weight for non-negative advantages (TRL's default)."""
+    vespo_lambda_pos: float = 3.0
+    """vespo's decay lambda for non-negative advantages (TRL's default)."""
+    vespo_k_neg: float = 3.0
+    """vespo's power k for negative advantages (TRL's default)."""
+    vespo_lambda_neg: float = 2.0
+    """vespo's decay lambda for negative advantages (TRL's default)."""
     scale_rewards: str = "group"
     """Divide advantages by the group's reward std ('group'), the generation batch's ('batch') or not ('none')."""
     reward_weights: tuple[float, ...] | None = None
@@ -105,6 +119,10 @@ class GRPOConfig:
             raise ConfigError(  # pragma: no mutate - message
                 f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {self.epsilon_low} and {self.epsilon_high}"
             )
+        soft = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg")
+        bad = [f"{name}={getattr(self, name)}" for name in soft if getattr(self, name) <= 0]
+        if bad:
+            raise ConfigError("these must be positive: " + ", ".join(bad))  # pragma: no mutate - message
         if self.delta is not None and self.delta <= 0:
             raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
         self.local_generation_batch_size = self.per_device_train_batch_size * self.steps_per_generation

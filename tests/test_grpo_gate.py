@@ -126,8 +126,10 @@ def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
     assert GRPOSpec(max_steps=5, logging_steps=2).total_logs == 3
     with pytest.raises(HarnessConfigError, match="not divisible by num_generations=4"):
         GRPOSpec(per_device_train_batch_size=3, gradient_accumulation_steps=1).validate()
-    with pytest.raises(HarnessConfigError, match="loss_type='cispo'"):
-        GRPOSpec(loss_type="cispo").validate()
+    with pytest.raises(HarnessConfigError, match="loss_type='gspo'"):
+        GRPOSpec(loss_type="gspo").validate()
+    with pytest.raises(HarnessConfigError, match="sapo_temperature_pos=0"):
+        GRPOSpec(sapo_temperature_pos=0.0).validate()
     assert parse_settings(["loss_type=bnpo", "beta=0"]) == {"loss_type": "bnpo", "beta": 0.0}
     assert parse_settings(["dropout=0.1"]) == {"dropout": 0.1}
     with pytest.raises(HarnessConfigError, match="dropout=1.0"):
@@ -264,8 +266,10 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )
-    assert len(cases("grpo")) == 33  # 4 loss types three times, 8 single checks, partition again with dropout,
-    # logp_gradient's 4 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice
+    # 8 loss types twice (uneven_lengths, logp_gradient), 7 cut-invariant ones (gradient_partition), 3 soft ones
+    # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
+    # 4 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 4 + 2 + 6 == 50
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
@@ -290,3 +294,19 @@ def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(r
         "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, obs.ran.loss_inputs)))
     )
     assert not result.passed and "never logged policy_loss" in result.message
+
+
+def test_each_loss_type_is_held_to_its_own_metrics_and_the_clip_checks_to_a_clipped_one():
+    from harness.algorithms.grpo import contract, scenarios
+
+    assert "cispo_clip_ratio" in contract.pooled_names(0.0, "cispo")
+    assert not any(n.startswith("clip_ratio/") for t in ("cispo", "sapo", "vespo")
+                   for n in contract.pooled_names(0.04, t))  # fmt: skip
+    assert "vespo/phi_seq_mean" in contract.pooled_names(0.0, "vespo")
+    assert "policy_loss" not in contract.partition_names(0.0, "bnpo")  # a mean of micro-batch means, by definition
+    assert contract.lr0_identities("vespo") == {"vespo/phi_seq_mean": 1.0}
+    # `--set loss_type=sapo` still runs the clip extremes, under a loss type that clips
+    assert scenarios.clipping(GRPOSpec(loss_type="sapo")).loss_type == GRPOSpec().loss_type
+    assert scenarios.clipping(GRPOSpec(loss_type="luspo")).loss_type == "luspo"
+    assert scenarios.off_policy_spec(GRPOSpec(), "cispo").epsilon_high == scenarios.CISPO_CAP
+    assert scenarios.off_policy_spec(GRPOSpec(epsilon_high=5.0), "cispo").epsilon_high == 5.0

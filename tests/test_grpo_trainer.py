@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from reference_trainers import ConfigError, toy
 from reference_trainers import common as C
 from reference_trainers import grpo as G
-from reference_trainers.grpo_config import SCALE_REWARDS, GRPOConfig
+from reference_trainers.grpo_config import CLIPPED_LOSS_TYPES, LOSS_TYPES, SCALE_REWARDS, GRPOConfig
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 RUNS = settings(max_examples=8, deadline=None, derandomize=True, database=None)
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+CUT_INVARIANT = tuple(t for t in LOSS_TYPES if t != "bnpo")
+"""bnpo normalises each micro-batch by its own tokens (TRL's local batch): its objective depends on the cut."""
 
 floats = st.floats(-3, 3, allow_nan=False, width=32)
 
@@ -112,20 +113,25 @@ def test_kl_is_k3_times_the_ratio_when_bias_corrected():
     assert G.kl_to_reference(logp, ref, ratio)[0].tolist() == pytest.approx([k * r for k, r in zip(k3, [1.2, 0.7])])
 
 
-def slow_window_loss(loss_type, per_token_loss, mask, generation_tokens, share, max_len) -> float:
-    """The loss type's objective of one window, written out over rows and tokens."""
+def slow_window_loss(loss_type, per_token_loss, mask, generation_tokens, share, max_len, micro) -> float:
+    """The loss type's objective of one window cut into the row slices `micro`, written out over rows and tokens."""
     rows = [
         [(per_token_loss[i, j].item(), bool(mask[i, j])) for j in range(mask.shape[1])] for i in range(mask.shape[0])
     ]
     token_sum = sum(x for row in rows for x, m in row if m)
-    tokens = sum(m for row in rows for _, m in row)
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         means = [sum(x for x, m in row if m) / max(sum(m for _, m in row), 1) for row in rows]
         return sum(means) / len(rows)
-    if loss_type == "bnpo":
-        return token_sum / max(tokens, 1)
+    if loss_type == "bnpo":  # each micro-batch's own token mean, averaged over the micro-batches
+        means = []
+        for part in micro:
+            cells = [(x, m) for row in rows[part] for x, m in row]
+            means.append(sum(x for x, m in cells if m) / max(sum(m for _, m in cells), 1))
+        return sum(means) / len(means)
     if loss_type == "dr_grpo":
         return token_sum / (len(rows) * max_len)
+    if loss_type == "luspo":
+        return token_sum / len(rows)
     return token_sum / (generation_tokens * share)
 
 
@@ -144,7 +150,7 @@ def test_a_window_cut_into_micro_batches_and_ranks_sums_to_its_objective(batch, 
     share = data.draw(st.sampled_from([0.25, 0.5, 1.0]))
     cuts = sorted(set(data.draw(st.lists(st.integers(1, max(rows - 1, 1)), max_size=4)))) if rows > 1 else []
     micro = [slice(a, b) for a, b in zip([0, *cuts], [*cuts, rows])]
-    counts = G.WindowCounts(mask.sum().item(), float(rows), generation_tokens, share)
+    counts = G.WindowCounts(mask.sum().item(), float(rows), generation_tokens, share, float(len(micro)))
     denominator = G.loss_denominator(loss_type, counts, mask.shape[1])
     # each micro-batch belongs to some rank; every rank's loss is scaled by the world size and DDP averages
     total = 0.0
@@ -153,7 +159,7 @@ def test_a_window_cut_into_micro_batches_and_ranks_sums_to_its_objective(batch, 
         completion_loss = G.masked_mean(per_token_loss[part], mask[part], axis=1)
         numerator = G.loss_numerator(loss_type, token_loss, completion_loss, mask[part])
         total += (numerator * ranks / denominator).item() / ranks
-    want = slow_window_loss(loss_type, per_token_loss, mask, max(generation_tokens, 1), share, mask.shape[1])
+    want = slow_window_loss(loss_type, per_token_loss, mask, max(generation_tokens, 1), share, mask.shape[1], micro)
     assert total == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
@@ -212,7 +218,8 @@ def test_completion_stats_over_completions_each_once():
         (dict(steps_per_generation=0), "steps_per_generation=0"),
         (dict(num_iterations=0, max_steps=0), "num_iterations=0, max_steps=0"),
         (dict(num_generations=1), "num_generations"),
-        (dict(loss_type="sapo"), "loss_type"),
+        (dict(loss_type="gspo"), "loss_type"),
+        (dict(sapo_temperature_neg=0.0), "sapo_temperature_neg"),
         (dict(scale_rewards="row"), "scale_rewards"),
         (dict(epsilon_low=1.0), "epsilon_low"),
     ],
@@ -315,10 +322,17 @@ def test_lr0_metrics_do_not_depend_on_the_cut(cut, loss_type):
     other = dict(lr0_metrics(*cut, loss_type))
     assert other.keys() == base.keys()
     for name, value in base.items():
+        if loss_type == "bnpo" and name == "policy_loss":  # a mean of micro-batch means, by its definition
+            continue
         assert other[name] == pytest.approx(value, rel=1e-5, abs=1e-6), (name, cut)
-    for name in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
-        assert other[name] == 0.0
-    assert other["clip_ratio/low_min"] == 0.0 and other["clip_ratio/high_max"] == 0.0
+    if loss_type in CLIPPED_LOSS_TYPES:
+        for name in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+            assert other[name] == 0.0
+        assert other["clip_ratio/low_min"] == 0.0 and other["clip_ratio/high_max"] == 0.0
+    else:
+        assert not any(name.startswith("clip_ratio/") for name in other)
+    if loss_type == "vespo":
+        assert other["vespo/phi_seq_mean"] == pytest.approx(1.0)  # phi(1) = 1
     assert base["completions/min_length"] == 0.0 < base["completions/max_length"]  # uneven, with empty completions
     assert base["kl"] > 0.0
 
@@ -341,33 +355,53 @@ def record_windows(trainer):
     return [(b, m, g) for (b, m), g in zip(windows, grads, strict=True)], params
 
 
+def slow_token_loss(cfg: GRPOConfig, logp, old, adv, mask):
+    """(per-token loss before the KL term, the ratio its KL is corrected by), each loss type written out."""
+    ratio = torch.exp(logp - old)
+    if cfg.loss_type == "cispo":
+        return -torch.minimum(ratio, torch.tensor(cfg.epsilon_high)).detach() * adv * logp, ratio
+    if cfg.loss_type == "sapo":
+        tau = torch.tensor([[cfg.sapo_temperature_pos if a > 0 else cfg.sapo_temperature_neg] for a in adv[:, 0]])
+        return -(4 / tau) * torch.sigmoid(tau * (ratio - 1)) * adv, ratio
+    if cfg.loss_type == "vespo":
+        weights = []
+        for i, a in enumerate(adv[:, 0].tolist()):
+            log_w = float(((logp[i] - old[i]) * mask[i]).sum())
+            k, lam = (cfg.vespo_k_pos, cfg.vespo_lambda_pos) if a >= 0 else (cfg.vespo_k_neg, cfg.vespo_lambda_neg)
+            weights.append(math.exp(lam + k * log_w - lam * math.exp(log_w)))
+        return -torch.tensor(weights).unsqueeze(1) * adv * logp, ratio
+    return -torch.min(ratio * adv, ratio.clamp(1 - cfg.epsilon_low, 1 + cfg.epsilon_high) * adv), ratio
+
+
 def slow_objective(policy, cfg: GRPOConfig, pad: int, parts) -> torch.Tensor:
     """One window's loss in one piece from its rows on every rank, `parts` = [(batch, micro-batches)] per rank.
 
     Rows trained twice in the window count twice; the normalisation is written out per loss type.
     """
-    row_sums, row_tokens = [], []
+    row_sums, row_tokens, micro_means = [], [], []
     for batch, micro_batches in parts:
-        rows = torch.cat(micro_batches)
-        ids = batch.completion_ids[rows]
-        logits = C.policy_logits(policy, batch.prompt_completion_ids[rows], batch.context_length, pad, cfg.temperature)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-        old = logp.detach() if batch.old_per_token_logps is None else batch.old_per_token_logps[rows]
-        ratio = torch.exp(logp - old)
-        adv = batch.advantages[rows].unsqueeze(1)
-        loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.epsilon_low, 1 + cfg.epsilon_high) * adv)
-        if cfg.beta:
-            ref = batch.ref_per_token_logps[rows]
-            loss = loss + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1) * ratio
-        mask = batch.completion_mask[rows].float()
-        row_sums += list((loss * mask).sum(dim=1))
-        row_tokens += mask.sum(dim=1).tolist()
-    if cfg.loss_type == "grpo":
+        for rows in micro_batches:
+            ids = batch.completion_ids[rows]
+            logits = C.policy_logits(policy, batch.prompt_completion_ids[rows], batch.context_length, pad,
+                                     cfg.temperature)  # fmt: skip
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            old = logp.detach() if batch.old_per_token_logps is None else batch.old_per_token_logps[rows]
+            mask = batch.completion_mask[rows].float()
+            loss, ratio = slow_token_loss(cfg, logp, old, batch.advantages[rows].unsqueeze(1), mask)
+            if cfg.beta:
+                ref = batch.ref_per_token_logps[rows]
+                loss = loss + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1) * ratio
+            row_sums += list((loss * mask).sum(dim=1))
+            row_tokens += mask.sum(dim=1).tolist()
+            micro_means.append((loss * mask).sum() / max(mask.sum().item(), 1))
+    if cfg.loss_type in ("grpo", "sapo"):
         return sum(s / max(n, 1) for s, n in zip(row_sums, row_tokens)) / len(row_sums)
     if cfg.loss_type == "bnpo":
-        return sum(row_sums) / max(sum(row_tokens), 1)
+        return sum(micro_means) / len(micro_means)
     if cfg.loss_type == "dr_grpo":
         return sum(row_sums) / (len(row_sums) * cfg.max_completion_length)
+    if cfg.loss_type == "luspo":
+        return sum(row_sums) / len(row_sums)
     generation_tokens = sum(batch.completion_mask.sum().item() for batch, _ in parts)
     return sum(row_sums) / (generation_tokens * len(parts[0][1]) / cfg.steps_per_generation)
 
@@ -399,8 +433,8 @@ def test_each_window_gradient_is_its_loss_types_objective(loss_type, cut):
 
 
 def test_the_gradient_of_a_generation_does_not_depend_on_the_cut():
-    # one window per generation: every loss type's gradient is a function of the generation batch alone
-    for loss_type in LOSS_TYPES:
+    # one window per generation: every loss type's gradient but bnpo's is a function of the generation batch alone
+    for loss_type in CUT_INVARIANT:
         grads = []
         for per_device, per_generation in [(12, 1), (4, 3), (2, 6)]:
             cfg = one_generation(
@@ -446,6 +480,7 @@ def test_every_role_has_its_own_call_site():
         "low_clip_mean",
         "high_clip_mean",
         "region_clip_mean",
+        "cispo_clip_mean",
         "low_clip_per_completion",
         "high_clip_per_completion",
     }
@@ -584,12 +619,17 @@ def two_rank_worker(out: str) -> None:
         )
         with Spy(G) as spy:
             windows, _ = record_windows(trainer)
-        records = {site: spy.calls("masked_mean", site) for site in SITES.values()}
+        records = {site: spy.calls("masked_mean", site) for site in sites(loss_type).values()}
         saved = {"history": trainer.history, "records": records, "windows": windows}
         torch.save(saved, Path(out) / f"{loss_type}-rank{acc.process_index}.pt")
 
 
-SITES = {"entropy": "mean_entropy", "kl": "mean_kl", "clip_ratio/region_mean": "region_clip_mean"}
+def sites(loss_type: str) -> dict[str, str]:
+    """Logged metric -> the name its masked_mean call site assigns (the clip flag's: the loss type's own)."""
+    flag = {"cispo": {"cispo_clip_ratio": "cispo_clip_mean"}}.get(loss_type, {})
+    if loss_type in CLIPPED_LOSS_TYPES:
+        flag = {"clip_ratio/region_mean": "region_clip_mean"}
+    return {"entropy": "mean_entropy", "kl": "mean_kl", **flag}
 
 
 @pytest.mark.dist
@@ -609,7 +649,7 @@ def test_two_ranks_log_the_pool_of_their_union_and_step_on_its_objective(tmp_pat
         ranks = [torch.load(tmp_path / f"{loss_type}-rank{i}.pt", weights_only=False) for i in range(2)]
         history = ranks[0]["history"]
         assert history == ranks[1]["history"] and len(history) == 2
-        for metric, site in SITES.items():
+        for metric, site in sites(loss_type).items():
             for interval, part in zip(history, (slice(0, 2), slice(2, 3))):  # windows of 2 and 1 micro-batches
                 union = [record for rank in ranks for record in rank["records"][site][part]]
                 assert interval[metric] == pytest.approx(pooled_from_records(union), rel=1e-6, abs=1e-9)

@@ -145,15 +145,13 @@ def window_losses(run, entries: list[dict]) -> list[float]:
     """Each window's loss as docs/grpo-metrics.md section 4 defines it for the run's loss type."""
     spec, out = run.spec, []
     for window in sorted({e.window for e in entries}):
-        rows = [
-            (e, e.completion_mask.double(), per_token(e, spec)["loss"]) for e in entries if e.window == window
-        ]
+        rows = [(e, e.completion_mask.double(), per_token(e, spec)["loss"]) for e in entries if e.window == window]
         summed = sum((loss * mask).sum().item() for _, mask, loss in rows)
         if spec.loss_type == "grpo":
             per_completion = torch.cat([(loss * mask).sum(1) / mask.sum(1) for _, mask, loss in rows])
             out.append(per_completion.mean().item())
-        elif spec.loss_type == "bnpo":
-            out.append(summed / sum(mask.sum().item() for _, mask, _ in rows))
+        elif spec.loss_type == "bnpo":  # each micro-batch's own token mean, averaged (TRL's local batch)
+            out.append(sum((loss * mask).sum().item() / mask.sum().item() for _, mask, loss in rows) / len(rows))
         elif spec.loss_type == "dr_grpo":
             out.append(summed / (sum(mask.shape[0] for _, mask, _ in rows) * spec.max_completion_length))
         else:  # dapo: over the generation batch's tokens times the window's share of it

@@ -8,8 +8,17 @@ per-completion statistics are over each completion once. Nothing here imports to
 
 from __future__ import annotations
 
-TOKEN_POOLED = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+from .spec import CLIPPED_LOSS_TYPES
+
+ENTROPY = "entropy"
+CLIP_MEANS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+"""Logged by the loss types with a hard clip (spec.CLIPPED_LOSS_TYPES)."""
+CISPO_CLIP = "cispo_clip_ratio"
+"""cispo's own clip flag, r > epsilon_high where A > 0, token-pooled."""
+TOKEN_POOLED = (ENTROPY, *CLIP_MEANS, CISPO_CLIP)
 """Token means over the interval: sum over M of sum(mask * x) / sum over M of sum(mask)."""
+PHI_MEAN = "vespo/phi_seq_mean"
+"""vespo's sequence weight, a mean over the interval's (completion, micro-batch) rows, empty ones included."""
 KL = "kl"
 """Token-pooled too, logged only when beta != 0: k3, times the ratio when the KL is bias-corrected."""
 EXTREMES = ("clip_ratio/low_min", "clip_ratio/high_max")
@@ -33,20 +42,45 @@ LR0_IDENTITIES = {"clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip
 """At learning rate 0 every ratio is 1 and no token is clipped."""
 
 
-def pooled_names(beta: float) -> tuple[str, ...]:
-    """The metrics the oracle recomputes from the loss records of a run with KL weight `beta`."""
-    return (*TOKEN_POOLED, *((KL,) if beta != 0 else ()), *EXTREMES, POLICY_LOSS)
+def pooled_names(beta: float, loss_type: str) -> tuple[str, ...]:
+    """The metrics the oracle recomputes from the loss records of a run with KL weight `beta` and `loss_type`:
+    the clip metrics for the clipped loss types, cispo's and vespo's own for those."""
+    own: tuple[str, ...] = ()
+    if loss_type in CLIPPED_LOSS_TYPES:
+        own = (*CLIP_MEANS, *EXTREMES)
+    elif loss_type == "cispo":
+        own = (CISPO_CLIP,)
+    elif loss_type == "vespo":
+        own = (PHI_MEAN,)
+    return (ENTROPY, *((KL,) if beta != 0 else ()), *own, POLICY_LOSS)
 
 
-def partition_names(beta: float) -> tuple[str, ...]:
-    """The metrics that must not depend on how one generation batch is cut, at learning rate 0."""
-    return (*pooled_names(beta), *PER_COMPLETION)
+def partition_names(beta: float, loss_type: str) -> tuple[str, ...]:
+    """The metrics that must not depend on how one generation batch is cut, at learning rate 0 (bnpo's
+    `policy_loss`, a mean of micro-batch means by its definition, does)."""
+    names = pooled_names(beta, loss_type)
+    if loss_type == "bnpo":
+        names = tuple(n for n in names if n != POLICY_LOSS)
+    return (*names, *PER_COMPLETION)
+
+
+def lr0_identities(loss_type: str) -> dict[str, float]:
+    """What a loss type logs at learning rate 0, where every ratio is 1: no clip flag of the clipped types, and
+    vespo's weight phi(1) = 1. (cispo's flag r > epsilon_high is not fixed: it is every A > 0 token when
+    epsilon_high < 1.)"""
+    if loss_type in CLIPPED_LOSS_TYPES:
+        return dict(LR0_IDENTITIES)
+    return {PHI_MEAN: 1.0} if loss_type == "vespo" else {}
 
 
 LOSS_NORMALISATION = {
     "grpo": "mean over completions of each completion's token mean",
-    "bnpo": "sum of per-token losses / tokens",
+    "bnpo": "mean over micro-batches of each micro-batch's token mean (TRL's local batch)",
     "dr_grpo": "sum of per-token losses / (completions * max_completion_length)",
     "dapo": "sum of per-token losses / tokens (per window: the generation batch's tokens times the window's share)",
+    "cispo": "as dapo",
+    "sapo": "as grpo",
+    "luspo": "sum of per-token losses / completions (each completion weighted by its length)",
+    "vespo": "as dapo",
 }
 """How each loss type turns per-token losses into `policy_loss` over an interval (docs/grpo-metrics.md, s. 4)."""

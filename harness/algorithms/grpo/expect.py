@@ -10,6 +10,7 @@ beta != 0) is an `Expectation` without a value, which fails the check that neede
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,12 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
 
-from .contract import EXTREMES, KL, POLICY_LOSS, pooled_names
+from .contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
+from .spec import CLIPPED_LOSS_TYPES
 
+VESPO_CLAMP = (math.log(1e-8), 20.0)
+"""vespo's bounds on a sequence's log importance weight; each token's log-ratio is first bounded by +-20 (TRL's
+`get_gamma_weights`, docs/grpo-metrics.md section 4)."""
 CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
 """Relative distance of a ratio from a clip bound within which the trainer's own rounding may put it on either
 side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2).
@@ -39,6 +44,13 @@ class Settings:
     epsilon_high: float
     delta: float | None
     max_completion_length: int
+    sapo_temperature_pos: float
+    sapo_temperature_neg: float
+    vespo_k_pos: float
+    vespo_lambda_pos: float
+    vespo_k_neg: float
+    vespo_lambda_neg: float
+    """sapo's and vespo's settings (spec.SOFT_SETTINGS)."""
     dtype: str = "float64"
 
     @classmethod
@@ -81,6 +93,12 @@ class TokenTerms:
     entropy: torch.Tensor | None
     uncertain: torch.Tensor
     """1.0 where a clip flag could round either way in the trainer's dtype (the ratio within the margin of a bound)."""
+    cispo: torch.Tensor | None = None
+    """cispo's flag r > epsilon_high where A > 0 (cispo only)."""
+    phi: torch.Tensor | None = None
+    """(B,) vespo's sequence weights (vespo only)."""
+    ratio: torch.Tensor | None = None
+    """The importance ratio r (uncapped)."""
 
     @property
     def region(self) -> torch.Tensor:
@@ -92,23 +110,50 @@ class TokenTerms:
         return (values * self.mask).sum(dim=1) / self.mask.sum(dim=1).clamp(min=1)
 
 
+def vespo_phi(log_ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, s: Settings) -> torch.Tensor:
+    """(B, 1) phi(w) = exp(lambda + k log w - lambda w), w = exp(the masked sum of the tokens' log-ratios), k and
+    lambda the `_pos` ones where A >= 0 (`adv` is (B, 1)); a weight that overflows is 0."""
+    log_w = (log_ratio.clamp(-20.0, 20.0) * mask).sum(dim=1, keepdim=True).clamp(*VESPO_CLAMP)
+    nonnegative = adv >= 0
+    k = torch.where(nonnegative, s.vespo_k_pos, s.vespo_k_neg)
+    lam = torch.where(nonnegative, s.vespo_lambda_pos, s.vespo_lambda_neg)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
-    """Ratio, clip flags, k3 and the per-token loss l_t = -min(r A, clip(r) A) + beta kl of one micro-batch."""
+    """Ratio, flags, k3 and the per-token loss of one micro-batch: l_t = -min(r A, clip(r) A) + beta kl for the
+    clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
+    -phi A logp (docs/grpo-metrics.md, section 4)."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
     adv = record.advantages.double().unsqueeze(1)
     ratio = torch.exp(logps - old)
-    clipped = ratio.clamp(1 - s.epsilon_low, 1 + s.epsilon_high)
-    if s.delta is not None:
-        ratio = ratio.clamp(max=s.delta)
-    loss = -torch.minimum(ratio * adv, clipped * adv)
-    low = ((ratio < 1 - s.epsilon_low) & (adv < 0)).double()
-    high = ((ratio > 1 + s.epsilon_high) & (adv > 0)).double()
-    lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
-    near_low = ((ratio - lower).abs() <= s.margin * lower) & (adv < 0)
-    near_high = ((ratio - upper).abs() <= s.margin * upper) & (adv > 0)
-    uncertain = (near_low | near_high).double()
+    raw = ratio
+    zeros = torch.zeros_like(ratio)
+    low, high, uncertain, cispo, phi = zeros, zeros, zeros, None, None
+    if s.loss_type == "cispo":
+        loss = -ratio.clamp(max=s.epsilon_high) * adv * logps
+        cispo = ((ratio > s.epsilon_high) & (adv > 0)).double()
+        uncertain = (((ratio - s.epsilon_high).abs() <= s.margin * s.epsilon_high) & (adv > 0)).double()
+    elif s.loss_type == "sapo":
+        tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
+        loss = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
+    elif s.loss_type == "vespo":
+        weight = vespo_phi(logps - old, mask.double(), adv, s)
+        loss = -weight * adv * logps
+        phi = weight.squeeze(1)
+    else:
+        clipped = ratio.clamp(1 - s.epsilon_low, 1 + s.epsilon_high)
+        if s.delta is not None:
+            ratio = ratio.clamp(max=s.delta)
+        loss = -torch.minimum(ratio * adv, clipped * adv)
+        low = ((ratio < 1 - s.epsilon_low) & (adv < 0)).double()
+        high = ((ratio > 1 + s.epsilon_high) & (adv > 0)).double()
+        lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
+        near_low = ((ratio - lower).abs() <= s.margin * lower) & (adv < 0)
+        near_high = ((ratio - upper).abs() <= s.margin * upper) & (adv > 0)
+        uncertain = (near_low | near_high).double()
     kl = None
     if s.beta != 0 and record.ref_logps is not None:
         gap = record.ref_logps.double() - logps
@@ -117,7 +162,7 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
             kl = kl * ratio
         loss = loss + s.beta * kl
     entropy = record.entropies.double() if record.entropies is not None else None
-    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain)
+    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw)
 
 
 def _pooled_mean(metric: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Expectation:
@@ -134,19 +179,26 @@ def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag) -> Expectation:
 
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
     """The loss type's objective over the whole interval (docs/grpo-metrics.md, section 4)."""
-    if s.loss_type == "grpo":
+    if s.loss_type == "bnpo":  # each micro-batch's own token mean, then their mean (TRL's local batch)
+        means = [float((t.loss * t.mask).sum()) / max(int(t.mask.sum()), 1) for t in terms]
+        sizes = [float((t.loss * t.mask).abs().sum()) / max(int(t.mask.sum()), 1) for t in terms]
+        count = sum(int(t.mask.sum()) for t in terms)
+        return Expectation(POLICY_LOSS, sum(means) / max(len(means), 1), count=count,
+                           scale=sum(sizes) / max(len(sizes), 1))  # fmt: skip
+    if s.loss_type in ("grpo", "sapo"):
         values = torch.cat([t.per_completion(t.loss) for t in terms])  # an empty one adds 0 and counts, as TRL's
         scale = float(values.abs().mean()) if values.numel() else 0.0
         return Expectation(POLICY_LOSS, float(values.mean()) if values.numel() else 0.0, count=values.numel(),
                            scale=scale)  # fmt: skip
     pooled = Pooled.of([(t.loss, t.mask) for t in terms])
-    if s.loss_type == "dr_grpo":
+    if s.loss_type in ("dr_grpo", "luspo"):
         completions = sum(int(t.mask.shape[0]) for t in terms)
+        per = completions * (s.max_completion_length if s.loss_type == "dr_grpo" else 1)
         total = float(torch.tensor(pooled.numerators, dtype=torch.float64).sum())
-        value = total / max(completions * s.max_completion_length, 1)
-        scale = sum(pooled.magnitudes) / max(completions * s.max_completion_length, 1)
+        value = total / max(per, 1)
+        scale = sum(pooled.magnitudes) / max(per, 1)
         return Expectation(POLICY_LOSS, value, count=pooled.count, pooled=pooled, scale=scale)
-    if s.loss_type in ("bnpo", "dapo"):
+    if s.loss_type in ("dapo", "cispo", "vespo"):
         return Expectation(POLICY_LOSS, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale)
     return Expectation.unknown(POLICY_LOSS, f"unknown loss_type {s.loss_type!r}")
 
@@ -181,20 +233,26 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
     """Every metric the token terms of one interval's (usable) records determine, pooled once over all of them."""
     out: dict[str, Expectation] = {}
     if all(t.entropy is not None for t in terms):
-        out["entropy"] = _pooled_mean("entropy", [(t.entropy, t.mask) for t in terms])
+        out[ENTROPY] = _pooled_mean(ENTROPY, [(t.entropy, t.mask) for t in terms])
     else:
-        out["entropy"] = Expectation.unknown("entropy", "the loss records hold no per-token entropies")
-    out["clip_ratio/low_mean"] = _flag_mean("clip_ratio/low_mean", terms, lambda t: t.low)
-    out["clip_ratio/high_mean"] = _flag_mean("clip_ratio/high_mean", terms, lambda t: t.high)
-    out["clip_ratio/region_mean"] = _flag_mean("clip_ratio/region_mean", terms, lambda t: t.region)
+        out[ENTROPY] = Expectation.unknown(ENTROPY, "the loss records hold no per-token entropies")
+    if s.loss_type in CLIPPED_LOSS_TYPES:
+        for name, flag in zip(CLIP_MEANS, (lambda t: t.low, lambda t: t.high, lambda t: t.region)):
+            out[name] = _flag_mean(name, terms, flag)
+        out.update(extremes(terms))
+    if s.loss_type == "cispo":
+        out[CISPO_CLIP] = _flag_mean(CISPO_CLIP, terms, lambda t: t.cispo)
+    if s.loss_type == "vespo":
+        phis = torch.cat([t.phi for t in terms])
+        out[PHI_MEAN] = Expectation(PHI_MEAN, float(phis.mean()) if phis.numel() else 0.0, count=phis.numel(),
+                                    scale=float(phis.abs().mean()) if phis.numel() else 0.0)  # fmt: skip
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
             out[KL] = _pooled_mean(KL, [(t.kl, t.mask) for t in terms])
         else:
             out[KL] = Expectation.unknown(KL, f"beta={s.beta} but the loss records hold no reference log-probs")
-    out.update(extremes(terms))
     out[POLICY_LOSS] = policy_loss(terms, s)
-    return {n: out[n] for n in pooled_names(s.beta)}
+    return {n: out[n] for n in pooled_names(s.beta, s.loss_type)}
 
 
 def expected_metrics(records: Sequence[LossRecord], spec: Any) -> dict[str, Expectation]:
@@ -202,7 +260,7 @@ def expected_metrics(records: Sequence[LossRecord], spec: Any) -> dict[str, Expe
     s = Settings.of(spec)
     why = unusable(records)
     if why:
-        return {n: Expectation.unknown(n, why) for n in pooled_names(s.beta)}
+        return {n: Expectation.unknown(n, why) for n in pooled_names(s.beta, s.loss_type)}
     return expected_from_terms([token_terms(r, s) for r in records], s)
 
 

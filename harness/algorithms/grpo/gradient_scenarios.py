@@ -1,11 +1,11 @@
 """The GRPO gate's gradient scenario `logp_gradient`: the gradient at the new log-probs against the loss type's
 formula.
 
-Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes), so
-they cost nothing more; two more runs, of the extremes geometry (two passes at LR 0.05, tokens
-clipped), cover beta 0 and a KL without the bias correction, and two small ones (grpo, dr_grpo)
-windows of a single completion, where a count clamped at the wrong floor shows. gradients.py has
-the formula.
+Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
+off_policy for cispo, sapo and vespo), so they cost nothing more; two more runs, of the extremes
+geometry (two passes at LR 0.05, tokens clipped), cover beta 0 and a KL without the bias correction,
+and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the
+wrong floor shows. gradients.py has the formula.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from harness.verdict import Check, CheckResult
 
 from . import gradients
 from .checks import require_records
-from .scenarios import EXTREME, SHORT, UNEVEN, spec_for
+from .scenarios import SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
 
 RUNS = {
@@ -48,7 +48,9 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
                                            steps_per_generation=8, max_steps=16, logging_steps=8)  # fmt: skip
     if name == "short_window":
         return spec_for(SHORT, run)
-    spec = spec_for(EXTREME, run)
+    if name == "off_policy":
+        return off_policy_spec(run, case.param("loss_type"))
+    spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
     if name == "kl_uncorrected":
@@ -111,6 +113,11 @@ LOGP_GRADIENT = Scenario(
     logp_gradient,
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
-    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; windows of one completion)",
-    (*((("run", name),) for name in RUNS), *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE)),
+    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; windows of one completion; cispo, sapo, "
+    "vespo off policy)",
+    (
+        *((("run", name),) for name in RUNS),
+        *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),
+        *((("run", "off_policy"), ("loss_type", t)) for t in SOFT),
+    ),
 )

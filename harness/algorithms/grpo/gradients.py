@@ -11,12 +11,20 @@ kl_t = k3_t (times r'_t when the KL is bias-corrected). Its derivative at logp_t
     KL term       beta (1 - exp(ref - logp))              uncorrected
                   beta ((1 - exp(ref - logp)) r' + k3 r')  bias-corrected (the second term where r <= delta)
 
+for the loss types with a hard clip (grpo, bnpo, dr_grpo, dapo, luspo). The others have no clip and
+correct the KL by the uncapped r:
+
+    cispo         -min(r, epsilon_high) A            (the capped weight carries no gradient)
+    sapo          -4 sigma(x) (1 - sigma(x)) r A     x = tau (r - 1), tau by the sign of A
+    vespo         -phi(w) A                          phi of the sequence weight w, no gradient
+
 The window's loss weighs l_t by (section 4, every count over every rank):
 
-    grpo      1 / (tokens of t's completion * completions of the window)
-    bnpo      1 / tokens of the window
-    dr_grpo   1 / (completions of the window * max_completion_length)
-    dapo      1 / (tokens of t's generation batch * micro-batches of the window / steps_per_generation)
+    grpo, sapo           1 / (tokens of t's completion * completions of the window)
+    bnpo                 1 / (tokens of t's micro-batch * micro-batches of the window)  (TRL's local batch)
+    dr_grpo              1 / (completions of the window * max_completion_length)
+    dapo, cispo, vespo   1 / (tokens of t's generation batch * micro-batches of the window / steps_per_generation)
+    luspo                1 / completions of the window
 
 and each rank's loss is multiplied by the number of ranks (data parallelism averages the ranks'
 gradients), so the gradient a rank's backward pass delivers to its log-probs is world * weight * dl/dlogp.
@@ -44,9 +52,15 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.gradients import Factor, factor_note
 
-from .expect import Settings, record_problems
+from .expect import Settings, record_problems, vespo_phi
+from .spec import CLIPPED_LOSS_TYPES
 
 METRIC = "gradient/logp_relative"
+SATURATED = 1e4
+"""sapo's tokens whose gate sigma(x) is within SATURATED * the dtype's clip margin of 1 (at most 0.1) are not
+compared: the trainer's 1 - sigma rounds to a relative error of the dtype's epsilon over 1 - sigma (float32, at
+1 - sigma = 1e-3: about 6e-5), and the gradient 4 sigma (1 - sigma) r A with it (measured: a float32 gap of 4.7e-6
+at such a token, seed 0; below the cut the gaps are those of the clipped loss types)."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +73,47 @@ class TokenGradient:
     """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside)."""
 
 
+def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
+    """d l_t / d logp_t of the loss types without a hard clip, their importance weight's correction of the KL
+    uncapped: cispo -min(r, epsilon_high) A (the weight carries no gradient), sapo -4 sigma(x) (1 - sigma(x)) r A
+    with x = tau (r - 1), vespo -phi A (phi carries none)."""
+    mask = record.completion_mask.bool()
+    logps = record.logps.double()
+    old = record.old_logps.double() if record.old_logps is not None else logps
+    adv = record.advantages.double().unsqueeze(1)
+    ratio = torch.exp(logps - old)
+    uncertain = torch.zeros_like(mask)
+    if s.loss_type == "cispo":
+        value = -ratio.clamp(max=s.epsilon_high) * adv
+    elif s.loss_type == "sapo":
+        tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
+        gate = torch.sigmoid(tau * (ratio - 1))
+        value = -4 * gate * (1 - gate) * ratio * adv
+        uncertain = mask & (1 - gate < min(SATURATED * s.margin, 0.1))
+    else:
+        value = -vespo_phi(logps - old, mask.double(), adv, s) * adv
+    if s.beta != 0:
+        value = value + s.beta * kl_gradient(record, logps, ratio, ratio, s)
+    return TokenGradient(value, uncertain, torch.zeros_like(mask))
+
+
+def kl_gradient(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
+                s: Settings) -> torch.Tensor:  # fmt: skip
+    """d kl_t / d logp_t: 1 - exp(ref - logp), times the correcting ratio plus k3 times its derivative when
+    bias-corrected."""
+    if record.ref_logps is None:
+        raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
+    gap = record.ref_logps.double() - logps
+    d_kl = 1 - torch.exp(gap)
+    if s.use_bias_correction_kl:
+        d_kl = d_kl * capped + (torch.exp(gap) - gap - 1) * d_capped
+    return d_kl
+
+
 def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     """The derivative of the per-token loss at the new log-prob, per token: the formula of the module docstring."""
+    if s.loss_type not in CLIPPED_LOSS_TYPES:
+        return soft_gradient(record, s)
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -78,13 +131,7 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
                           torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
     value = -adv * d_ratio
     if s.beta != 0:
-        if record.ref_logps is None:
-            raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
-        gap = record.ref_logps.double() - logps
-        d_kl = 1 - torch.exp(gap)
-        if s.use_bias_correction_kl:
-            d_kl = d_kl * capped + (torch.exp(gap) - gap - 1) * d_capped
-        value = value + s.beta * d_kl
+        value = value + s.beta * kl_gradient(record, logps, capped, d_capped, s)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
     near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
@@ -127,18 +174,20 @@ def window_weights(records: Sequence[LossRecord], g: Geometry, generations: dict
     `records` are one window's micro-batches on every rank; `generations` the token count of each generation."""
     s = g.settings
     masks = [r.completion_mask.double() for r in records]
-    tokens = max(sum(float(m.sum()) for m in masks), 1.0)
     completions = max(float(sum(m.shape[0] for m in masks)), 1.0)
-    share = len(records) / g.world / g.steps_per_generation
+    local_micro_batches = len(records) / g.world
+    share = local_micro_batches / g.steps_per_generation
     out = []
     for record, mask in zip(records, masks):
-        if s.loss_type == "grpo":
+        if s.loss_type in ("grpo", "sapo"):
             weight = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1) * completions)
-        elif s.loss_type == "bnpo":
-            weight = mask / tokens
+        elif s.loss_type == "bnpo":  # the micro-batch's own tokens: TRL's local batch
+            weight = mask / (max(float(mask.sum()), 1.0) * local_micro_batches * g.world)
         elif s.loss_type == "dr_grpo":
             weight = mask / (completions * s.max_completion_length)
-        elif s.loss_type == "dapo":
+        elif s.loss_type == "luspo":
+            weight = mask / completions
+        elif s.loss_type in ("dapo", "cispo", "vespo"):
             gen = int(record.generation)
             if gen not in generations:
                 raise NotRecomputable(f"generation {gen} did not run in full: its token count (dapo's) is unknown")

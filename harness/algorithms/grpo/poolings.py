@@ -27,6 +27,7 @@ PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
     "clip_ratio/low_mean": lambda t: t.low,
     "clip_ratio/high_mean": lambda t: t.high,
     "clip_ratio/region_mean": lambda t: t.region,
+    "cispo_clip_ratio": lambda t: t.cispo,
 }
 """The per-token value of each token-pooled metric."""
 EXTREME_FLAGS: dict[str, tuple[Callable[[TokenTerms], torch.Tensor], Callable]] = {

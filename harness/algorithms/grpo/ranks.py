@@ -66,7 +66,7 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
 def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_id: CheckId) -> CheckResult:
     """Log `index` of every rank against the oracle fed every rank's records of that interval."""
     check = Check(check_id)
-    names = pooled_names(spec.beta)
+    names = pooled_names(spec.beta, spec.loss_type)
     logs = [r.logs for r in ranks]
     if any(len(log) != spec.total_logs for log in logs):
         check.fail(f"ranks logged {[len(log) for log in logs]} intervals, expected {spec.total_logs} each")

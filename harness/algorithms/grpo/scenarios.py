@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import torch
+
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.oracle.gradients import applied_gap, largest_gap, running_counter
@@ -20,8 +22,8 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from .checks import compare_interval, logged_names, require_logs, require_records, untrained_micro_batches, window_sizes
-from .contract import LR0_IDENTITIES, partition_names, pooled_names
-from .spec import LOSS_TYPES, SETTINGS, GRPOSpec
+from .contract import lr0_identities, partition_names, pooled_names
+from .spec import CLIPPED_LOSS_TYPES, CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, SETTINGS, GRPOSpec
 
 # Two generations of 16 completions (four groups), each trained in two windows of two micro-batches of 4, logged
 # once per generation (the spec's default KL weight logs `kl`); completions end at the stop token (uneven lengths).
@@ -50,6 +52,11 @@ CUTS = ((4, 2, 2, 1), (2, 4, 4, 1), (8, 1, 1, 1), (1, 8, 8, 1), (4, 1, 2, 1), (2
 generation batch of 8 completions, the first the reference. Windows of 2, 4, 1, 8, 1+1, 3+1 and 2+2."""
 GRADIENT_CUTS = ((4, 2), (2, 4), (8, 1), (1, 8))
 """(per_device_train_batch_size, steps_per_generation = gradient_accumulation_steps): one window per generation."""
+SOFT = ("cispo", "sapo", "vespo")
+"""The loss types without a hard clip: their objectives bend with r away from 1, which LR 1e-3 barely shows."""
+CISPO_CAP = 1.0
+"""cispo's epsilon_high in its off-policy run when the run keeps the default 0.2: with ratios spread around 1 some
+weights are capped and some not (at 0.2 every one is, and a weight that carries a gradient would not show)."""
 NO_GRADIENT = "no gradient was compared"
 """What a gradient check fails with when it compared no gradient at all."""
 
@@ -62,7 +69,7 @@ def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
 def pooled_check(obs, check: Check, need=None) -> None:
     """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
     whether the run showed what the scenario is for (a string naming what is missing, or '')."""
-    names = logged_names(obs, pooled_names(obs.spec.beta), check)
+    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check)
     per_interval = require_records(obs, check)
     if per_interval is None or not require_logs(obs, names, check):
         return
@@ -100,10 +107,53 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     return check.finish()
 
 
+def clipping(run: GRPOSpec) -> GRPOSpec:
+    """The extremes geometry under the run's loss type if it clips, else under the default one: the clip
+    extremes exist only for the loss types with a hard clip (`--set loss_type=sapo` runs them as dapo)."""
+    spec = spec_for(EXTREME, run)
+    return spec if spec.loss_type in CLIPPED_LOSS_TYPES else spec.with_(loss_type=GRPOSpec().loss_type)
+
+
+def off_policy_spec(run: GRPOSpec, loss_type: str) -> GRPOSpec:
+    """The extremes geometry (two passes at LR 0.05: ratios far from 1) under a loss type without a clip."""
+    spec = spec_for(EXTREME, run).with_(name="off_policy", loss_type=loss_type)
+    if loss_type == "cispo" and run.epsilon_high == GRPOSpec().epsilon_high:
+        spec = spec.with_(epsilon_high=CISPO_CAP)
+    return spec
+
+
+def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Ratios far from 1 under cispo, sapo or vespo: each interval's pooled metrics (cispo_clip_ratio,
+    vespo/phi_seq_mean, policy_loss, entropy, kl) equal the oracle's."""
+    check = Check(case.id)
+    obs = cache.get(off_policy_spec(run, case.param("loss_type")), spy=False)
+    spec = obs.spec
+
+    def need(per_interval):
+        for interval in per_interval:
+            terms = interval.terms
+            spread = max((float(((t.ratio - 1).abs() * t.mask).max()) for t in terms if t.mask.any()), default=0.0)
+            if spread < 0.05:
+                return f"interval {interval.index + 1}: every ratio within {spread:.3g} of 1"
+            if spec.loss_type == "cispo":
+                capped = [bool(((t.ratio > spec.epsilon_high) & t.mask).any()) for t in terms]
+                free = [bool(((t.ratio <= spec.epsilon_high) & t.mask).any()) for t in terms]
+                if not (any(capped) and any(free)):
+                    return f"interval {interval.index + 1}: no weight on both sides of epsilon_high {spec.epsilon_high}"
+            if spec.loss_type == "vespo":
+                phis = torch.cat([t.phi for t in terms])
+                if float((phis - 1).abs().max()) < 0.01:
+                    return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
+        return ""
+
+    pooled_check(obs, check, need)
+    return check.finish()
+
+
 def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """clip_ratio/low_min and high_max are true extremes over the interval's completions, and the other
     pooled metrics hold, with tokens clipped in some micro-batches and not in others."""
-    check, obs = Check(case.id), cache.get(spec_for(EXTREME, run), spy=False)
+    check, obs = Check(case.id), cache.get(clipping(run), spy=False)
 
     def need(per_interval):
         for interval in per_interval:
@@ -154,14 +204,14 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         windows = len(spec.window_sizes)
         specs.append(spec.with_(max_steps=windows, logging_steps=windows))
     observed = [cache.get(spec, spy=False) for spec in specs]
-    names = logged_names(observed[0], partition_names(base.beta), check)
+    names = logged_names(observed[0], partition_names(base.beta, base.loss_type), check)
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]
     for obs in observed:
         log = obs.ran.logs[0]
         where = obs.spec.split_label
-        check.absorb(compare(log, LR0_IDENTITIES, obs.spec.dtype, kind="identity", where=where))
+        check.absorb(compare(log, lr0_identities(base.loss_type), obs.spec.dtype, kind="identity", where=where))
         if obs is not observed[0]:
             check.absorb(compare({n: log[n] for n in names}, {n: first[n] for n in names}, obs.spec.dtype,
                                  kind="partition", where=where))  # fmt: skip
@@ -265,8 +315,11 @@ SCENARIOS = (
     Scenario("partition", partition, (),
              "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
              ((), (("dropout", 0.1),))),
-    Scenario("gradient_partition", gradient_partition, (("loss_type", LOSS_TYPES),),
-             "LR 0: the step gradient of the loss type does not depend on the micro-batch cut"),
+    Scenario("off_policy", off_policy, (("loss_type", SOFT),),
+             "two passes at LR 0.05 under cispo (epsilon_high 1), sapo, vespo: ratios far from 1, pooled == oracle"),
+    Scenario("gradient_partition", gradient_partition, (("loss_type", CUT_INVARIANT_LOSS_TYPES),),
+             "LR 0: the step gradient of the loss type does not depend on the micro-batch cut (bnpo's does: its "
+             "normaliser is each micro-batch's own tokens)"),
     Scenario("logit_recompute", logit_recompute, (),
              "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("every_microbatch_applied", every_microbatch_applied, (),

@@ -16,7 +16,16 @@ from typing import Any
 from harness import settings
 from harness.errors import HarnessConfigError
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+"""TRL's eight loss types (docs/grpo-metrics.md, section 4)."""
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+"""The loss types with a hard clip of the ratio, which log the clip_ratio metrics."""
+CUT_INVARIANT_LOSS_TYPES = tuple(t for t in LOSS_TYPES if t != "bnpo")
+"""The loss types whose objective over a generation batch does not depend on how it is cut into micro-batches
+(bnpo normalises each micro-batch by its own tokens: TRL's "local batch")."""
+SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                 "vespo_lambda_neg")  # fmt: skip
+"""The settings of the sapo and vespo loss types (TRL's names and defaults)."""
 SCALE_REWARDS = ("group", "batch", "none")
 SETTINGS = (
     "temperature",
@@ -25,6 +34,7 @@ SETTINGS = (
     "use_bias_correction_kl",
     "epsilon_low",
     "epsilon_high",
+    *SOFT_SETTINGS,
     "scale_rewards",
     "max_grad_norm",
     "dropout",
@@ -59,6 +69,12 @@ class GRPOSpec:
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     delta: float | None = None
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
     scale_rewards: str = "group"
     reward_weights: tuple[float, ...] | None = None
     """One weight per toy reward function. None or one weight: one function, which scores every completion; two:
@@ -166,6 +182,10 @@ class GRPOSpec:
             raise HarnessConfigError(
                 f"epsilon_low={self.epsilon_low}, epsilon_high={self.epsilon_high}: need 0 <= low < 1 and high >= 0"
             )
+        positive = [f"{name}={getattr(self, name)}" for name in SOFT_SETTINGS if "_k_" not in name
+                    and getattr(self, name) <= 0]  # fmt: skip
+        if positive:
+            raise HarnessConfigError(f"{', '.join(positive)}: must be positive")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 

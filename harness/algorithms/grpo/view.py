@@ -47,7 +47,7 @@ class IntervalView:
         """Every metric its records determine (each without a value, saying why, when they are unusable)."""
         why = self.unusable
         if why:
-            return {n: Expectation.unknown(n, why) for n in pooled_names(self.settings.beta)}
+            return {n: Expectation.unknown(n, why) for n in pooled_names(self.settings.beta, self.settings.loss_type)}
         return expected_from_terms(self.terms, self.settings)
 
     def token_counts(self) -> list[int]:

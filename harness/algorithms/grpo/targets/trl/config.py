@@ -6,6 +6,10 @@ from typing import Any
 
 from harness.errors import HarnessConfigError
 
+SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                 "vespo_lambda_neg")  # fmt: skip
+"""GRPOConfig fields of the sapo and vespo loss types, passed on when the spec has them (all TRL 1.12.0 and later)."""
+
 SPEC_FIELDS = tuple(
     "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
     "max_steps logging_steps learning_rate max_completion_length temperature loss_type beta seed device dtype".split()
@@ -43,6 +47,7 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         epsilon=epsilon_low,
         epsilon_high=getattr(spec, "epsilon_high", epsilon_low),
         delta=getattr(spec, "delta", None),
+        **{name: getattr(spec, name) for name in SOFT_SETTINGS if hasattr(spec, name)},
         scale_rewards=getattr(spec, "scale_rewards", "group"),
         reward_weights=list(reward_weights) if reward_weights is not None else None,
         max_grad_norm=max_grad_norm if max_grad_norm is not None else 0.0,  # 0: no clipping
