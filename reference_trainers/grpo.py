@@ -657,9 +657,8 @@ class GRPOTrainer:
         metrics = pooled_stats(
             acc.gather(torch.stack(interval.stats)), cfg.loss_type, cfg.max_completion_length, cfg.beta != 0
         )
-        clips = acc.gather(torch.cat(interval.clips))
         if cfg.loss_type in CLIPPED_LOSS_TYPES:
-            metrics.update(clip_extremes(clips))
+            metrics.update(clip_extremes(acc.gather(torch.cat(interval.clips))))
         metrics.update(
             completion_stats(
                 acc.gather(torch.stack(list(interval.completion_records.values()))), list(self.reward_funcs)

@@ -173,7 +173,8 @@ def grpo_check(check_id, cache):
 def test_no_loss_records_fail_every_pooled_check():
     cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
     for check_id in ("uneven_lengths[loss_type=dapo]", "short_window", "extremes", "freshness", "all_masked",
-                     "logp_gradient[loss_type=dapo]", "logp_gradient[run=beta0]"):  # fmt: skip
+                     "logp_gradient[loss_type=dapo]", "logp_gradient[run=beta0]", "off_policy[loss_type=cispo]",
+                     "logp_gradient[run=off_policy,loss_type=sapo]"):  # fmt: skip
         result = grpo_check(check_id, cache)
         assert not result.passed and "recorded no loss inputs" in result.message, check_id
 
@@ -310,3 +311,13 @@ def test_each_loss_type_is_held_to_its_own_metrics_and_the_clip_checks_to_a_clip
     assert scenarios.clipping(GRPOSpec(loss_type="luspo")).loss_type == "luspo"
     assert scenarios.off_policy_spec(GRPOSpec(), "cispo").epsilon_high == scenarios.CISPO_CAP
     assert scenarios.off_policy_spec(GRPOSpec(epsilon_high=5.0), "cispo").epsilon_high == 5.0
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo", "vespo"])
+def test_off_policy_fails_when_its_ratios_never_left_1(reference_cache, loss_type):
+    """The same runs at LR 0: every ratio is 1, cispo's weights all on one side of the cap, vespo's phi 1; the check
+    saw nothing off policy and fails saying so, though every metric equals the oracle's."""
+    at_lr0 = FixedCache(lambda spec: reference_cache.get(spec.with_(learning_rate=0.0), spy=False))
+    result = grpo_check(f"off_policy[loss_type={loss_type}]", at_lr0)
+    assert not result.passed and "every ratio within 0 of 1" in result.message, result.message
+    assert grpo_check(f"off_policy[loss_type={loss_type}]", reference_cache).passed

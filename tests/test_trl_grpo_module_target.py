@@ -8,10 +8,6 @@ it) gets the same verdict as `--target trl-grpo` on two checks: one TRL fails, o
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import re
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -21,6 +17,8 @@ import pytest
 from harness.algorithms.grpo.scenarios import UNEVEN
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
+from tests import gate_run
+from tests.trl_copies import copy_installed_module
 
 COPY = "patched_trl_grpo.grpo_trainer"
 CHECKS = ("reward_stats[scale_rewards=batch]", "logit_recompute")
@@ -29,30 +27,12 @@ needs_trl = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="
 
 def copy_trl_grpo_trainer(root: Path) -> Path:
     """TRL's grpo_trainer.py as `patched_trl_grpo/grpo_trainer.py` under `root`, its relative imports made absolute."""
-    source = Path(importlib.util.find_spec("trl.trainer.grpo_trainer").origin).read_text()
-    for dots, package in (("..", "trl."), (".", "trl.trainer.")):
-        source = re.sub(rf"^(\s*)from {re.escape(dots)}(?=\w)", rf"\1from {package}", source, flags=re.M)
-    assert not re.search(r"^\s*from \.", source, flags=re.M), "a relative import was left"
-    package = root / "patched_trl_grpo"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "grpo_trainer.py").write_text(source)
-    return root
+    return copy_installed_module("trl.trainer.grpo_trainer", root, "patched_trl_grpo")
 
 
 def verify(target: str, out: Path, pythonpath: Path) -> tuple[int, dict, str]:
     checks = [arg for check in CHECKS for arg in ("--check", check)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "PYTHONPATH": os.pathsep.join([str(pythonpath), *sys.path])}  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--target", target, "--report-dir", str(out), *checks],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
-    return proc.returncode, report, proc.stdout + proc.stderr
+    return gate_run.verify(out, "--target", target, *checks, timeout=600, pythonpath=pythonpath)
 
 
 @needs_trl

@@ -7,12 +7,6 @@ would have it) gets the same verdict as `--target trl`, on two checks: one TRL f
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import re
-import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -20,6 +14,8 @@ import pytest
 from harness.algorithms.ppo.scenarios import LR0
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
+from tests import gate_run
+from tests.trl_copies import copy_installed_module
 
 COPY = "patched_trl.ppo_trainer"
 CHECKS = ("lr0_ratio[epochs=1]", "rollout_objectives[rollout=padding_rows]")
@@ -28,31 +24,12 @@ needs_trl = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="
 
 def copy_trl_trainer(root: Path) -> Path:
     """TRL's ppo_trainer.py as `patched_trl/ppo_trainer.py` under `root`, its relative imports made absolute."""
-    with warnings.catch_warnings():  # importing trl.experimental warns that it is experimental
-        warnings.simplefilter("ignore")
-        source = Path(importlib.util.find_spec("trl.experimental.ppo.ppo_trainer").origin).read_text()
-    for dots, package in (("...", "trl."), ("..", "trl.experimental."), (".", "trl.experimental.ppo.")):
-        source = re.sub(rf"^(\s*)from {re.escape(dots)}(?=\w)", rf"\1from {package}", source, flags=re.M)
-    assert not re.search(r"^\s*from \.", source, flags=re.M), "a relative import was left"
-    package = root / "patched_trl"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "ppo_trainer.py").write_text(source)
-    return root
+    return copy_installed_module("trl.experimental.ppo.ppo_trainer", root, "patched_trl")
 
 
 def verify(target: str, out: Path, pythonpath: Path) -> tuple[int, dict, str]:
     checks = [arg for check in CHECKS for arg in ("--check", check)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(pythonpath), *sys.path])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--target", target, "--report-dir", str(out), *checks],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
-    return proc.returncode, report, proc.stdout + proc.stderr
+    return gate_run.verify(out, "--target", target, *checks, timeout=600, pythonpath=pythonpath)
 
 
 def verdict(report: dict) -> dict:

@@ -12,15 +12,12 @@ stale: exit 1, naming it).
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.algorithms.grpo.spec import LOSS_TYPES
+from tests.gate_run import verify
 from tests.test_trl_grpo_module_target import COPY, copy_trl_grpo_trainer
 
 pytestmark = pytest.mark.trl
@@ -41,7 +38,6 @@ TRL_NEWEST_FAILS = {
 }
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "baselines" / f"trl-{RELEASE}-grpo.toml"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
 
 
 def _installed() -> str | None:
@@ -55,18 +51,7 @@ def _installed() -> str | None:
 def newest_verdict(tmp_path_factory):
     if _installed() != RELEASE:
         pytest.skip(f"trl {_installed()} is installed, not {RELEASE}: nox -s trl_newest runs this module")
-    return verify(tmp_path_factory.mktemp("verify-trl-newest"), "--target", "trl-grpo")
-
-
-def verify(out: Path, *args: str, pythonpath: Path | None = None) -> tuple[int, dict, str]:
-    """`python -m harness verify ARGS --report-dir OUT` as a user runs it: (exit code, its JSON report, output)."""
-    env = dict(ENV)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), str(ROOT), *sys.path])
-    proc = subprocess.run([sys.executable, "-m", "harness", "verify", *args, "--report-dir", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)  # fmt: skip
-    report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
-    return proc.returncode, report, proc.stdout + proc.stderr
+    return verify(tmp_path_factory.mktemp("verify-trl-newest"), "--target", "trl-grpo", timeout=600)
 
 
 def test_trl_newest_exits_1_and_fails_exactly_the_pinned_checks(newest_verdict):

@@ -182,8 +182,8 @@ class GRPOSpec:
             raise HarnessConfigError(
                 f"epsilon_low={self.epsilon_low}, epsilon_high={self.epsilon_high}: need 0 <= low < 1 and high >= 0"
             )
-        positive = [f"{name}={getattr(self, name)}" for name in SOFT_SETTINGS if "_k_" not in name
-                    and getattr(self, name) <= 0]  # fmt: skip
+        soft = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg")
+        positive = [f"{name}={getattr(self, name)}" for name in soft if getattr(self, name) <= 0]
         if positive:
             raise HarnessConfigError(f"{', '.join(positive)}: must be positive")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:

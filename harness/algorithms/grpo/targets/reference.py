@@ -19,7 +19,7 @@ batch (`completions`) and keeps their sampled token ids (`completion_ids`), whic
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -30,35 +30,7 @@ from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
 from harness.targets.logged import LogTap
 
-CONFIG_FIELDS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "steps_per_generation",
-    "num_generations",
-    "num_iterations",
-    "max_steps",
-    "logging_steps",
-    "learning_rate",
-    "max_completion_length",
-    "temperature",
-    "loss_type",
-    "beta",
-    "use_bias_correction_kl",
-    "epsilon_low",
-    "epsilon_high",
-    "delta",
-    "sapo_temperature_pos",
-    "sapo_temperature_neg",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
-    "scale_rewards",
-    "reward_weights",
-    "max_grad_norm",
-    "seed",
-)
-"""GRPOSpec fields handed to the reference GRPOConfig under the same names."""
+from ..spec import GRPOSpec
 
 
 @dataclass
@@ -142,6 +114,13 @@ class ReferenceGRPORun:
         return self.tap.logged(returned, steps=self.log_steps)
 
 
+def config_fields(config_class) -> tuple[str, ...]:
+    """The GRPOSpec fields handed to the reference GRPOConfig under the same names: every init field the two
+    share (both carry TRL's names), so a setting added to both reaches the trainer without a list to keep."""
+    spec_fields = {f.name for f in fields(GRPOSpec)}
+    return tuple(f.name for f in fields(config_class) if f.init and f.name in spec_fields)
+
+
 def factory(spec, accelerator=None) -> ReferenceGRPORun:
     """Build the reference GRPO trainer on the toy world of `spec` (a GRPOSpec), rewarded for token 7."""
     from accelerate import Accelerator
@@ -152,7 +131,7 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     world = toy_world(spec)
     try:
         config = grpo.GRPOConfig(stop_token_id=world.stop_token_id,
-                                 **{name: getattr(spec, name) for name in CONFIG_FIELDS})  # fmt: skip
+                                 **{name: getattr(spec, name) for name in config_fields(grpo.GRPOConfig)})  # fmt: skip
     except ConfigError as exc:
         raise HarnessConfigError(f"reference-grpo target: {exc}") from None
     accelerator, tap = accelerator or Accelerator(cpu=spec.device == "cpu"), LogTap()

@@ -6,9 +6,7 @@ from typing import Any
 
 from harness.errors import HarnessConfigError
 
-SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-                 "vespo_lambda_neg")  # fmt: skip
-"""GRPOConfig fields of the sapo and vespo loss types, passed on when the spec has them (all TRL 1.12.0 and later)."""
+from ...spec import SOFT_SETTINGS
 
 SPEC_FIELDS = tuple(
     "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
@@ -47,6 +45,7 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         epsilon=epsilon_low,
         epsilon_high=getattr(spec, "epsilon_high", epsilon_low),
         delta=getattr(spec, "delta", None),
+        # sapo's and vespo's settings (TRL 1.12.0 and later have them all), when the spec has them
         **{name: getattr(spec, name) for name in SOFT_SETTINGS if hasattr(spec, name)},
         scale_rewards=getattr(spec, "scale_rewards", "group"),
         reward_weights=list(reward_weights) if reward_weights is not None else None,
