@@ -39,6 +39,20 @@ def response_logprobs(model, queries: torch.Tensor, responses: torch.Tensor, pad
     return torch.log_softmax(scaled, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
 
 
+def response_distribution(model, queries: torch.Tensor, responses: torch.Tensor, pad: int, temperature: float):
+    """(logp, entropy, variance), each (B, T) float64: at each response position, the log-prob of its token, the
+    entropy H of softmax(logits / temperature) there, and Var[log p] under it (what `sampling` reads of a draw)."""
+    sequences = torch.cat([queries, responses], dim=1)
+    with torch.no_grad():
+        logits = model(**model_inputs(sequences, pad), return_dict=True).logits.double()
+    width, context = responses.shape[1], queries.shape[1]
+    logs = torch.log_softmax(logits[:, context - 1 : context - 1 + width] / temperature, dim=-1)
+    probs = logs.exp()
+    entropy = -(probs * logs).sum(dim=-1)
+    variance = (probs * (logs + entropy.unsqueeze(-1)) ** 2).sum(dim=-1)
+    return logs.gather(-1, responses.unsqueeze(-1)).squeeze(-1), entropy, variance
+
+
 def response_values(model, queries: torch.Tensor, responses: torch.Tensor, pad: int) -> torch.Tensor:
     """(B, T) float64 value-head outputs at each response position (read from the position before it).
 

@@ -50,7 +50,7 @@ class GRPOAlgorithm:
 
     @property
     def scenarios(self) -> Sequence[Scenario]:
-        """The pooling, gradient and reward scenarios, in report order."""
+        """The pooling, gradient, reward, mask and forward scenarios, in report order."""
         return _scenarios()
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> GRPOSpec:
@@ -88,11 +88,13 @@ class GRPOAlgorithm:
 
 @functools.lru_cache(maxsize=1)
 def _scenarios() -> tuple[Scenario, ...]:
+    from .forward import FORWARD_SCENARIOS
     from .gradient_scenarios import LOGP_GRADIENT
+    from .masks import MASK_SCENARIOS
     from .reward_scenarios import REWARD_SCENARIOS
     from .scenarios import SCENARIOS
 
-    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS)
+    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS)
 
 
 GRPO = GRPOAlgorithm()

@@ -13,7 +13,8 @@ pass delivers to them (`logp_grad`). It also wraps `window_step` to count the op
 reward functions it hands the trainer are wrapped to record their scores (`reward_calls`,
 harness/instrument/reward_calls.py). Each loss record names its rows' places in their generation
 batch (`completions`) and keeps their sampled token ids (`completion_ids`), which with the run's
-`stop_token_id` say whether each ended with the stop token. Every wrapper is put back after `train()`.
+`stop_token_id` say whether each ended with the stop token. The run exposes the networks and prompts it handed
+the trainer (`models`, `prompts`) for the forward recompute. Every wrapper is put back after `train()`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class ReferenceGRPORun:
     tap: LogTap
     log_steps: tuple[int, ...]
     rewards: RewardTap = field(default_factory=RewardTap)
+    models: dict[str, torch.nn.Module] = field(default_factory=dict)
+    """The networks handed to the trainer ("policy", and "ref_policy" when beta is not 0): the forward recompute
+    calls float64 copies of them, taken before training."""
+    prompts: torch.Tensor | None = None
+    """The (N, P) prompts handed to the trainer."""
     windows: int = 0
     generations: int = 0
     recorder: LossRecorder = field(init=False, repr=False)
@@ -148,8 +154,10 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
         callbacks=[tap.callback],
         accelerator=accelerator,
     )
-    return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index,
-                            tap, log_steps(spec.max_steps, spec.logging_steps), rewards)  # fmt: skip
+    models = {"policy": world.policy, **({"ref_policy": world.ref_policy} if spec.beta != 0 else {})}
+    steps = log_steps(spec.max_steps, spec.logging_steps)
+    return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index, tap,
+                            steps, rewards, models, world.prompts)  # fmt: skip
 
 
 def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:

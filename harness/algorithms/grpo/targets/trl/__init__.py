@@ -17,7 +17,8 @@ its log-probs and entropies to their float64 recomputations from what the functi
 them were given, logits or the fused head's hidden states and weights (`logit_gaps`), the
 gradient its backward pass delivered to those log-probs (`logp_grad`), and which completions of their
 generation batch the rows are (`completions`) with their token ids; and one `RewardCall` per call of a
-reward function handed to TRL. The wrappers call TRL's own methods and functions with the same
+reward function handed to TRL. It exposes TRL's policy and reference model and the prompts' token ids (`models`,
+`prompts`) for the forward recompute. The wrappers call TRL's own methods and functions with the same
 arguments, return what they return, and are put back after `train()`. docs/trl-grpo.md says what TRL
 logs from them, measured.
 """
@@ -64,6 +65,11 @@ class TrlGRPORun:
     recorder: LossRecorder
     reward_calls: list[RewardCall] = field(default_factory=list)
     """One record per call of a reward function handed to TRL."""
+    models: dict[str, torch.nn.Module] = field(default_factory=dict)
+    """TRL's policy and reference model ("policy", "ref_policy" when beta is not 0), unwrapped: the forward
+    recompute calls float64 copies of them, taken before training."""
+    prompts: torch.Tensor | None = None
+    """The (N, P) token ids of the dataset's prompts, as the toy tokenizer encodes them."""
     _metrics: list[dict[str, float]] = field(default_factory=list)
     _workdir: tempfile.TemporaryDirectory | None = None
     _trained: bool = False
@@ -171,6 +177,10 @@ def build(
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     model = trainer.accelerator.unwrap_model(trainer.model)
     params = [p for p in model.parameters() if p.requires_grad]
+    models = {"policy": model}
+    if trainer.ref_model is not None:
+        models["ref_policy"] = trainer.accelerator.unwrap_model(trainer.ref_model)
+    encoded = toy.tokenizer(prompts, add_special_tokens=False)["input_ids"]
     return TrlGRPORun(
         module=grpo_trainer,
         optimizer=optimizer,
@@ -181,6 +191,8 @@ def build(
         spec=spec,
         recorder=recording.recorder(trainer, grpo_trainer, rewards, points),
         reward_calls=rewards.calls,
+        models=models,
+        prompts=torch.tensor(encoded, dtype=torch.long),
         _metrics=metrics,
         _workdir=workdir,
     )
