@@ -184,7 +184,7 @@ def tests(session: nox.Session) -> None:
     install(session, "test", "trl", "mutation")
     # the suite's own verify runs hold broken trainers to the gate: keep their tables out of a CI step summary
     session.run("python", "-m", "pytest", "tests", *session.posargs, env={**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""})
-    if not session.posargs:  # the whole suite (what CI runs): the example project too, in its own fresh venv
+    if not session.posargs:  # the whole suite (what CI runs): both example projects too, in their own fresh venv
         session.notify("example")
         session.notify("trl_newest")  # and the GRPO verdict on TRL's newest release, in a venv of its own
 
@@ -245,28 +245,36 @@ NOT_SOURCE = (
 )
 
 
-EXAMPLE = os.path.join(ROOT, "examples", "external_trainer")
-EXAMPLE_TARGET = "tinyppo.target:factory"
-EXAMPLE_BROKEN = "tinyppo.broken:factory"
+EXAMPLES = (
+    # (folder under examples/, its package, its target, its broken variant, its reports under reports/example/)
+    ("external_trainer", "tinyppo", "tinyppo.target:factory", "tinyppo.broken:factory", ""),
+    ("external_grpo", "tinygrpo", "tinygrpo.target:factory", "tinygrpo.broken:factory", "grpo"),
+)
+"""The example projects `example` holds to the gate: a PPO trainer, then a GRPO one."""
 
 
 @nox.session(python=False, default=False)
 def example(session: nox.Session) -> None:
-    """examples/external_trainer as a trainer repository uses the gate, in a fresh venv with this package's wheel.
+    """examples/external_trainer (tinyppo, PPO) and examples/external_grpo (tinygrpo, GRPO) as trainer repositories
+    use the gate, in one fresh venv with this package's wheel.
 
     Builds the wheel, creates a venv, installs torch (the pin of constraints.txt), then the
-    wheel and the example; `ppo-verify` on the example's trainer must exit 0, its own tests
-    must pass, and `ppo-verify` on its broken variant must exit 1. Reports: reports/example/.
+    wheel and both examples; for each example in turn, `ppo-verify` on its trainer must exit 0,
+    its own tests must pass, and `ppo-verify` on its broken variant must exit 1. Reports:
+    reports/example/ (tinyppo) and reports/example/grpo/ (tinygrpo).
     """
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="ppo-example-")
-    reports = os.path.join(ROOT, "reports", "example")
     try:
         # from copies, so that build/ and *.egg-info stay out of the work tree
         source = shutil.copytree(
             ROOT, os.path.join(scratch, "src"), ignore=shutil.ignore_patterns(*NOT_SOURCE, "examples")
         )
-        project = shutil.copytree(EXAMPLE, os.path.join(scratch, "example"), ignore=shutil.ignore_patterns(*NOT_SOURCE))
+        projects = [
+            shutil.copytree(os.path.join(ROOT, "examples", folder), os.path.join(scratch, folder),
+                            ignore=shutil.ignore_patterns(*NOT_SOURCE))
+            for folder, *_ in EXAMPLES
+        ]  # fmt: skip
         wheels = os.path.join(scratch, "wheels")
         session.run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, source, external=True)
         (wheel,) = [os.path.join(wheels, name) for name in os.listdir(wheels) if name.endswith(".whl")]
@@ -278,30 +286,34 @@ def example(session: nox.Session) -> None:
         pip = (python, "-m", "pip", "install", "--quiet", "-c", CONSTRAINTS)
         session.run(*pip, "--upgrade", "pip", external=True)
         session.run(*pip, "torch", external=True)  # the trainer's torch is there first
-        session.run(*pip, wheel, f"{project}[test]", external=True)
+        session.run(*pip, wheel, *(f"{project}[test]" for project in projects), external=True)
 
         # nothing from this work tree on the path (every command runs outside it): the harness comes from the wheel
         env = {**CPU_THREADS, "PYTHONPATH": "", "GITHUB_STEP_SUMMARY": ""}
-        probe = "import harness, tinyppo, torch; print(harness.__file__, tinyppo.__file__, torch.__version__)"
+        modules = ["harness", *(package for _, package, *_ in EXAMPLES)]
+        files = ", ".join(f"{m}.__file__" for m in modules)
+        probe = f"import torch, {', '.join(modules)}; print(torch.__version__, {files})"
         with session.chdir(scratch):
-            found = session.run(python, "-c", probe, env=env, external=True, silent=True).split()
-        session.log(f"harness from {found[0]} | tinyppo from {found[1]} | torch {found[2]}")
-        if not all(path.startswith(venv) for path in found[:2]):
-            session.error(f"the example did not import the installed packages: {found[:2]}")
+            torch_version, *found = session.run(python, "-c", probe, env=env, external=True, silent=True).split()
+        session.log(" | ".join(f"{m} from {path}" for m, path in zip(modules, found)) + f" | torch {torch_version}")
+        if not all(path.startswith(venv) for path in found):
+            session.error(f"the examples did not import the installed packages: {found}")
 
         verify = os.path.join(bin_dir, "ppo-verify")
-        with session.chdir(scratch):  # no pytest configuration of this repository applies
-            session.run(verify, "--target", EXAMPLE_TARGET, "--report-dir", os.path.join(reports, "target"),
-                        env={**env, "GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY", "")},
-                        external=True)  # fmt: skip
-            session.log("the example trainer passes the gate (exit 0)")
-        with session.chdir(project):
-            session.run(python, "-m", "pytest", "-p", "no:cacheprovider", env=env, external=True)
-            session.log("the example's own tests pass")
-        with session.chdir(scratch):
-            session.run(verify, "--target", EXAMPLE_BROKEN, "--report-dir", os.path.join(reports, "broken"),
-                        env=env, external=True, success_codes=[1])  # fmt: skip
-            session.log("the broken example trainer fails the gate (exit 1), as it must")
+        for project, (_, package, target, broken, where) in zip(projects, EXAMPLES):
+            reports = os.path.join(ROOT, "reports", "example", where)
+            with session.chdir(scratch):  # no pytest configuration of this repository applies
+                session.run(verify, "--target", target, "--report-dir", os.path.join(reports, "target"),
+                            env={**env, "GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY", "")},
+                            external=True)  # fmt: skip
+                session.log(f"the {package} trainer passes the gate (exit 0)")
+            with session.chdir(project):
+                session.run(python, "-m", "pytest", "-p", "no:cacheprovider", env=env, external=True)
+                session.log(f"{package}'s own tests pass")
+            with session.chdir(scratch):
+                session.run(verify, "--target", broken, "--report-dir", os.path.join(reports, "broken"),
+                            env=env, external=True, success_codes=[1])  # fmt: skip
+                session.log(f"the broken {package} trainer fails the gate (exit 1), as it must")
         session.log(f"example: {time.monotonic() - started:.0f} s")
     finally:
         # a venv with torch takes minutes to delete on some disks (ext4 with discard): not waited for
