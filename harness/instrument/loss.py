@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LogitGapRecord:
-    """The largest absolute gaps in one micro-batch between what the trainer's `selective_log_softmax` and
-    `entropy_from_logits` returned and float64 recomputations from the loss's logits (logits.py); None for a
-    function the loss did not call."""
+    """The largest absolute gaps in one micro-batch between the log-probs and entropies the trainer's functions
+    returned (`selective_log_softmax` and `entropy_from_logits`, one joint `selective_log_softmax_and_entropy`, or
+    a fused LM head: loss_recorder.py's kinds) and float64 recomputations from what each was given (the logits,
+    or the head's hidden states, weight and bias; logits.py); None for a quantity no recorded function computed."""
 
     logps: float | None = None
     entropies: float | None = None
