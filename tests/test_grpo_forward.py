@@ -3,6 +3,8 @@ fails them by name, and a run that shows nothing to judge fails."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -167,3 +169,44 @@ def test_the_reference_passes_the_forward_recompute_at_bfloat16():
 
     result = case("forward_recompute", "grpo").run(ObservationCache(factory), GRPOSpec(dtype="bfloat16"))
     assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("ids", "tokens"),
+    [([5, 6, STOP, PAD, PAD], (5, 6, STOP)), ([5, 6, STOP, 8, 9], (5, 6, STOP)), ([5, PAD, 7], (5, PAD, 7)),
+     ([5, 6, PAD, PAD], (5, 6)), ([PAD, PAD], ())],
+)  # fmt: skip
+def test_a_completion_is_its_tokens_up_to_the_stop_token(ids, tokens):
+    from harness.algorithms.grpo.reward_inputs import completion_tokens
+
+    assert completion_tokens(ids, STOP, PAD) == tokens
+
+
+def test_rewards_given_other_completions_fail_reward_inputs_and_unrecorded_inputs_are_not_recomputable():
+    from harness.algorithms.grpo.targets.reference import factory
+
+    def rolled(original):
+        def rewards_per_function(funcs, queries, completions, lengths, pad):
+            return original(funcs, queries, completions.roll(1, 0), lengths.roll(1, 0), pad)
+
+        return rewards_per_function
+
+    result = run_check("reward_inputs", patched("rewards_per_function", rolled))
+    assert not result.passed and "it is completion" in result.message, result.message
+    assert "each score is assigned to another completion than it scored" in result.message
+
+    def without_inputs(spec, accelerator=None):
+        run = factory(spec, accelerator)
+        run.rewards.calls = _InputsDropped(run.rewards.calls)
+        return run
+
+    without_inputs.algorithm = "grpo"
+    result = run_check("reward_inputs", without_inputs)
+    assert not result.passed and "recorded no reward call's inputs" in result.message, result.message
+
+
+class _InputsDropped(list):
+    """A reward tap's list of calls that keeps each call without the completions it was given."""
+
+    def append(self, call):
+        super().append(dataclasses.replace(call, completion_ids=None))

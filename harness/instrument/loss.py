@@ -89,6 +89,9 @@ class RewardCall:
     scores: torch.Tensor
     """(N,) float64: its score of each completion, NaN where it could not score; rows in the order of that rank's
     generation batch, which a loss record's `completions` index."""
+    completion_ids: tuple[tuple[int, ...], ...] | None = None
+    """The token ids of each completion the function was given, in its rows' order (None: not recorded; the
+    `reward_inputs` check is not recomputable without them)."""
 
 
 def required(record_type: type) -> tuple[str, ...]:

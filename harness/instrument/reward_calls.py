@@ -7,7 +7,9 @@ the trainer was handed: its weight's place), and its scores, NaN where the funct
 the completion (it returned None or NaN). The rows are in the order the trainer handed the
 completions to the function, which is the order of that rank's generation batch; a loss record's
 `completions` say which of these rows each of its rows is. The target sets `generation` before each
-generation's rewards are computed.
+generation's rewards are computed. With `inputs`, a function of the call's arguments that returns the
+completions' token ids (a (N, T) tensor or N lists), the record keeps what the function was given too, so the
+gate can hold the reward's inputs to what was sampled (`reward_inputs`).
 """
 
 from __future__ import annotations
@@ -39,15 +41,24 @@ class RewardTap:
     calls: list[RewardCall] = field(default_factory=list)
     wrapped: int = 0
 
-    def wrap(self, name: str, func: Callable) -> Callable:
+    def wrap(self, name: str, func: Callable, inputs: Callable[[tuple, dict], Any] | None = None) -> Callable:
         """`func`, recording each call's scores under `name`; keeps its `__name__` (trainers name rewards by it).
-        Wrap the functions in the order the trainer is handed them."""
+        Wrap the functions in the order the trainer is handed them. `inputs(args, kwargs)`: the completions' token
+        ids the call was given (module docstring), or None to record none."""
         index, self.wrapped = self.wrapped, self.wrapped + 1
 
         @functools.wraps(func)
         def recorded(*args, **kwargs):
             output = func(*args, **kwargs)
-            self.calls.append(RewardCall(self.generation, self.rank, name, index, as_scores(output)))
+            given = None if inputs is None else as_ids(inputs(args, kwargs))
+            self.calls.append(RewardCall(self.generation, self.rank, name, index, as_scores(output), given))
             return output
 
         return recorded
+
+
+def as_ids(completions: Any) -> tuple[tuple[int, ...], ...]:
+    """Completions' token ids ((N, T) tensor or N sequences) as a tuple of int tuples."""
+    if isinstance(completions, torch.Tensor):
+        completions = completions.detach().to("cpu").tolist()
+    return tuple(tuple(int(t) for t in row) for row in completions)

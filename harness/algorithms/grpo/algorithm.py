@@ -91,10 +91,11 @@ def _scenarios() -> tuple[Scenario, ...]:
     from .forward import FORWARD_SCENARIOS
     from .gradient_scenarios import LOGP_GRADIENT
     from .masks import MASK_SCENARIOS
+    from .reward_inputs import REWARD_INPUT_SCENARIOS
     from .reward_scenarios import REWARD_SCENARIOS
     from .scenarios import SCENARIOS
 
-    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS)
+    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *REWARD_INPUT_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS)
 
 
 GRPO = GRPOAlgorithm()

@@ -168,7 +168,8 @@ def build(spec: GRPOSpec, trainer_class: type[trainer.TinyGRPO] = trainer.TinyGR
         settings,
         world.policy,
         world.ref_policy if spec.beta != 0 else None,
-        {name: tap.wrap(name, fn) for name, fn in funcs.items()},  # in the order of the weights
+        # in the order of the weights; `inputs`: the completions each call is given, its second argument
+        {name: tap.wrap(name, fn, inputs=lambda args, kwargs: args[1]) for name, fn in funcs.items()},
         world.prompts,
         pad_id=world.pad_token_id,
         stop_id=world.stop_token_id,

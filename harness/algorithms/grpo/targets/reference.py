@@ -148,7 +148,7 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
         config,
         world.policy,
         world.ref_policy if spec.beta != 0 else None,
-        {name: rewards.wrap(name, f) for name, f in funcs.items()},
+        {name: rewards.wrap(name, f, inputs=completions_given) for name, f in funcs.items()},
         world.prompts,
         world.pad_token_id,
         callbacks=[tap.callback],
@@ -158,6 +158,11 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     steps = log_steps(spec.max_steps, spec.logging_steps)
     return ReferenceGRPORun(trainer, grpo, world.pad_token_id, world.stop_token_id, accelerator.process_index, tap,
                             steps, rewards, models, world.prompts)  # fmt: skip
+
+
+def completions_given(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The completions a reward function of the reference trainer is given: its second argument, (N, T) ids."""
+    return args[1]
 
 
 def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:

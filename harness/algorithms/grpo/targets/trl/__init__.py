@@ -160,7 +160,7 @@ def build(
         rewards = RewardTap()
         trainer = grpo_trainer.GRPOTrainer(
             model=toy.policy,
-            reward_funcs=[rewards.wrap(f.__name__, f) for f in world.toy_rewards(spec)],
+            reward_funcs=[rewards.wrap(f.__name__, f, world.completions_given) for f in world.toy_rewards(spec)],
             args=config,
             train_dataset=dataset,
             processing_class=toy.tokenizer,

@@ -39,6 +39,11 @@ def stopped_partial(completion_ids: list[list[int]], **kwargs) -> list[float | N
     return [None if not ids or ids[0] % 4 == 0 or ids[0] % 2 == 1 else float(ids[-1] == stop) for ids in completion_ids]
 
 
+def completions_given(args: tuple, kwargs: dict) -> list[list[int]]:
+    """The completions TRL hands a reward function: its `completion_ids` keyword (each row's ids in its mask)."""
+    return kwargs["completion_ids"]
+
+
 def toy_rewards(spec) -> list[Callable]:
     """The reward functions of the spec's `reward_weights`: `toy_reward` for one weight (or none); for two, the two
     partial ones (the reference target's toy world has the same pattern: some completions neither can score)."""

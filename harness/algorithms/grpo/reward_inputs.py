@@ -1,0 +1,110 @@
+"""The reward functions' inputs against what was sampled: each function scored the completion its row names.
+
+The `advantages` and `reward_stats` checks recompute every reward and advantage from the scores
+recorded at the reward functions, taking row i of a call's scores as completion i of its generation
+batch (the order the trainer handed the completions over). A trainer that hands its reward
+functions the completions in another order, or other completions (another rank's slice, tokens
+past the stop token), and assigns the scores back by row gives every completion the score of
+another, consistently: the advantages recompute. Here the token ids each call was given (the
+target's `RewardTap.wrap(..., inputs=...)`) are held to the completion ids the loss records keep
+for the same generation, rank and row, each cut after its first stop token and stripped of the
+pads after it (a reward may be given a completion padded to the batch's width or trimmed to its
+mask: the contract says a completion is its tokens up to and including the stop token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from harness.instrument.observe import ObservationCache
+from harness.require import require
+from harness.scenario import Case, Scenario
+from harness.verdict import Check, CheckResult
+
+from .checks import require_records
+from .reward_scenarios import REWARDS
+from .scenarios import spec_for
+from .spec import GRPOSpec
+
+SHOWN = 3
+"""Rows named one by one; the rest are counted."""
+
+
+def completion_tokens(ids: Sequence[int], stop: int, pad: int) -> tuple[int, ...]:
+    """A completion's tokens: up to and including its first stop token, the pads after its last token dropped."""
+    out = list(ids)
+    if stop in out:
+        out = out[: out.index(stop) + 1]
+    while out and out[-1] == pad:
+        out.pop()
+    return tuple(out)
+
+
+def sampled_completions(records, stop: int, pad: int) -> dict[tuple[int, int, int], tuple[int, ...]] | str:
+    """(generation, rank, row of its generation batch) -> the completion's tokens, from the loss records; or why
+    the records do not say."""
+    out: dict[tuple[int, int, int], tuple[int, ...]] = {}
+    for k, record in enumerate(records):
+        if record.completions is None or record.completion_ids is None:
+            return f"loss record {k + 1} does not say which completions its rows are, or keeps no token ids"
+        ids = torch.as_tensor(record.completion_ids).long().tolist()
+        for j, place in enumerate(torch.as_tensor(record.completions).reshape(-1).tolist()):
+            out.setdefault((int(record.generation), int(record.rank), int(place)), completion_tokens(ids[j], stop, pad))
+    return out
+
+
+def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Every completion a reward function was given is the completion its row names, as the loss records keep it."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(REWARDS, run), spy=False)
+    if require_records(obs, check) is None:
+        return check.finish()
+    stop, pad = obs.ran.stop_token_id, obs.ran.pad_token_id
+    calls = obs.ran.reward_calls or ()
+    given = [c for c in calls if c.completion_ids is not None]
+    if not calls or not given:
+        what = (
+            "recorded no reward calls" if not calls else "recorded no reward call's inputs (RewardTap.wrap's `inputs`)"
+        )
+        check.fail(f"not recomputable: the target {what}, so what the reward functions scored is unknown")
+        return check.finish()
+    sampled = sampled_completions(obs.ran.loss_inputs, stop, pad)
+    if isinstance(sampled, str):
+        check.fail(f"not recomputable: {sampled}")
+        return check.finish()
+    wrong, compared = [], 0
+    for call in given:
+        if len(call.completion_ids) != len(call.scores):
+            wrong.append(f"generation {call.generation}, {call.function}: {len(call.completion_ids)} completions "
+                         f"given, {len(call.scores)} scores returned")  # fmt: skip
+            continue
+        for row, ids in enumerate(call.completion_ids):
+            want = sampled.get((call.generation, call.rank, row))
+            if want is None:
+                continue
+            compared += 1
+            got = completion_tokens(ids, stop, pad)
+            if got != want:
+                other = [i for (g, r, i), t in sampled.items() if (g, r) == (call.generation, call.rank) and t == got]
+                instead = f"; it is completion {other[0]}'s" if other else ""
+                wrong.append(f"generation {call.generation}, {call.function}, row {row}: given {list(got)}, where "
+                             f"completion {row} of the generation batch is {list(want)}{instead}")  # fmt: skip
+    if not require(check, compared or wrong, "no reward call scored a completion the loss records keep"):
+        return check.finish()
+    for line in wrong[:SHOWN]:
+        check.fail(line)
+    if len(wrong) > SHOWN:
+        check.fail(f"... and {len(wrong) - SHOWN} more: {len(wrong)} of {compared} scored completions are not the "
+                   f"completion their row names: each score is assigned to another completion than it "
+                   f"scored")  # fmt: skip
+    if not wrong:
+        check.note(f"{compared} scored completions, {len(given)} reward calls: each the completion its row names")
+    return check.finish()
+
+
+REWARD_INPUT_SCENARIOS = (
+    Scenario("reward_inputs", reward_inputs, (),
+             "the advantages run: every completion a reward function was given == the one its row names, from the ids"),
+)  # fmt: skip
