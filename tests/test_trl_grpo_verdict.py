@@ -56,6 +56,13 @@ TRL_GRPO_PASSES = {
     # its completion lengths, clipped ratio and terminated lengths, at seed 0; at seed 6 one completion ends with
     # a sampled pad and TRL counts it as terminated (test_trl_grpo_counts_a_completion_ending_in_pad_as_terminated)
     "completion_lengths",
+    # its masks run to the first EOS (a pad drawn before it included), its log-probs and entropies are its own
+    # networks', each group's completions one prompt's, its tokens drawn from the policy at the temperature, and
+    # each reward function is given the completion its score is assigned to
+    "completion_mask",
+    "forward_recompute",
+    "sampling",
+    "reward_inputs",
 }
 REL = 1e-6
 

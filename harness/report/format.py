@@ -6,12 +6,20 @@ failure message) writes it through these functions, so a failure reads the same 
 
 from __future__ import annotations
 
+import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from harness.verdict import MetricStatus
 
 if TYPE_CHECKING:
     from harness.verdict import CheckResult, Diagnosis, MetricVerdict
+
+COMPARED = re.compile(r"^[\w ]+: gap \S+ exceeds tolerance \S+$")
+"""The reason harness/compare.py gives a plain fail. A fail whose reason has another form carries the check's own
+words for what it compared (e.g. the token of a gradient gap): its failure line prints those words instead."""
+NOTED = re.compile(r"\(class \d+(?: \+ \d+)*\)$")
+"""A check note that is a diagnosis ends by naming its class: "...: <what it is> (class 15)"."""
 
 
 def fmt(value: Any) -> str:
@@ -26,8 +34,11 @@ def fmt(value: Any) -> str:
 def failure_line(scenario: str, metric: MetricVerdict) -> str:
     """`FAIL <scenario> <metric>: logged=<v> expected=<v> gap=<abs> (rel <r>, tol <t>)`, one pasteable line.
 
-    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`.
+    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`; a plain fail whose
+    reason is the check's own words (not compare's, `COMPARED`) reads `FAIL <scenario> <metric>: <words>`.
     """
+    if metric.status is MetricStatus.FAIL and metric.reason and not COMPARED.match(metric.reason):
+        return f"FAIL {scenario} {metric.label}: {metric.reason}"
     logged = "missing" if metric.status is MetricStatus.MISSING else fmt(metric.logged)
     line = (
         f"FAIL {scenario} {metric.label}: logged={logged} expected={fmt(metric.expected)} "
@@ -46,9 +57,30 @@ def diagnosis_text(metric: MetricVerdict) -> str:
 
 
 def diagnosis_line(diagnosis: Diagnosis) -> str:
-    """`= <formula> (class 5 + 2): <value>, gap <gap>`: what a failure line is followed by."""
+    """`= <formula> (class 5 + 2): <value>, gap <gap>`: what a failure line is followed by. A diagnosis without a
+    value (a formula that reproduces many numbers at once, its formula says how closely) is `= <formula> (class 41)`,
+    or `= <formula>` when the catalogue has no number for it."""
     named = f"class {' + '.join(str(c) for c in diagnosis.classes)}" if diagnosis.classes else "not in the catalogue"
+    if not math.isfinite(diagnosis.value):
+        return f"= {diagnosis.formula}" + (f" ({named})" if diagnosis.classes else "")
     return f"= {diagnosis.formula} ({named}): {fmt(diagnosis.value)}, gap {fmt(diagnosis.gap)}"
+
+
+def noted_diagnosis(result: CheckResult) -> str:
+    """The first of a check's notes that is a diagnosis (`NOTED`), as `= <note>`; '' when none is."""
+    return next((f"= {note}" for note in result.notes if NOTED.search(note)), "")
+
+
+def first_diagnosis(result: CheckResult) -> str:
+    """The diagnosis a check's one line shows after its first failing metric: that metric's, else the first other
+    failing metric's (`; <metric> = <formula> ...`), else the check's diagnosing note (`NOTED`); '' when none."""
+    failing = [m for m in result.metrics if m.failed]
+    if failing and failing[0].diagnosis is not None:
+        return failing[0].diagnosis.line()
+    other = next((m for m in failing if m.diagnosis is not None), None)
+    if other is not None:
+        return f"; {other.label} {other.diagnosis.line()}"
+    return noted_diagnosis(result)
 
 
 def check_failure_lines(result: CheckResult) -> list[str]:

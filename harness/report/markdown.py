@@ -70,7 +70,7 @@ def render_markdown(report: Report) -> str:
             if m.failed and diagnosis_text(m)
         ]
         if diagnosed:
-            lines += ["", "### Why: the known pooling that reproduces each logged value", "", *diagnosed]
+            lines += ["", "### Why: the known pooling or formula that reproduces each logged value", "", *diagnosed]
     every = metric_rows(report, only_failing=False)
     if every:
         lines += ["", "<details><summary>All metrics</summary>", ""]

@@ -2,8 +2,12 @@
 
 A failed check's line ends with its first failing metric as a pasteable failure line
 (`FAIL <scenario> <metric>: logged=... expected=... gap=... (rel ..., tol ...)`), or, when no
-metric failed, its first problem; `(+N more)` counts what else failed in it. The verbose form
-is the metric table, then one failure line per failing metric or failed check.
+metric failed, its first problem; `(+N more)` counts what else failed in it. When the check has a
+diagnosis (a known wrong pooling or formula that reproduces a logged number, harness/diagnose.py;
+or a note naming its class), the line shows it after what failed first: `= <formula> (class N)
+...`, or `; <metric> = <formula> ...` when it is another failing metric's. The verbose form is
+the metric table, then one failure line per failing metric or failed check, each diagnosis
+indented under it.
 
 With a baseline, a known failure's line starts with `known` and ends with its entry's reason
 (`known FAIL  <id>  <what failed first> (baseline: <reason>)`), a passed check the baseline
@@ -14,7 +18,7 @@ the headline gives the run's verdict with the baseline applied and counts both.
 from __future__ import annotations
 
 from harness.baseline import KNOWN, STALE, Entry
-from harness.report.format import diagnosis_text, failure_line, fmt
+from harness.report.format import diagnosis_text, failure_line, first_diagnosis, fmt, noted_diagnosis
 from harness.verdict import CheckResult, CheckStatus
 
 from .model import Report
@@ -39,6 +43,8 @@ def failure_lines(report: Report) -> list[str]:
                 lines.append("    " + diagnosis_text(m))
         if not failing:
             lines.append(f"{known}{check.status.value.upper()} {check.scenario} {check.id}: {check.message}")
+        if noted_diagnosis(check) and not any(m.diagnosis is not None for m in failing):
+            lines.append("    " + noted_diagnosis(check))
     return lines
 
 
@@ -56,16 +62,18 @@ def stale_text(report: Report, check: CheckResult) -> str:
 
 
 def first_failure(check: CheckResult) -> str:
-    """What failed first in `check`, on one line: its first failing metric, else its first problem."""
+    """What failed first in `check`, on one line: its first failing metric, else its first problem; followed by
+    the check's diagnosis when it has one (`first_diagnosis`)."""
     failing = [m for m in check.metrics if m.failed]
     if failing:
         first, more = failure_line(check.scenario, failing[0]), len(failing) - 1
-        if failing[0].diagnosis is not None:
-            first += f" {failing[0].diagnosis.line()}"
     else:
         problems = check.problems or check.notes or ("no reason given",)
         first = f"{check.status.value.upper()} {check.scenario}: {problems[0].splitlines()[0]}"
         more = len(check.problems) - 1
+    diagnosis = first_diagnosis(check)
+    if diagnosis and diagnosis.removeprefix("= ") not in first:
+        first += diagnosis if diagnosis.startswith(";") else f" {diagnosis}"
     return first + (f" (+{more} more)" if more > 0 else "")
 
 

@@ -10,14 +10,16 @@ wrong floor shows. gradients.py has the formula.
 
 from __future__ import annotations
 
+import dataclasses
+
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
 from harness.require import require_ran
 from harness.scenario import Case, Scenario
-from harness.verdict import Check, CheckResult
+from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict
 
-from . import gradients
+from . import gradient_formulas, gradients
 from .checks import require_records
 from .scenarios import SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
@@ -99,13 +101,25 @@ def all_zero(check: Check, records, spec: GRPOSpec, compared: int) -> CheckResul
 
 
 def judge(check: Check, gap: gradients.Gaps, spec: GRPOSpec, where: str) -> None:
-    """Compare the largest gap with 0 (tolerance scaled by the mean |formula|); a note on the factors if it fails."""
+    """Compare the largest gap with 0 (tolerance scaled by the mean |formula|). A failure says in words which token
+    it is, what was recorded there and what the formula gives, names the known wrong formula that reproduces the
+    recorded gradient when one does (gradient_formulas.py), and notes the factors."""
     logged, expected, note = gradients.expectation(gap)
-    verdicts = list(compare(logged, expected, spec.dtype, kind="formula", where=where))
+    verdicts = [explained(v, gap, spec) for v in compare(logged, expected, spec.dtype, kind="formula", where=where)]
     check.absorb(verdicts)
     if note and any(v.failed for v in verdicts):
         check.note(note)
     check.note(f"{gap.compared} tokens compared, {gap.clipped} of them clipped")
+
+
+def explained(verdict: MetricVerdict, gap: gradients.Gaps, spec: GRPOSpec) -> MetricVerdict:
+    """A failing verdict with its token in words (its reason) and its diagnosis; any other as it is."""
+    if verdict.status is not MetricStatus.FAIL:
+        return verdict
+    diagnosis, why = gradient_formulas.diagnose(gap, gradients.Geometry.of(spec).settings, spec.dtype)
+    words = gradient_formulas.worded(gap, spec.dtype) or verdict.reason
+    return dataclasses.replace(verdict, where=spec.split_label, reason=words, diagnosis=diagnosis,
+                               diagnosis_reason=why)  # fmt: skip
 
 
 LOGP_GRADIENT = Scenario(

@@ -213,6 +213,33 @@ def recorded(record: LossRecord, where: str) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class Compared:
+    """One micro-batch as compared: what was recorded, the window weight and the formula's terms."""
+
+    label: str
+    got: torch.Tensor
+    weight: torch.Tensor
+    terms: TokenGradient
+    record: LossRecord
+
+    @property
+    def want(self) -> torch.Tensor:
+        """The formula's gradient: the window weight times d l_t / d logp_t."""
+        return self.weight * self.terms.value
+
+
+@dataclass(frozen=True)
+class Token:
+    """The token of the largest gap: where it is, what was recorded there and what the formula gives."""
+
+    label: str
+    row: int
+    token: int
+    recorded: float
+    formula: float
+
+
+@dataclass(frozen=True)
 class Gaps:
     """The comparison of one run's recorded gradients with the formula."""
 
@@ -224,6 +251,23 @@ class Gaps:
     factors: list[Factor]
     compared: int
     clipped: int
+    worst: Token | None = None
+    """The token of `largest` (None when no token was compared)."""
+    rows: tuple[Compared, ...] = ()
+    """Every micro-batch compared, in window order (the diagnosis recomputes known wrong formulas over them)."""
+
+
+def mean_scale(wants: Sequence[torch.Tensor], records: Sequence[LossRecord]) -> float:
+    """Mean |formula| over the masked tokens of every micro-batch."""
+    masked = [want[r.completion_mask.bool()].abs() for want, r in zip(wants, records)]
+    values = torch.cat(masked) if masked else torch.zeros(0, dtype=torch.float64)
+    return float(values.mean()) if values.numel() else 0.0
+
+
+def relative_gaps(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+    """|recorded - formula| / (|formula| + scale) at each kept token, 0 elsewhere (a NaN stays)."""
+    relative = (got - want).abs() / (want.abs() + scale)  # a token's own size, floored at the mean's
+    return torch.where(keep, relative, torch.zeros_like(want))
 
 
 def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
@@ -238,30 +282,32 @@ def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
     for i, record in enumerate(records):
         windows.setdefault(int(record.window), []).append(i)
     generations = generation_tokens(records, g)
-    compared_rows = []
+    rows, totals = [], []
     for w, indices in sorted(windows.items()):
         group = [records[i] for i in indices]
         window_tokens = int(sum(int(r.completion_mask.sum()) for r in group))
         for i, record, weight in zip(indices, group, window_weights(group, g, generations)):
             label = f"window {w + 1} micro-batch {i + 1}"
-            terms = token_gradient(record, g.settings)
-            compared_rows.append((label, recorded(record, label), weight * terms.value, terms, window_tokens, record))
-    masked = [want[rec.completion_mask.bool()].abs() for _, _, want, _, _, rec in compared_rows]
-    values = torch.cat(masked) if masked else torch.zeros(0, dtype=torch.float64)
-    scale = float(values.mean()) if values.numel() else 0.0
-    largest, where, compared, clipped, factors = 0.0, "", 0, 0, []
-    for label, got, want, terms, window_tokens, record in compared_rows:
-        keep = ~terms.uncertain
-        relative = (got - want).abs() / (want.abs() + scale)  # a token's own size, floored at the mean's
-        gap = float(torch.where(keep, relative, torch.zeros_like(want)).max()) if want.numel() else 0.0
+            rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
+            totals.append(window_tokens)
+    scale = mean_scale([c.want for c in rows], [c.record for c in rows])
+    largest, where, compared, clipped, factors, worst = 0.0, "", 0, 0, [], None
+    for row, window_tokens in zip(rows, totals):
+        got, want, keep = row.got, row.want, ~row.terms.uncertain
+        relative = relative_gaps(got, want, keep, scale)
+        gap = float(relative.max()) if want.numel() else 0.0
+        if want.numel() and (gap > largest or gap != gap or worst is None):
+            flat = int(relative.isnan().flatten().nonzero()[0]) if gap != gap else int(relative.argmax())
+            b, t = divmod(flat, want.shape[1])
+            worst = Token(row.label, b, t, float(got[b, t]), float(want[b, t]))
         if gap > largest or gap != gap:
-            largest, where = gap, label
-        mask = record.completion_mask.bool()
+            largest, where = gap, row.label
+        mask = row.record.completion_mask.bool()
         compared += int((keep & mask).sum())
-        clipped += int((terms.clipped & keep).sum())
+        clipped += int((row.terms.clipped & keep).sum())
         norm = float((want * want).sum())
         factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(mask.sum()), window_tokens))
-    return Gaps(largest, where, scale, factors, compared, clipped)
+    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows))
 
 
 def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:

@@ -6,24 +6,29 @@ each `scale_rewards`. `advantages` holds the advantage of every row the loss saw
 (harness/algorithms/grpo/rewards.py), `reward_stats` each interval's `reward`, `reward_std`,
 `frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the completions trained
 in it. A target that records no scores, or does not say which completion a loss row is, fails
-both as not recomputable. `completion_lengths` holds each interval's length statistics, clipped
-ratio and terminated lengths to the oracle's (harness/algorithms/grpo/lengths.py) from the same
-run's masks and token ids; a target that keeps no ids, or names no stop token, fails it so.
+both as not recomputable; one whose reward functions score every completion fails them as the
+target's to fix. `completion_lengths` holds each interval's length statistics, clipped ratio and
+terminated lengths to the oracle's (harness/algorithms/grpo/lengths.py) from the same run's masks
+and token ids; a target that keeps no ids, or names no stop token, fails it so, and a trainer
+whose masks leave out the stop token fails it as the trainer's. A failure names the known wrong
+formula that reproduces the logged numbers when one does (formulas.py; class 54 for the lengths).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+
+import torch
 
 from harness.compare import compare
+from harness.diagnose import Candidate, diagnosed
 from harness.instrument.observe import Observation, ObservationCache
 from harness.oracle.numbers import finite_float
 from harness.require import require
 from harness.scenario import Case, Scenario
-from harness.tolerances import tolerance
-from harness.verdict import Check, CheckResult
+from harness.verdict import Check, CheckResult, MetricStatus
 
-from . import lengths, rewards
+from . import formulas, lengths, rewards
 from .checks import require_logs, require_records
 from .scenarios import UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
@@ -54,43 +59,76 @@ def recomputed(obs: Observation, check: Check):
     return per_interval, made, rows
 
 
-def what_is_missing(made, rows) -> str:
-    """What the trained completions lack for the scenario to mean something, or ''."""
+def what_is_missing(made, rows, spec) -> str:
+    """What the trained completions lack for the scenario to mean something, or ''. Their scores are the target's
+    reward functions': a run whose functions score every completion is the target's to fix."""
     trained = {(g, row) for interval in rows for g, row, *_ in interval}
     scores = [made[g].scores[row] for g, row in trained]
     unscored = sum(bool(s.isnan().all()) for s in scores)
     partly = sum(bool(s.isnan().any() and not s.isnan().all()) for s in scores)
     moved = sum(bool(made[g].advantages[row] != 0) for g, row in trained)
-    if not (unscored and partly and moved):
-        return (f"of {len(trained)} trained completions, {unscored} no reward function scored, {partly} only some "
-                f"did, {moved} have a non-zero advantage (each must be at least one)")  # fmt: skip
+    if not (unscored and partly):
+        weights = tuple(spec.reward_weights or (1.0,))
+        n = len(weights)
+        return (f"the target's reward functions do not make this scenario: with reward_weights={weights} the target "
+                f"must hand its trainer {n} partial reward function{'s' if n != 1 else ''}, each unable to score "
+                f"some completions (NaN), and some completions {'neither' if n == 2 else 'none of them'} can score; "
+                f"of the {len(trained)} trained completions {unscored} no reward function scored and {partly} only "
+                f"some did (docs/using-the-gate.md, section 7)")  # fmt: skip
+    if not moved:
+        return f"of the {len(trained)} trained completions none has a non-zero advantage (at least one must)"
     return ""
 
 
+def stop_after_mask(per_interval, stop_token_id) -> int:
+    """How many trained completions hold no stop token in their mask but have it right after the mask ends: a
+    trainer's mask that drops the stop token."""
+    found = set()
+    for interval in per_interval:
+        for record in interval.records:
+            mask, ids = record.completion_mask.bool(), record.completion_ids
+            if ids is None or record.completions is None or stop_token_id is None:
+                continue
+            ids = torch.as_tensor(ids)
+            ends = mask.sum(dim=1)
+            inside = ((ids == int(stop_token_id)) & mask).any(dim=1)
+            for j, index in enumerate(torch.as_tensor(record.completions).reshape(-1).tolist()):
+                after = int(ends[j])
+                if not inside[j] and after < ids.shape[1] and int(ids[j, after]) == int(stop_token_id):
+                    found.add((int(record.generation), int(record.rank), int(index)))
+    return len(found)
+
+
 def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Every advantage the loss saw equals the oracle's, from the recorded scores, weights and groups."""
+    """Every advantage the loss saw equals the oracle's, from the recorded scores, weights and groups. A failure is
+    the worst row, with how many rows are off, and the known wrong formula that gives every logged advantage when
+    one does (formulas.py)."""
     check, obs = Check(case.id), reward_run(cache, run, case)
     seen = recomputed(obs, check)
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
-    missing = what_is_missing(made, rows)
+    missing = what_is_missing(made, rows, obs.spec)
     if not require(check, not missing, missing):
         return check.finish()
-    tol = tolerance("advantage", obs.spec.dtype)
-    worst = None
+    compared, places = [], []
     for log, (interval, trained) in enumerate(zip(per_interval, rows)):
         for generation, row, k, j in trained:
             logged = float(interval.records[k].advantages[j])
-            expected = float(made[generation].advantages[row])
-            badness = abs(logged - expected) / tol.allowed(expected)
-            if worst is None or (not math.isnan(worst[0]) and not badness <= worst[0]):  # a NaN is the worst
-                where = f"generation {generation} completion {row} (log {log + 1}, micro-batch {k + 1}, row {j + 1})"
-                worst = (badness, logged, expected, where)
-    if worst is None:
+            compared.append((generation, row, logged, float(made[generation].advantages[row])))
+            places.append(f"generation {generation} completion {row} (log {log + 1}, micro-batch {k + 1}, row {j + 1}")
+    if not compared:
         check.fail("no loss row to compare")
         return check.finish()
-    check.absorb(compare({"advantage": worst[1]}, {"advantage": worst[2]}, obs.spec.dtype, where=worst[3]))
+    dtype, worst = obs.spec.dtype, formulas.worst_row(compared, obs.spec.dtype)
+    off = formulas.off_count(compared, dtype)
+    where = places[worst] + (f"; the worst of {off} of {len(compared)} rows off)" if off > 1 else ")")
+    _, _, logged, expected = compared[worst]
+    verdicts = compare({"advantage": logged}, {"advantage": expected}, dtype, where=where)
+    if any(v.status is MetricStatus.FAIL for v in verdicts):
+        diagnosis, why, _ = formulas.diagnose_advantages(made, compared, obs.spec, dtype)
+        verdicts = [dataclasses.replace(v, diagnosis=diagnosis, diagnosis_reason=why) for v in verdicts]
+    check.absorb(verdicts)
     return check.finish()
 
 
@@ -104,6 +142,7 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     expected = [rewards.reward_stats(made, interval) for interval in rows]
     if not require(check, all(expected), "an interval trained no completion") or not require_logs(obs, (), check):
         return check.finish()
+    weights, per_log = tuple(obs.spec.reward_weights or (1.0,)), []
     for index, want in enumerate(expected):
         log, where = obs.ran.logs[index], f"log {index + 1}" if len(expected) > 1 else None
         # over no score (a mean) or fewer than two (a std) the contract logs 0, but leaves it open (section 8):
@@ -111,7 +150,10 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         empty = [n for n, e in want.items() if e.count == 0 and finite_float(log.get(n)) is None]
         if empty:
             check.note(f"{where or 'the log'}: {', '.join(empty)} over too few scores, not logged as a number: open")
-        check.absorb(compare(log, {n: e for n, e in want.items() if n not in empty}, obs.spec.dtype, where=where))
+        per_log.append(compare(log, {n: e for n, e in want.items() if n not in empty}, obs.spec.dtype, where=where))
+    made_up = [formulas.reward_stat_candidates(made, trained, weights) for trained in rows]
+    for verdicts in formulas.across_logs(per_log, made_up, obs.spec.dtype):
+        check.absorb(verdicts)
     return check.finish()
 
 
@@ -133,6 +175,12 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
         return check.finish()
     cap, every = obs.spec.max_completion_length, [c for t in trained for c in t]
     stopped, full = sum(c.terminated for c in every), sum(c.length == cap for c in every)
+    dropped = 0 if stopped else stop_after_mask(per_interval, obs.ran.stop_token_id)
+    if dropped:
+        check.fail(f"no trained completion's mask holds the stop token, though {dropped} of the {len(every)} have it "
+                   f"right after their mask: the trainer's mask drops it, which is the trainer's to fix, not the "
+                   f"scenario's (its mask must include the stop token: docs/grpo-metrics.md, \"mask\")")  # fmt: skip
+        return check.finish()
     if not require(check, stopped and full, f"of the {len(every)} trained completions {stopped} ended with the stop "
                    f"token and {full} ran to max_completion_length={cap} (at least one of each)"):  # fmt: skip
         return check.finish()
@@ -141,11 +189,23 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     for index, completions in enumerate(trained):
         where = f"log {index + 1}" if len(trained) > 1 else None
         verdicts = compare(obs.ran.logs[index], lengths.length_stats(completions), obs.spec.dtype, where=where)
-        check.absorb(verdicts)
+        check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype))
         if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):
             check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
                        f"whose last token is the pad as ended with the stop token")  # fmt: skip
     return check.finish()
+
+
+def pad_diagnosed(verdicts, completions, dtype) -> list:
+    """`verdicts` with each failing statistic diagnosed when a trainer that takes a final pad for the stop token
+    (class 54) logs it."""
+    padded = lengths.pad_as_stop(completions)
+    if padded == completions:
+        return list(verdicts)
+    wrong = lengths.length_stats(padded)
+    said = "a completion whose last token is the pad counted as ended with the stop token"
+    make = {n: (lambda n=n: [Candidate((54,), said, wrong[n].value, "loss records")]) for n in wrong}
+    return diagnosed(verdicts, make, dtype)
 
 
 def _pad_explains(log, completions, dtype) -> bool:
