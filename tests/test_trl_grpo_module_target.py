@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.algorithms.grpo.scenarios import UNEVEN
+from harness.algorithms.grpo.runs import UNEVEN
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
 from tests import gate_run

@@ -51,7 +51,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
-from .scenarios import LR0, spec_for
+from .runs import LR0, spec_for
 from .spec import GRPOSpec
 
 FORWARD = LR0.with_(name="forward_recompute", num_iterations=2, temperature=0.7)

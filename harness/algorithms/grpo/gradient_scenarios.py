@@ -1,5 +1,6 @@
-"""The GRPO gate's gradient scenario `logp_gradient`: the gradient at the new log-probs against the loss type's
-formula.
+"""The GRPO gate's gradient scenarios: `logp_gradient` (the gradient at the new log-probs against the loss type's
+formula), `gradient_partition` (the step's gradient whatever the cut) and `every_microbatch_applied` (one step
+per window, after exactly its backward passes).
 
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
 off_policy for cispo, sapo and vespo), so they cost nothing more; two more runs, of the extremes
@@ -11,17 +12,20 @@ wrong floor shows. gradients.py has the formula.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache
+from harness.oracle.gradients import applied_gap, largest_gap, running_counter
 from harness.require import require_ran
 from harness.scenario import Case, Scenario
+from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict
 
 from . import gradient_formulas, gradients
-from .checks import require_records
-from .scenarios import SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
+from .checks import require_records, untrained_micro_batches, window_sizes
+from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
 
 RUNS = {
@@ -120,6 +124,59 @@ def explained(verdict: MetricVerdict, gap: gradients.Gaps, spec: GRPOSpec) -> Me
     words = gradient_formulas.worded(gap, spec.dtype) or verdict.reason
     return dataclasses.replace(verdict, where=spec.split_label, reason=words, diagnosis=diagnosis,
                                diagnosis_reason=why)  # fmt: skip
+
+
+def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """At LR 0, one window per generation: the step's gradient is that of the loss type's objective over the
+    generation batch, however it is cut into micro-batches."""
+    check = Check(case.id)
+    base = spec_for(LR0, run).with_(loss_type=case.param("loss_type", run.loss_type), max_steps=1, logging_steps=1)
+    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g,
+                                     steps_per_generation=g), spy=False) for b, g in GRADIENT_CUTS]  # fmt: skip
+    if not all([require_ran(o, check) for o in observed]):
+        return check.finish()
+    counts = [len(o.ran.grads.steps) for o in observed]
+    if counts != [1] * len(observed):
+        check.fail(f"optimizer steps per cut {counts}, expected one each")
+        return check.finish()
+    first = observed[0].ran.grads.steps[0].grad
+    scale = max(first.abs().max().item(), 1e-30)
+    gaps = [(o.spec.split_label, (o.ran.grads.steps[0].grad - first).abs().max().item() / scale) for o in observed[1:]]
+    largest_gap(check, gaps, run.dtype, none=NO_GRADIENT)
+    return check.finish()
+
+
+def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """One optimizer step per window, after exactly that window's backward passes; each step's .grad is exactly
+    its micro-batches' gradients (clipped when max_grad_norm is set); nothing left unapplied, and no micro-batch
+    of a generation left out (the windows are read from the loss records, which a skipped one never writes)."""
+    check, obs = Check(case.id), cache.get(spec_for(SHORT, run).with_(max_steps=4, logging_steps=2), spy=False)
+    ran = require_ran(obs, check)
+    if ran is None:
+        return check.finish()
+    grads, spec = ran.grads, obs.spec
+    seen = [len(step.backward_ids) for step in grads.steps]
+    windows = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
+    if seen != windows or len(windows) != spec.max_steps:
+        check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {windows}")
+    if grads.unapplied:
+        check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
+    untrained = untrained_micro_batches(ran.loss_inputs, spec) if ran.loss_inputs else ""
+    if untrained:
+        check.fail(untrained)
+    ends = list(itertools.accumulate(windows))
+    counter = running_counter(grads, spec.gradient_accumulation_steps, lambda after: after == ends,
+                              f"the windows {ends}", "windows")  # fmt: skip
+    if counter:
+        check.note(counter)
+    tol = tolerance("gradient", spec.dtype)
+    gaps = []
+    for k, step in enumerate(grads.steps):
+        gaps.append((f"step {k + 1}", applied_gap(step, spec.max_grad_norm)))
+        if spec.max_grad_norm is not None and step.applied_norm > spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol:
+            check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds {spec.max_grad_norm}")
+    largest_gap(check, gaps, spec.dtype, none=NO_GRADIENT)
+    return check.finish()
 
 
 LOGP_GRADIENT = Scenario(

@@ -26,7 +26,7 @@ from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
-from .scenarios import UNEVEN, spec_for
+from .runs import UNEVEN, spec_for
 from .spec import GRPOSpec
 
 SHOWN = 3

@@ -20,7 +20,7 @@ from . import gradients
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
-from .scenarios import UNEVEN
+from .runs import UNEVEN
 from .spec import GRPOSpec
 
 ENTROPY = "entropy"

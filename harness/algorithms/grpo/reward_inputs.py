@@ -25,7 +25,7 @@ from harness.verdict import Check, CheckResult
 
 from .checks import require_records
 from .reward_scenarios import REWARDS
-from .scenarios import spec_for
+from .runs import spec_for
 from .spec import GRPOSpec
 
 SHOWN = 3

@@ -30,7 +30,7 @@ from harness.verdict import Check, CheckResult, MetricStatus
 
 from . import formulas, lengths, rewards
 from .checks import require_logs, require_records
-from .scenarios import UNEVEN, spec_for
+from .runs import UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
 
 REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5))

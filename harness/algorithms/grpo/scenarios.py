@@ -8,62 +8,25 @@ The specs are plain `GRPOSpec`s, so any GRPO target runs them.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
-from harness.oracle.gradients import applied_gap, largest_gap, running_counter
-from harness.require import require, require_ran
+from harness.require import require
 from harness.scenario import Case, Scenario
-from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, logged_names, require_logs, require_records, untrained_micro_batches, window_sizes
+from .checks import compare_interval, logged_names, require_logs, require_records, window_sizes
 from .contract import lr0_identities, partition_names, pooled_names
-from .spec import CLIPPED_LOSS_TYPES, CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, SETTINGS, GRPOSpec
-
-# Two generations of 16 completions (four groups), each trained in two windows of two micro-batches of 4, logged
-# once per generation (the spec's default KL weight logs `kl`); completions end at the stop token (uneven lengths).
-UNEVEN = GRPOSpec(name="uneven_lengths", per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                  steps_per_generation=4, max_steps=4, logging_steps=2)  # fmt: skip
-# TRL issue 7047: 3 micro-batches per window, 4 per generation, so each generation's last window holds one.
-SHORT = UNEVEN.with_(name="short_window", per_device_train_batch_size=2, gradient_accumulation_steps=3,
-                     steps_per_generation=4, max_steps=2, logging_steps=2)  # fmt: skip
-# Two passes over a generation of 16 completions (four groups, so some advantages are non-zero at every seed)
-# at a learning rate that moves the ratios past the clip range: high_max 0.33-0.67 at seeds 0-9, where the mean
-# of the micro-batch maxima is 0.05-0.20.
-EXTREME = UNEVEN.with_(name="extremes", per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                       steps_per_generation=4, num_iterations=2, max_steps=4, logging_steps=4,
-                       learning_rate=0.05)  # fmt: skip
-FRESH = UNEVEN.with_(name="freshness", logging_steps=1, max_steps=3)
-# Completions that start with pad: empty rows, and micro-batches of one row that are all masked (1 to 5 of the 8
-# at seeds 0-9 with this bias; 2.5 left seed 2 without one).
-ALL_MASKED = UNEVEN.with_(name="all_masked", per_device_train_batch_size=1, gradient_accumulation_steps=4,
-                          steps_per_generation=8, max_steps=2, logging_steps=2, pad_logit_bias=3.5)  # fmt: skip
-LR0 = UNEVEN.with_(name="partition", learning_rate=0.0, per_device_train_batch_size=4,
-                   gradient_accumulation_steps=2, steps_per_generation=2)  # fmt: skip
-# The uneven run at a temperature other than 1, so that log-probs and entropies of unscaled logits would show.
-LOGITS = UNEVEN.with_(name="logit_recompute", temperature=0.7, max_steps=2, logging_steps=2)
-CUTS = ((4, 2, 2, 1), (2, 4, 4, 1), (8, 1, 1, 1), (1, 8, 8, 1), (4, 1, 2, 1), (2, 3, 4, 1), (4, 2, 2, 2))
-"""(per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation, num_iterations): cuts of one
-generation batch of 8 completions, the first the reference. Windows of 2, 4, 1, 8, 1+1, 3+1 and 2+2."""
-GRADIENT_CUTS = ((4, 2), (2, 4), (8, 1), (1, 8))
-"""(per_device_train_batch_size, steps_per_generation = gradient_accumulation_steps): one window per generation."""
-SOFT = ("cispo", "sapo", "vespo")
-"""The loss types without a hard clip: their objectives bend with r away from 1, which LR 1e-3 barely shows."""
-CISPO_CAP = 1.0
-"""cispo's epsilon_high in its off-policy run when the run keeps the default 0.2: with ratios spread around 1 some
-weights are capped and some not (at 0.2 every one is, and a weight that carries a gradient would not show)."""
-NO_GRADIENT = "no gradient was compared"
-"""What a gradient check fails with when it compared no gradient at all."""
-
-
-def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
-    """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting of SETTINGS."""
-    return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, **{k: getattr(run, k) for k in SETTINGS})
+from .gradient_scenarios import every_microbatch_applied, gradient_partition
+from .runs import ALL_MASKED, CUTS, FRESH, LOGITS, LR0, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
+from .runs import CISPO_CAP as CISPO_CAP  # the other runs stay importable from here, as before runs.py held them
+from .runs import EXTREME as EXTREME
+from .runs import GRADIENT_CUTS as GRADIENT_CUTS
+from .runs import NO_GRADIENT as NO_GRADIENT
+from .spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
 
 
 def pooled_check(obs, check: Check, need=None) -> None:
@@ -105,21 +68,6 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
 
     pooled_check(obs, check, need)
     return check.finish()
-
-
-def clipping(run: GRPOSpec) -> GRPOSpec:
-    """The extremes geometry under the run's loss type if it clips, else under the default one: the clip
-    extremes exist only for the loss types with a hard clip (`--set loss_type=sapo` runs them as dapo)."""
-    spec = spec_for(EXTREME, run)
-    return spec if spec.loss_type in CLIPPED_LOSS_TYPES else spec.with_(loss_type=GRPOSpec().loss_type)
-
-
-def off_policy_spec(run: GRPOSpec, loss_type: str) -> GRPOSpec:
-    """The extremes geometry (two passes at LR 0.05: ratios far from 1) under a loss type without a clip."""
-    spec = spec_for(EXTREME, run).with_(name="off_policy", loss_type=loss_type)
-    if loss_type == "cispo" and run.epsilon_high == GRPOSpec().epsilon_high:
-        spec = spec.with_(epsilon_high=CISPO_CAP)
-    return spec
 
 
 def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -220,26 +168,6 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
     return check.finish()
 
 
-def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """At LR 0, one window per generation: the step's gradient is that of the loss type's objective over the
-    generation batch, however it is cut into micro-batches."""
-    check = Check(case.id)
-    base = spec_for(LR0, run).with_(loss_type=case.param("loss_type", run.loss_type), max_steps=1, logging_steps=1)
-    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g,
-                                     steps_per_generation=g), spy=False) for b, g in GRADIENT_CUTS]  # fmt: skip
-    if not all([require_ran(o, check) for o in observed]):
-        return check.finish()
-    counts = [len(o.ran.grads.steps) for o in observed]
-    if counts != [1] * len(observed):
-        check.fail(f"optimizer steps per cut {counts}, expected one each")
-        return check.finish()
-    first = observed[0].ran.grads.steps[0].grad
-    scale = max(first.abs().max().item(), 1e-30)
-    gaps = [(o.spec.split_label, (o.ran.grads.steps[0].grad - first).abs().max().item() / scale) for o in observed[1:]]
-    largest_gap(check, gaps, run.dtype, none=NO_GRADIENT)
-    return check.finish()
-
-
 def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
     (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
@@ -267,39 +195,6 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
     for key, (gap, where) in worst.items():
         check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, kind="recompute",
                              where=where))  # fmt: skip
-    return check.finish()
-
-
-def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """One optimizer step per window, after exactly that window's backward passes; each step's .grad is exactly
-    its micro-batches' gradients (clipped when max_grad_norm is set); nothing left unapplied, and no micro-batch
-    of a generation left out (the windows are read from the loss records, which a skipped one never writes)."""
-    check, obs = Check(case.id), cache.get(spec_for(SHORT, run).with_(max_steps=4, logging_steps=2), spy=False)
-    ran = require_ran(obs, check)
-    if ran is None:
-        return check.finish()
-    grads, spec = ran.grads, obs.spec
-    seen = [len(step.backward_ids) for step in grads.steps]
-    windows = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
-    if seen != windows or len(windows) != spec.max_steps:
-        check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {windows}")
-    if grads.unapplied:
-        check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
-    untrained = untrained_micro_batches(ran.loss_inputs, spec) if ran.loss_inputs else ""
-    if untrained:
-        check.fail(untrained)
-    ends = list(itertools.accumulate(windows))
-    counter = running_counter(grads, spec.gradient_accumulation_steps, lambda after: after == ends,
-                              f"the windows {ends}", "windows")  # fmt: skip
-    if counter:
-        check.note(counter)
-    tol = tolerance("gradient", spec.dtype)
-    gaps = []
-    for k, step in enumerate(grads.steps):
-        gaps.append((f"step {k + 1}", applied_gap(step, spec.max_grad_norm)))
-        if spec.max_grad_norm is not None and step.applied_norm > spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol:
-            check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds {spec.max_grad_norm}")
-    largest_gap(check, gaps, spec.dtype, none=NO_GRADIENT)
     return check.finish()
 
 

@@ -65,6 +65,6 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # added later (cispo, sapo, luspo, vespo; bnpo over each micro-batch's own tokens), their uneven_lengths and
     # off_policy cases, seeds 0-4: at most 9.3e-7 at float32 (cispo), 1.4e-15 at float64, 2.4e-2 at bfloat16
     # (cispo; the others 1.4e-2 or less): within the rows. sapo's tokens whose gate is saturated are not compared
-    # (gradients.SATURATED; one such token reached 4.7e-6 at float32, seed 0).
+    # (token_gradients.SATURATED; one such token reached 4.7e-6 at float32, seed 0).
     "gradient/logp_relative": ((0.0, 0.0, 1e-6), (0.0, 0.0, 4e-6), (0.0, 0.0, 1.5e-1)),
 }
