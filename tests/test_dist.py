@@ -47,8 +47,13 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "uneven_lengths[ranks=2]": "pass",
         "freshness[ranks=2]": "pass",
         "logp_gradient[ranks=2]": "pass",
+        "advantages[ranks=2]": "pass",
+        "completion_mask[ranks=2]": "pass",
+        "reward_inputs[ranks=2]": "pass",
     }
     assert report["algorithm"] == "grpo"
+    (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
+    assert "would differ under a rank's own std" in advantages["message"]  # the run has teeth
 
 
 def test_mean_of_per_rank_means_fails(tmp_path):

@@ -4,22 +4,30 @@ Each rank saves its `Ran` (logs and loss records); the parent checks that every 
 logged metrics equal the oracle's value over the union of all ranks' records (TRL PR 6380
 fixed a mean of per-rank means), after checking that a mean of per-rank values would differ; and that
 each rank's gradient at its log-probs is the loss type's formula over every rank's tokens, times the
-number of ranks (data parallelism averages the ranks' gradients).
+number of ranks (data parallelism averages the ranks' gradients). What each rank generates, scores and
+normalises: on a run with two reward functions and `scale_rewards="batch"`, every loss row's advantage on
+every rank equals the oracle's over every rank's recorded scores (the batch's std is the whole generation
+batch's, every rank's completions, which differs from each rank's own: the check fails when it would not),
+each rank's masks are the contract's, and each rank's reward functions were given its own completions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Ran
+from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
-from . import gradients
+from . import gradients, masks, rewards
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
+from .reward_inputs import completion_tokens, sampled_completions
 from .runs import UNEVEN
 from .spec import GRPOSpec
 
@@ -27,9 +35,14 @@ ENTROPY = "entropy"
 """The metric whose per-rank values are compared with the pooled one to show the run has teeth."""
 
 
+REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5), scale_rewards="batch")
+"""Two reward functions, advantages scaled by the generation batch's std: a rank's own std is not the batch's."""
+
+
 def rank_specs(seed: int) -> dict[str, GRPOSpec]:
-    """The run every rank makes: two generations, each logged once (also the freshness of the second log)."""
-    return {"uneven_lengths": UNEVEN.with_(seed=seed)}
+    """The runs every rank makes: two generations, each logged once (also the freshness of the second log); and
+    the same with two reward functions under batch scaling (the advantages, masks and reward inputs)."""
+    return {"uneven_lengths": UNEVEN.with_(seed=seed), "advantages": REWARDS.with_(seed=seed)}
 
 
 def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
@@ -41,6 +54,7 @@ def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
         *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)))
           for index, name in enumerate(("uneven_lengths", "freshness"))),
         logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", (("ranks", len(ranks)),))),
+        *rollout_across_ranks(runs["advantages"], REWARDS),
     ]  # fmt: skip
 
 
@@ -100,3 +114,102 @@ def ranks_differ(per_rank, pooled: float | None, spec: GRPOSpec, check: Check) -
         return False
     check.note(f"completion tokens per rank {counts}")
     return True
+
+
+def rollout_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec) -> list[CheckResult]:
+    """advantages, completion_mask and reward_inputs on every rank's records (module docstring)."""
+    world = (("ranks", len(ranks)),)
+    return [advantages_across_ranks(ranks, spec, CheckId("advantages", world)),
+            masks_across_ranks(ranks, CheckId("completion_mask", world)),
+            reward_inputs_across_ranks(ranks, CheckId("reward_inputs", world))]  # fmt: skip
+
+
+def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:
+    """Every rank's loss rows' advantages == the oracle's over every rank's scores, which a rank's own differ
+    from."""
+    check = Check(check_id)
+    if not all(r.loss_inputs and r.reward_calls for r in ranks):
+        check.fail("a rank recorded no loss inputs or no reward calls")
+        return check.finish()
+    calls = [c for r in ranks for c in r.reward_calls]
+    records = [rec for r in ranks for rec in r.loss_inputs]
+    made, alone = rewards.generations(calls, spec), [rewards.generations(r.reward_calls, spec) for r in ranks]
+    rows = rewards.trained_rows(records, made) if not isinstance(made, str) else made
+    problem = next((x for x in (made, rows, *alone) if isinstance(x, str)), None)
+    if problem is not None:
+        check.fail(f"not recomputable: {problem}")
+        return check.finish()
+    tol, off, moved, worst = tolerance("advantage", spec.dtype), 0, 0, (0.0, "")
+    for generation, row, k, j in rows:
+        record = records[k]
+        logged, want = float(record.advantages[j]), float(made[generation].advantages[row])
+        rank, index = int(record.rank), int(torch.as_tensor(record.completions).reshape(-1)[j])
+        own = alone[rank][generation]
+        moved += abs(float(own.advantages[own.row(rank, index)]) - want) > tol.allowed(want)
+        gap = abs(logged - want)
+        if not gap <= tol.allowed(want):
+            off += 1
+            if not gap <= worst[0]:
+                worst = (gap, f"rank {rank}, generation {generation}, completion {index}: {logged:.6g} where the "
+                              f"oracle over every rank's scores gives {want:.6g}")  # fmt: skip
+    if not moved:
+        check.fail(f"no rank's own batch std would give another advantage ({len(rows)} rows): nothing shows that "
+                   f"the std is the whole batch's")  # fmt: skip
+    elif off:
+        check.fail(f"{off} of {len(rows)} advantages are not the oracle's over every rank's scores; the worst: "
+                   f"{worst[1]}")  # fmt: skip
+    else:
+        check.note(f"{len(rows)} advantages over {len(ranks)} ranks; {moved} would differ under a rank's own std")
+    return check.finish()
+
+
+def masks_across_ranks(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
+    """Every rank's loss rows' masks are the contract's (masks.py)."""
+    check = Check(check_id)
+    wrong, rows = [], 0
+    for ran in ranks:
+        for k, record in enumerate(ran.loss_inputs or ()):
+            if record.completion_ids is None:
+                check.fail(f"not recomputable: a loss record of rank {record.rank} keeps no `completion_ids`")
+                return check.finish()
+            ids, mask = torch.as_tensor(record.completion_ids).long(), record.completion_mask.bool()
+            for j in range(ids.shape[0]):
+                rows += 1
+                problem = masks.mask_problem(ids[j], mask[j], ran.stop_token_id, ran.pad_token_id)
+                if problem:
+                    wrong.append(f"rank {record.rank}, loss record {k + 1} row {j + 1}: {problem}")
+    if not rows:
+        check.fail("no rank recorded a loss row")
+    for line in wrong[: masks.SHOWN]:
+        check.fail(line)
+    if len(wrong) > masks.SHOWN:
+        check.fail(f"... and {len(wrong) - masks.SHOWN} more of {rows} rows")
+    return check.finish()
+
+
+def reward_inputs_across_ranks(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
+    """Each rank's reward functions were given that rank's completions, row by row (reward_inputs.py)."""
+    check = Check(check_id)
+    compared, wrong = 0, []
+    for ran in ranks:
+        given = [c for c in ran.reward_calls or () if c.completion_ids is not None]
+        if not given:
+            check.fail("not recomputable: a rank recorded no reward call's inputs (RewardTap.wrap's `inputs`)")
+            return check.finish()
+        sampled = sampled_completions(ran.loss_inputs or (), ran.stop_token_id, ran.pad_token_id)
+        if isinstance(sampled, str):
+            check.fail(f"not recomputable: {sampled}")
+            return check.finish()
+        for call in given:
+            for row, ids in enumerate(call.completion_ids):
+                want = sampled.get((call.generation, call.rank, row))
+                if want is not None:
+                    compared += 1
+                    if completion_tokens(ids, ran.stop_token_id, ran.pad_token_id) != want:
+                        wrong.append(f"rank {call.rank}, generation {call.generation}, {call.function}, row {row}")
+    if not compared:
+        check.fail("no reward call scored a completion the loss records keep")
+    elif wrong:
+        check.fail(f"{len(wrong)} of {compared} scored completions are not the completion their row names on their "
+                   f"rank (first: {wrong[0]})")  # fmt: skip
+    return check.finish()
