@@ -84,11 +84,12 @@ _ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # a left-padded prompt, real tokens replaced by 0, or logits multiplied by the temperature (0.7) instead of
     # divided put some log-prob off by 1.2 to 1.6 (measured, seed 0).
     # GRPO (harness/algorithms/grpo/forward.py: the loss's, old and reference log-probs and the entropies of every
-    # loss record, LR 0, temperature 0.7), seeds 0-4: reference float32 log-probs 5.9e-6, entropies 4.1e-6; float64
-    # 0 and 6.1e-15; bfloat16 1.62 (a reference log-prob at seed 3) and 0.48; TRL 1.12.0 float32, seeds 0-2, 3.9e-6
-    # and 1.3e-6, bfloat16 0.071 and 0.057; 1.16.0 (its fused head) 5.6e-7 and 1.3e-6. The entropy row is the
-    # log-prob row: the same forward, the same rounding. Logits not shifted by one position put the log-probs
-    # nats off (no prompt explains a row).
+    # loss record, LR 0, temperature 0.5), seeds 0-4: reference float32 log-probs 9.6e-6 (seed 4; 2.3e-6 to 4.5e-6
+    # at the others), entropies 3.2e-6; float64 0 and 2.7e-15; TRL 1.12.0 float32, seeds 0-2, 5.7e-6 and 2.4e-6.
+    # At temperature 0.7 (measured first): bfloat16 1.62 (a reference log-prob, seed 3) and 0.48, TRL's 0.071 and
+    # 0.057; 1.16.0 (its fused head) 5.6e-7 and 1.3e-6 at float32. The float32 row is five times the largest; the
+    # entropy row is the log-prob row: the same forward, the same rounding. Logits not shifted by one position
+    # put the log-probs nats off (no prompt explains a row).
     "forward/logprob": ((1e-5, 0.0), (5e-5, 0.0), (25.0, 0.0)),
     "forward/value": ((1e-8, 0.0), (4e-5, 0.0), (32.0, 0.0)),
     "forward/entropy": ((1e-5, 0.0), (5e-5, 0.0), (25.0, 0.0)),
