@@ -156,6 +156,8 @@ class Gaps:
     """The token of `largest` (None when no token was compared)."""
     rows: tuple[Compared, ...] = ()
     """Every micro-batch compared, in window order (the diagnosis recomputes known wrong formulas over them)."""
+    capped: int = 0
+    """Compared tokens whose gradient delta's cap zeroes."""
 
 
 def mean_scale(wants: Sequence[torch.Tensor], records: Sequence[LossRecord]) -> float:
@@ -192,7 +194,7 @@ def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
             rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
             totals.append(window_tokens)
     scale = mean_scale([c.want for c in rows], [c.record for c in rows])
-    largest, where, compared, clipped, factors, worst = 0.0, "", 0, 0, [], None
+    largest, where, compared, clipped, capped, factors, worst = 0.0, "", 0, 0, 0, [], None
     for row, window_tokens in zip(rows, totals):
         got, want, keep = row.got, row.want, ~row.terms.uncertain
         relative = relative_gaps(got, want, keep, scale)
@@ -206,9 +208,10 @@ def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
         mask = row.record.completion_mask.bool()
         compared += int((keep & mask).sum())
         clipped += int((row.terms.clipped & keep).sum())
+        capped += int((row.terms.capped & keep).sum()) if row.terms.capped is not None else 0
         norm = float((want * want).sum())
         factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(mask.sum()), window_tokens))
-    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows))
+    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows), capped)
 
 
 def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:

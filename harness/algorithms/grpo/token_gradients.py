@@ -47,6 +47,9 @@ class TokenGradient:
     uncertain: torch.Tensor
     clipped: torch.Tensor
     """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside)."""
+    capped: torch.Tensor | None = None
+    """Masked tokens whose policy-term gradient delta's cap zeroes (the unclipped branch is the smaller, r > delta);
+    None for the loss types without a hard clip."""
 
 
 def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
@@ -114,4 +117,5 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     if s.delta is not None:
         near |= (ratio - s.delta).abs() <= margin * s.delta
     zeroed = mask & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
-    return TokenGradient(value, near & mask, zeroed)
+    capped_away = mask & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
+    return TokenGradient(value, near & mask, zeroed, capped_away)
