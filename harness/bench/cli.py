@@ -15,11 +15,15 @@ For small also: the recording memory at vocabulary 256 vs 32000 (goal: within 10
 wall time of `python -m harness verify` (goal < 60 s). Set OMP_NUM_THREADS=1 for stable
 numbers on the CPU (nox -s bench does). Exit 0, or 2 for a usage error (e.g. --device cuda
 without a CUDA device).
+
+`--live` measures instead what the live check (harness/live/) costs a GRPO run of the medium model, side by
+side with the bare run (bench/live.py, docs/live.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import subprocess
@@ -198,6 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="run a size on a device it is not meant for")
+    parser.add_argument(
+        "--live", action="store_true", help="instead: the live check's overhead on the medium GRPO run (bench/live.py)"
+    )
+    parser.add_argument("--live-every", type=int, default=20, help="with --live: one interval in LIVE_EVERY")
+    parser.add_argument(
+        "--live-steps",
+        type=int,
+        default=None,
+        help="with --live: also train LIVE_STEPS steps bare and live-checked, end to end",
+    )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -209,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.live:
+        bench_live = importlib.import_module("harness.bench.targets.live").bench_live  # a target, by name
+
+        bench_live(args.device, args.repeat or 2, args.live_every, args.live_steps)
+        return 0
     size = SIZES[args.size]
     if size.meant_for == "cuda" and args.device == "cpu" and not args.force:
         print(

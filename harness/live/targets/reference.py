@@ -1,0 +1,121 @@
+"""The live check of the reference GRPO trainer (reference_trainers/grpo.py), or a custom loop with its names: a
+context manager around its `train()`.
+
+    with live_reference(trainer, every=20) as live:
+        trainer.train()
+    print(live.summary.line())
+
+While it is open, the trainer's `window_step` (one optimizer step) is wrapped: before the first window of a
+sampled logging interval it installs the gate's loss recorder (harness/instrument/loss_recorder.py) on
+`micro_step` and on the module-level `selective_log_softmax` and `entropy_from_logits` of the trainer's module, as
+the gate's reference target does; a callback put first in the trainer's `callbacks` takes the recorder off at the
+interval's log, checks the records (every rank's) against the logged metrics and adds `live/<name>_expected` to
+them, so that the other callbacks and accelerate's trackers log both. Everything is put back on leaving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from harness.algorithms.grpo.expect import Settings
+from harness.algorithms.grpo.live import Geometry
+from harness.instrument.loss_recorder import LossRecorder
+
+from ..session import LiveSession
+
+SETTINGS = tuple(name for name in Settings.__dataclass_fields__ if name != "dtype")
+
+
+def reference_settings(trainer: Any) -> Settings:
+    """The oracle's settings from the trainer's config (it carries TRL's names) and its policy's dtype."""
+    dtype = next((p.dtype for p in trainer.model.parameters()), None)
+    return Settings(**{name: getattr(trainer.config, name) for name in SETTINGS},
+                    dtype=str(dtype).removeprefix("torch.") if dtype is not None else "float32")  # fmt: skip
+
+
+class ReferenceLive:
+    """The live check's hold on one reference trainer (what `live_reference` yields)."""
+
+    def __init__(self, trainer: Any, session: LiveSession) -> None:
+        self.trainer, self.session = trainer, session
+        self.settings = reference_settings(trainer)
+        config = trainer.config
+        self.geometry = Geometry(int(config.steps_per_generation or config.gradient_accumulation_steps),
+                                 int(config.num_iterations))  # fmt: skip
+        self.module = sys.modules[type(trainer).__module__]
+        self.recorder: LossRecorder | None = None
+        self.rank = int(trainer.accelerator.process_index)
+
+    @property
+    def summary(self):
+        return self.session.summary
+
+    @property
+    def results(self):
+        return self.session.results
+
+    def _fields(self, batch, rows, denominator) -> dict[str, Any]:
+        old, ref = batch.old_per_token_logps, batch.ref_per_token_logps
+        return {
+            "generation": int(batch.index),
+            "window": int(self.trainer.step),
+            "rank": self.rank,
+            "completion_mask": batch.completion_mask[rows],
+            "completions": rows,
+            "completion_ids": batch.completion_ids[rows],
+            "old_logps": None if old is None else old[rows],
+            "ref_logps": None if ref is None else ref[rows],
+            "advantages": batch.advantages[rows],
+        }
+
+    def interval_of(self, step: int) -> int:
+        return step // max(int(self.trainer.config.logging_steps), 1)
+
+    def window_step(self, window_step):
+        def live_window_step(batch, micro_batches):
+            if self.recorder is None and self.session.sampled(self.interval_of(int(self.trainer.step))):
+                self.recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields)
+                self.recorder.__enter__()
+            return window_step(batch, micro_batches)
+
+        return live_window_step
+
+    def stop(self):
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return None
+        recorder.__exit__(None, None, None)
+        return recorder.records
+
+    def callback(self, metrics, step) -> None:
+        """The trainer's callback, `callback(metrics, step)`, first of its callbacks."""
+        records = self.stop()
+        if records is not None:
+            self.session.check(records, metrics, self.settings, self.interval_of(int(step) - 1), int(step),
+                               geometry=self.geometry)  # fmt: skip
+
+
+@contextlib.contextmanager
+def live_reference(trainer: Any, every: int = 20, **session: Any) -> Iterator[ReferenceLive]:
+    """Check one logging interval in `every` of `trainer`'s run while the context is open (module docstring);
+    `session`: LiveSession's other settings. The summary is logged on leaving."""
+    live = ReferenceLive(trainer, LiveSession(every, **session))
+    previous = trainer.__dict__.get("window_step")
+    trainer.window_step = live.window_step(trainer.window_step)
+    trainer.callbacks.insert(0, live.callback)
+    finished = False
+    try:
+        yield live
+        finished = True
+    finally:
+        live.stop()
+        trainer.callbacks.remove(live.callback)
+        if previous is None:
+            del trainer.window_step
+        else:
+            trainer.window_step = previous
+        if finished:
+            live.session.finish()
