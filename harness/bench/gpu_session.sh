@@ -82,6 +82,10 @@ step bench_medium_cuda -s bench -- --size medium --device cuda \
   :: -m harness.bench --size medium --device cuda
 step verify_dist -s verify_dist -- --report-dir "$OUT/verify_dist" \
   :: -m harness verify-dist --report-dir "$OUT/verify_dist"
+step live_trl_cuda -s live -- --target trl-grpo --device cuda \
+  :: -m harness.live --target trl-grpo --device cuda
+step bench_live_cuda -s bench -- --live --device cuda \
+  :: -m harness.bench --live --device cuda
 
 say ""
 say "full logs: $OUT/*.log; verify reports: $OUT/verify_*/verify.json"
