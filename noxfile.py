@@ -178,12 +178,24 @@ def verify(session: nox.Session) -> None:
     exit_with(session, worst(codes))
 
 
+PARALLEL = ("-n", "auto", "--dist", "loadfile", "--durations=15")
+"""How `tests` runs pytest: one pytest-xdist worker per CPU, each taking whole modules (a module's fixtures are
+made once; tests/conftest.py hands out the costly modules first), and the slowest tests named at the end.
+`-- -n 0` runs in one process; `-- -m "not slow"` is the fast tier (docs/development.md, "The test suite's
+time")."""
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes)."""
+    """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes), on every CPU.
+
+    `nox -Rs tests -- -m "not slow"` is the fast tier for the edit-test loop (the venv reused, nothing installed):
+    every module's unit tests and each algorithm's whole reference gate, in process.
+    """
     install(session, "test", "trl", "mutation")
     # the suite's own verify runs hold broken trainers to the gate: keep their tables out of a CI step summary
-    session.run("python", "-m", "pytest", "tests", *session.posargs, env={**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""})
+    env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""}
+    session.run("python", "-m", "pytest", "tests", *PARALLEL, *session.posargs, env=env)
     if not session.posargs:  # the whole suite (what CI runs): both example projects too, in their own fresh venv
         session.notify("example")
         session.notify("trl_newest")  # and the GRPO verdict on TRL's newest release, in a venv of its own
@@ -376,6 +388,18 @@ def trl_newest(session: nox.Session) -> None:
     install_trl(session, f"trl=={TRL_NEWEST}")
     env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
     session.run("python", "-m", "pytest", "tests/test_trl_newest.py", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON, default=False)
+def live(session: nox.Session) -> None:
+    """A live-checked GRPO run on a 25M-parameter Llama built from its config (docs/live.md): `-- --target
+    trl-grpo` trains TRL's newest release (TRL_NEWEST, or `--trl PATH_OR_REQUIREMENT`) and exits 1 naming class
+    16; `-- --target reference-grpo` trains the reference trainer and exits 0. `--device cuda` where there is one."""
+    install(session)
+    trl, rest = trl_option(session)
+    if wants_trl(rest):
+        install_trl(session, trl or f"trl=={TRL_NEWEST}")
+    run_exit_code(session, "-m", "harness.live", *rest, env={"TRL_EXPERIMENTAL_SILENCE": "1"})
 
 
 def failing_checks(report: str) -> str:

@@ -27,6 +27,7 @@ def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
     return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_reference_trainer_passes_across_two_processes(tmp_path):
     code, report, output = verify_dist(tmp_path, "reference")
     assert code == 0, output[-3000:]
@@ -40,6 +41,7 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
     assert "= 0.5 x the sum of their gradients" in gradient["message"]  # DDP averages the two ranks
 
 
+@pytest.mark.slow
 def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
     code, report, output = verify_dist(tmp_path, "reference-grpo")
     assert code == 0, output[-3000:]
@@ -56,6 +58,7 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
     assert "would differ under a rank's own std" in advantages["message"]  # the run has teeth
 
 
+@pytest.mark.slow
 def test_mean_of_per_rank_means_fails(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.dist_variants:per_rank_mean")
     assert code == 1, output[-3000:]
@@ -65,12 +68,14 @@ def test_mean_of_per_rank_means_fails(tmp_path):
     assert "policy/entropy_avg" in {m["name"] for m in uneven["metrics"] if m["status"] == "fail"}
 
 
+@pytest.mark.slow
 def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.dist_variants:hangs", "--timeout", "30")
     assert code == 1
     assert "timed out after 30s" in report["checks"][0]["message"]
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_fails_the_run_and_says_why(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.dist_variants:rank_one_raises", "--timeout", "120")
     assert code == 1, output[-2000:]
@@ -84,6 +89,7 @@ def test_unknown_target_is_a_usage_error(tmp_path):
     assert code == 2 and "cannot import" in output
 
 
+@pytest.mark.slow
 def test_metrics_outside_the_contract_may_differ_between_ranks(tmp_path):
     """A per-rank count such as TRL's val/num_eos_tokens is not the contract's: it must not fail the run."""
     code, report, output = verify_dist(tmp_path, "tests.precision_variants:extra_metrics")

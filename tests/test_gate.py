@@ -12,8 +12,9 @@ from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument.grad import GradTrace
-from harness.instrument.observe import Observation, ObservationCache, Ran
+from harness.instrument.observe import Observation, Ran
 from tests.gate_run import verify
+from tests.support.gates import gate, observations, reference
 
 # ------------------------------------------------------------------ exit codes
 
@@ -145,18 +146,36 @@ def test_an_exception_inside_a_check_fails_that_check_and_keeps_its_row(monkeypa
 # ------------------------------------------------------------------ the GPU session's paths, on CPU
 
 
+def test_the_reference_trainer_passes_every_check_of_the_gate():
+    """The whole PPO gate (`python -m harness verify`'s checks, in process; its runs shared with the modules that
+    read the same scenarios, and its verdict with tests/test_trl_verdict.py's reference)."""
+    report = gate("reference")
+    assert report["algorithm"] == "ppo" and len(report["checks"]) == len(cases("ppo"))
+    failed = [f"{c['id']}: {c['message']}" for c in report["checks"] if c["status"] != "pass"]
+    assert report["status"] == "pass" and not failed, failed
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
-def test_other_dtypes_pass_with_their_own_tolerances(tmp_path, dtype):
-    code, report, output = verify(tmp_path, "--dtype", dtype)
-    assert code == 0, output[-2000:]
-    assert report["dtype"] == dtype and report["status"] == "pass"
+def test_other_dtypes_pass_with_their_own_tolerances(dtype):
+    report = gate("reference", dtype=dtype)
+    assert report["dtype"] == dtype and report["status"] == "pass", [
+        c["id"] for c in report["checks"] if c["status"] != "pass"
+    ]
+    assert len(report["checks"]) == len(cases("ppo"))
 
 
+SOME = ("uneven_split[epochs=1]", "uneven_split[epochs=2]", "freshness", "rollout_objectives[rollout=uneven_split]",
+        "partition_invariance")  # fmt: skip
+
+
+@pytest.mark.slow
 def test_same_seed_same_verdicts_and_numbers(tmp_path):
-    first = verify(tmp_path / "a", "-k", "uneven_split or freshness or rollout or partition")
-    second = verify(tmp_path / "b", "-k", "uneven_split or freshness or rollout or partition")
-    assert first[0] == second[0] == 0
-    assert first[1] == second[1] and len(first[1]["checks"]) >= 4
+    """A gate run as a user runs it (its own process) and the same checks run in this one: the same verdicts and
+    the same numbers, to the last digit."""
+    code, report, output = verify(tmp_path, *(f"--check={c}" for c in SOME))
+    assert code == 0, output[-2000:]
+    assert report == gate("reference", checks=SOME) and len(report["checks"]) == len(SOME)
 
 
 # ------------------------------------------------------------------ checks and preconditions, in process
@@ -164,9 +183,7 @@ def test_same_seed_same_verdicts_and_numbers(tmp_path):
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.algorithms.ppo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return reference("ppo")
 
 
 @pytest.mark.parametrize(
@@ -190,7 +207,7 @@ def test_a_run_that_lacks_what_the_scenario_needs_fails(reference_cache, monkeyp
 def test_a_wrong_mask_passed_to_masked_mean_is_named():
     from tests.gate_variants import value_stats_on_the_response_mask
 
-    result = check("uneven_split[epochs=1]", ObservationCache(value_stats_on_the_response_mask))
+    result = check("uneven_split[epochs=1]", observations(value_stats_on_the_response_mask))
     assert not result.passed
     assert "site 'vf_loss': mask" in result.message and "the oracle's V mask" in result.message
     assert {m.name for m in result.metrics if m.failed} >= {"loss/value_avg", "val/clipfrac_avg"}
@@ -199,7 +216,7 @@ def test_a_wrong_mask_passed_to_masked_mean_is_named():
 def test_nan_for_an_update_with_no_response_token_fails():
     from tests.gate_variants import nan_when_nothing_to_average
 
-    cache = ObservationCache(nan_when_nothing_to_average)
+    cache = observations(nan_when_nothing_to_average)
     assert check("uneven_split[epochs=1]", cache).passed  # the variant is right where tokens exist
     result = check("empty_update", cache)
     assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message
@@ -216,7 +233,7 @@ def test_training_signal_fails_when_it_never_saw_the_raw_advantages():
     """Not a pass on nothing: without the whitening call the per-token losses cannot be checked, and the check fails."""
     from tests.gate_variants import whitening_not_seen
 
-    result = check("training_signal[epochs=1]", ObservationCache(whitening_not_seen))
+    result = check("training_signal[epochs=1]", observations(whitening_not_seen))
     assert not result.passed
     unseen = [m for m in result.metrics if m.status == "not_recomputable"]
     assert {m.name for m in unseen} == {"per_token/pg_loss", "per_token/pg_clipfrac", "per_token/advantages_raw"}
@@ -227,7 +244,7 @@ def test_training_signal_fails_when_it_never_saw_the_values():
     """Not a pass on nothing: a target that exposes no value head leaves the value side unchecked, and it fails."""
     from tests.gate_variants import value_head_hidden
 
-    result = check("training_signal[epochs=1]", ObservationCache(value_head_hidden))
+    result = check("training_signal[epochs=1]", observations(value_head_hidden))
     assert not result.passed
     unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
     assert set(unseen) == {"per_token/advantages_raw", "per_token/vf_loss", "per_token/vf_clipfrac"}
@@ -238,7 +255,7 @@ def test_logp_gradient_fails_when_it_never_saw_the_values():
     """Not a pass on nothing: without a value head, dL/dv is unseen and logp_gradient fails on it."""
     from tests.gate_variants import value_head_hidden
 
-    result = check("logp_gradient[run=lr0_uneven]", ObservationCache(value_head_hidden))
+    result = check("logp_gradient[run=lr0_uneven]", observations(value_head_hidden))
     assert not result.passed
     unseen = {m.name: m.reason for m in result.metrics if m.status == "not_recomputable"}
     assert set(unseen) == {"gradient/value"} and "value_head" in unseen["gradient/value"]
@@ -249,7 +266,7 @@ def test_a_reward_model_whose_head_was_never_recorded_fails_loudly():
     unknown, and the checks that read them fail (not the optional 'no scores' of a target that shows none)."""
     from tests.gate_variants import reward_model_unseen
 
-    cache = ObservationCache(reward_model_unseen)
+    cache = observations(reward_model_unseen)
     sweep = "settings_sweep[settings=reward_model,check={}]"
     for check_id, names in (
         (sweep.format("rollout_objectives"), {"objective/scores", "objective/rlhf_reward"}),
@@ -272,5 +289,5 @@ def test_a_reward_model_whose_head_was_never_recorded_fails_loudly():
 def test_a_rollout_of_another_size_than_the_spec_s_fails_every_check_that_reads_it(variant, says):
     import tests.gate_variants as variants
 
-    result = check("uneven_split[epochs=1]", ObservationCache(getattr(variants, variant)))
+    result = check("uneven_split[epochs=1]", observations(getattr(variants, variant)))
     assert not result.passed and says in result.message

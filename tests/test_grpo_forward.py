@@ -13,6 +13,7 @@ from harness.algorithms.grpo.masks import mask_problem
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import ObservationCache
 from tests.gate_variants import swapped_during_training
+from tests.support.gates import reference as shared_reference
 
 STOP, PAD = 2, 0
 TOY_STOP = 1
@@ -37,9 +38,7 @@ def patched(name: str, replacement):
 
 @pytest.fixture(scope="module")
 def reference():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return shared_reference("grpo")
 
 
 @pytest.mark.parametrize("check_id", ["forward_recompute", "sampling", "completion_mask"])
@@ -165,9 +164,7 @@ def test_a_group_of_mixed_prompts_is_named_unless_one_prompt_explains_them_all()
 
 def test_the_reference_passes_the_forward_recompute_at_bfloat16():
     """At bfloat16 several prompts may explain a row within the row's tolerance; its group is still one prompt's."""
-    from harness.algorithms.grpo.targets.reference import factory
-
-    result = case("forward_recompute", "grpo").run(ObservationCache(factory), GRPOSpec(dtype="bfloat16"))
+    result = case("forward_recompute", "grpo").run(shared_reference("grpo"), GRPOSpec(dtype="bfloat16"))
     assert result.passed, result.message
 
 
@@ -210,3 +207,14 @@ class _InputsDropped(list):
 
     def append(self, call):
         super().append(dataclasses.replace(call, completion_ids=None))
+
+
+def test_a_sampler_not_handed_the_temperature_fails_sampling():
+    """The completions drawn at temperature 1 while the log-probs are taken at the run's 0.5 (at 0.7 the toy
+    policy's small logits hid it: |Z| 3.9 and 3.0 at seeds 0 and 1)."""
+
+    def at_one(original):
+        return lambda policy, queries, length, temperature, stop, pad: original(policy, queries, length, 1.0, stop, pad)
+
+    result = run_check("sampling", patched("sample_responses", at_one))
+    assert not result.passed and "hotter sampling than the log-probs' temperature" in result.message, result.message

@@ -20,6 +20,7 @@ from harness.instrument.grad import GradTrace
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Crashed, Observation, ObservationCache, Ran
 from tests.gate_run import verify
+from tests.support.gates import gate, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,9 +195,7 @@ def test_no_optimizer_step_fails_the_gradient_checks():
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return reference("grpo")
 
 
 def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache, monkeypatch):
@@ -269,9 +268,9 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     )
     # 8 loss types twice (uneven_lengths, logp_gradient), 7 cut-invariant ones (gradient_partition), 3 soft ones
     # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
-    # 4 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
+    # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
     # mask, the forward recompute, the sampling and the reward inputs
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 4 + 2 + 6 + 4 == 54
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 == 55
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
@@ -280,6 +279,15 @@ def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
     assert report["algorithm"] == "grpo" and [c["id"] for c in report["checks"]] == ["short_window"]
     code, _, output = verify(tmp_path, "--target", "reference-grpo", "--set", "kl_coef=0.1")
     assert code == 2 and "KEY one of" in output
+
+
+def test_the_reference_grpo_trainer_passes_every_check_of_the_gate():
+    """The whole GRPO gate (`python -m harness verify --target reference-grpo`'s checks, in process; the session's
+    runs shared with the modules that read the same scenarios)."""
+    report = gate("reference-grpo")
+    assert report["algorithm"] == "grpo" and len(report["checks"]) == len(cases("grpo"))
+    failed = [f"{c['id']}: {c['message']}" for c in report["checks"] if c["status"] != "pass"]
+    assert report["status"] == "pass" and not failed, failed
 
 
 def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(reference_cache):

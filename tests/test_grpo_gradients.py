@@ -12,7 +12,8 @@ from harness.algorithms import case
 from harness.algorithms.grpo import gradient_scenarios, gradients
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import NotRecomputable
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import Observation
+from tests.support.gates import reference
 from tests.test_grpo_gate import FixedCache, ran, record
 
 
@@ -90,9 +91,7 @@ def test_the_kl_term_with_and_without_the_bias_correction():
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return reference("grpo")
 
 
 def check(check_id, cache):
@@ -140,11 +139,9 @@ def test_a_run_without_a_clipped_token_fails_the_clipped_cases(reference_cache):
 def test_a_run_whose_every_advantage_is_0_at_beta_0_passes_only_with_a_zero_gradient():
     """Under `--set beta=0` a run may have every advantage 0 (all groups alike): the formula is 0 everywhere, and
     the recorded gradient must be too; a non-zero one, or beta != 0, fails."""
-    from harness.algorithms.grpo.targets.reference import factory
-
     spec = GRPOSpec(beta=0.0)
     kase = case("logp_gradient[loss_type=bnpo]", "grpo")
-    obs = ObservationCache(factory).get(gradient_scenarios.run_spec(spec, kase), spy=False)
+    obs = reference("grpo").get(gradient_scenarios.run_spec(spec, kase), spy=False)
 
     def still(r, grad=0.0):
         zero = torch.zeros_like(r.advantages)

@@ -12,7 +12,8 @@ from harness.algorithms.grpo import lengths
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import Observation
+from tests.support.gates import reference
 from tests.test_grpo_gate import FixedCache
 
 STOP, PAD = 1, 0
@@ -78,9 +79,7 @@ def test_records_that_do_not_say_are_not_recomputable():
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return reference("grpo")
 
 
 def run_check(cache):

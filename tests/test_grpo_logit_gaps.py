@@ -12,7 +12,8 @@ from harness.algorithms.grpo import scenarios
 from harness.algorithms.grpo.expect import intervals
 from harness.algorithms.grpo.logit_gaps import LogitGaps, entropy_f64, logps_f64
 from harness.algorithms.grpo.spec import GRPOSpec
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import Observation
+from tests.support.gates import reference
 from tests.test_grpo_gate import FixedCache, grpo_check, ran
 
 
@@ -50,9 +51,7 @@ def test_the_float64_formulas_and_the_gaps_of_a_correct_and_a_wrong_entropy():
 
 @pytest.fixture(scope="module")
 def logits_obs():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    cache = ObservationCache(factory)
+    cache = reference("grpo")
     spec = scenarios.spec_for(scenarios.LOGITS, GRPOSpec()).with_(temperature=0.7)
     return cache, cache.get(spec, spy=False)
 
@@ -76,9 +75,7 @@ def test_the_reference_passes_logit_recompute_and_broken_gaps_fail_it(logits_obs
 
 
 def test_a_flat_mean_of_micro_batch_means_is_diagnosed_as_class_16():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    cache = ObservationCache(factory)
+    cache = reference("grpo")
     obs = cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
     for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):

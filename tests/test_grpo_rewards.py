@@ -15,7 +15,8 @@ from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import RewardCall, reward_calls
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import Observation
+from tests.support.gates import reference
 from tests.test_grpo_gate import FixedCache
 
 NAN = math.nan
@@ -99,9 +100,7 @@ def test_the_spec_takes_one_or_two_reward_weights():
 
 @pytest.fixture(scope="module")
 def reference_cache():
-    from harness.algorithms.grpo.targets.reference import factory
-
-    return ObservationCache(factory)
+    return reference("grpo")
 
 
 def run_check(check_id, cache):

@@ -632,6 +632,7 @@ def sites(loss_type: str) -> dict[str, str]:
     return {"entropy": "mean_entropy", "kl": "mean_kl", **flag}
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_two_ranks_log_the_pool_of_their_union_and_step_on_its_objective(tmp_path):
     root = Path(__file__).resolve().parents[1]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent / "third_algorithm"
+pytestmark = pytest.mark.slow  # three processes, as a user runs them, with the algorithm registered
 
 
 def harness(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

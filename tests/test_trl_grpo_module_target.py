@@ -35,6 +35,7 @@ def verify(target: str, out: Path, pythonpath: Path) -> tuple[int, dict, str]:
     return gate_run.verify(out, "--target", target, *checks, timeout=600, pythonpath=pythonpath)
 
 
+@pytest.mark.slow
 @needs_trl
 @pytest.mark.trl
 def test_a_copy_of_trls_grpo_trainer_gets_trls_verdict(tmp_path):

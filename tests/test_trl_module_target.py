@@ -40,6 +40,7 @@ def verdict(report: dict) -> dict:
     }
 
 
+@pytest.mark.slow
 @needs_trl
 @pytest.mark.trl
 def test_a_copy_of_trls_trainer_gets_trls_verdict(tmp_path):
