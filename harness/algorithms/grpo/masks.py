@@ -58,9 +58,38 @@ def mask_problem(ids: torch.Tensor, mask: torch.Tensor, stop: int, pad: int) -> 
     return f"its mask covers positions 0..{length - 1}, where {stop_at}{pad_at}"
 
 
+def row_problems(records, stop: int, pad: int) -> tuple[list[str], int, int] | str:
+    """(each wrong row's line, rows, rows holding the stop token before their last position) over `records`; or
+    why they cannot be judged."""
+    wrong, rows, stopped = [], 0, 0
+    for k, record in enumerate(records):
+        if record.completion_ids is None:
+            return f"not recomputable: loss record {k + 1} keeps no `completion_ids`"
+        ids, mask = torch.as_tensor(record.completion_ids).long(), record.completion_mask.bool()
+        if ids.shape != mask.shape:
+            return f"loss record {k + 1}: completion_ids of shape {tuple(ids.shape)}, the mask {tuple(mask.shape)}"
+        on = f"rank {record.rank}, " if int(record.rank) else ""
+        for j in range(ids.shape[0]):
+            rows += 1
+            stopped += bool((ids[j, :-1] == stop).any())
+            problem = mask_problem(ids[j], mask[j], stop, pad)
+            if problem:
+                wrong.append(f"{on}loss record {k + 1} row {j + 1}: {problem}")
+    return wrong, rows, stopped
+
+
+def fail_rows(check: Check, wrong: list[str], rows: int) -> None:
+    """Fail `check` with the first wrong rows by name, the rest counted."""
+    for line in wrong[:SHOWN]:
+        check.fail(line)
+    if len(wrong) > SHOWN:
+        check.fail(f"... and {len(wrong) - SHOWN} more: {len(wrong)} of {rows} loss rows masked otherwise than the "
+                   f"contract (each completion's tokens up to and including its first stop token)")  # fmt: skip
+
+
 def completion_mask(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Every loss row's mask covers its completion's tokens up to and including the first stop token (module
-    docstring), from the row's ids; the run must show completions that stopped and one that did not."""
+    docstring), from the row's ids; the run must show a completion that stopped before its last position."""
     check = Check(case.id)
     obs = cache.get(spec_for(UNEVEN, run), spy=False)
     if require_records(obs, check) is None:
@@ -69,30 +98,15 @@ def completion_mask(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
     if not require(check, stop is not None, "the target does not say which token stops a completion "
                    "(`stop_token_id`)"):  # fmt: skip
         return check.finish()
-    wrong, rows, stopped = [], 0, 0
-    for k, record in enumerate(obs.ran.loss_inputs):
-        if record.completion_ids is None:
-            check.fail(f"not recomputable: loss record {k + 1} keeps no `completion_ids`")
-            return check.finish()
-        ids, mask = torch.as_tensor(record.completion_ids).long(), record.completion_mask.bool()
-        if ids.shape != mask.shape:
-            check.fail(f"loss record {k + 1}: completion_ids of shape {tuple(ids.shape)}, the mask "
-                       f"{tuple(mask.shape)}")  # fmt: skip
-            return check.finish()
-        for j in range(ids.shape[0]):
-            rows += 1
-            stopped += bool((ids[j, :-1] == stop).any())
-            problem = mask_problem(ids[j], mask[j], stop, pad)
-            if problem:
-                wrong.append(f"loss record {k + 1} row {j + 1}: {problem}")
+    found = row_problems(obs.ran.loss_inputs, stop, pad)
+    if isinstance(found, str):
+        check.fail(found)
+        return check.finish()
+    wrong, rows, stopped = found
     if not require(check, stopped, f"of {rows} loss rows none holds the stop token before its last position: "
                    f"none shows where a completion's mask must end"):  # fmt: skip
         return check.finish()
-    for line in wrong[:SHOWN]:
-        check.fail(line)
-    if len(wrong) > SHOWN:
-        check.fail(f"... and {len(wrong) - SHOWN} more: {len(wrong)} of {rows} loss rows masked otherwise than the "
-                   f"contract (each completion's tokens up to and including its first stop token)")  # fmt: skip
+    fail_rows(check, wrong, rows)
     if not wrong:
         check.note(f"{rows} loss rows, {stopped} with the stop token: every mask is the contract's")
     return check.finish()

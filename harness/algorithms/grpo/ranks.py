@@ -23,11 +23,10 @@ from harness.instrument.observe import Ran
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
-from . import gradients, masks, rewards
+from . import gradients, masks, reward_inputs, rewards
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
-from .reward_inputs import completion_tokens, sampled_completions
 from .runs import UNEVEN
 from .spec import GRPOSpec
 
@@ -168,48 +167,26 @@ def masks_across_ranks(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
     check = Check(check_id)
     wrong, rows = [], 0
     for ran in ranks:
-        for k, record in enumerate(ran.loss_inputs or ()):
-            if record.completion_ids is None:
-                check.fail(f"not recomputable: a loss record of rank {record.rank} keeps no `completion_ids`")
-                return check.finish()
-            ids, mask = torch.as_tensor(record.completion_ids).long(), record.completion_mask.bool()
-            for j in range(ids.shape[0]):
-                rows += 1
-                problem = masks.mask_problem(ids[j], mask[j], ran.stop_token_id, ran.pad_token_id)
-                if problem:
-                    wrong.append(f"rank {record.rank}, loss record {k + 1} row {j + 1}: {problem}")
+        found = masks.row_problems(ran.loss_inputs or (), ran.stop_token_id, ran.pad_token_id)
+        if isinstance(found, str):
+            check.fail(found)
+            return check.finish()
+        wrong, rows = wrong + found[0], rows + found[1]
     if not rows:
         check.fail("no rank recorded a loss row")
-    for line in wrong[: masks.SHOWN]:
-        check.fail(line)
-    if len(wrong) > masks.SHOWN:
-        check.fail(f"... and {len(wrong) - masks.SHOWN} more of {rows} rows")
+    masks.fail_rows(check, wrong, rows)
     return check.finish()
 
 
 def reward_inputs_across_ranks(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
     """Each rank's reward functions were given that rank's completions, row by row (reward_inputs.py)."""
     check = Check(check_id)
-    compared, wrong = 0, []
+    wrong, compared, calls = [], 0, 0
     for ran in ranks:
-        given = [c for c in ran.reward_calls or () if c.completion_ids is not None]
-        if not given:
-            check.fail("not recomputable: a rank recorded no reward call's inputs (RewardTap.wrap's `inputs`)")
+        found = reward_inputs.input_problems(ran)
+        if isinstance(found, str):
+            check.fail(found)
             return check.finish()
-        sampled = sampled_completions(ran.loss_inputs or (), ran.stop_token_id, ran.pad_token_id)
-        if isinstance(sampled, str):
-            check.fail(f"not recomputable: {sampled}")
-            return check.finish()
-        for call in given:
-            for row, ids in enumerate(call.completion_ids):
-                want = sampled.get((call.generation, call.rank, row))
-                if want is not None:
-                    compared += 1
-                    if completion_tokens(ids, ran.stop_token_id, ran.pad_token_id) != want:
-                        wrong.append(f"rank {call.rank}, generation {call.generation}, {call.function}, row {row}")
-    if not compared:
-        check.fail("no reward call scored a completion the loss records keep")
-    elif wrong:
-        check.fail(f"{len(wrong)} of {compared} scored completions are not the completion their row names on their "
-                   f"rank (first: {wrong[0]})")  # fmt: skip
+        wrong, compared, calls = wrong + found[0], compared + found[1], calls + found[2]
+    reward_inputs.judge_inputs(check, wrong, compared, calls)
     return check.finish()

@@ -55,29 +55,25 @@ def sampled_completions(records, stop: int, pad: int) -> dict[tuple[int, int, in
     return out
 
 
-def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Every completion a reward function was given is the completion its row names, as the loss records keep it."""
-    check = Check(case.id)
-    obs = cache.get(spec_for(REWARDS, run), spy=False)
-    if require_records(obs, check) is None:
-        return check.finish()
-    stop, pad = obs.ran.stop_token_id, obs.ran.pad_token_id
-    calls = obs.ran.reward_calls or ()
+def input_problems(ran) -> tuple[list[str], int, int] | str:
+    """(each wrong row's line, completions compared, reward calls with their inputs) of one rank's run; or why its
+    records cannot say."""
+    stop, pad = ran.stop_token_id, ran.pad_token_id
+    calls = ran.reward_calls or ()
     given = [c for c in calls if c.completion_ids is not None]
     if not calls or not given:
         what = (
             "recorded no reward calls" if not calls else "recorded no reward call's inputs (RewardTap.wrap's `inputs`)"
         )
-        check.fail(f"not recomputable: the target {what}, so what the reward functions scored is unknown")
-        return check.finish()
-    sampled = sampled_completions(obs.ran.loss_inputs, stop, pad)
+        return f"not recomputable: the target {what}, so what the reward functions scored is unknown"
+    sampled = sampled_completions(ran.loss_inputs or (), stop, pad)
     if isinstance(sampled, str):
-        check.fail(f"not recomputable: {sampled}")
-        return check.finish()
+        return f"not recomputable: {sampled}"
     wrong, compared = [], 0
     for call in given:
+        on = f"rank {call.rank}, " if int(call.rank) else ""
         if len(call.completion_ids) != len(call.scores):
-            wrong.append(f"generation {call.generation}, {call.function}: {len(call.completion_ids)} completions "
+            wrong.append(f"{on}generation {call.generation}, {call.function}: {len(call.completion_ids)} completions "
                          f"given, {len(call.scores)} scores returned")  # fmt: skip
             continue
         for row, ids in enumerate(call.completion_ids):
@@ -89,10 +85,16 @@ def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
             if got != want:
                 other = [i for (g, r, i), t in sampled.items() if (g, r) == (call.generation, call.rank) and t == got]
                 instead = f"; it is completion {other[0]}'s" if other else ""
-                wrong.append(f"generation {call.generation}, {call.function}, row {row}: given {list(got)}, where "
+                wrong.append(f"{on}generation {call.generation}, {call.function}, row {row}: given {list(got)}, where "
                              f"completion {row} of the generation batch is {list(want)}{instead}")  # fmt: skip
+    return wrong, compared, len(given)
+
+
+def judge_inputs(check: Check, wrong: list[str], compared: int, calls: int) -> None:
+    """Fail `check` with the first wrong rows by name and the rest counted, or note what was compared; fail it
+    when nothing was."""
     if not require(check, compared or wrong, "no reward call scored a completion the loss records keep"):
-        return check.finish()
+        return
     for line in wrong[:SHOWN]:
         check.fail(line)
     if len(wrong) > SHOWN:
@@ -100,7 +102,20 @@ def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
                    f"completion their row names: each score is assigned to another completion than it "
                    f"scored")  # fmt: skip
     if not wrong:
-        check.note(f"{compared} scored completions, {len(given)} reward calls: each the completion its row names")
+        check.note(f"{compared} scored completions, {calls} reward calls: each the completion its row names")
+
+
+def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Every completion a reward function was given is the completion its row names, as the loss records keep it."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(REWARDS, run), spy=False)
+    if require_records(obs, check) is None:
+        return check.finish()
+    found = input_problems(obs.ran)
+    if isinstance(found, str):
+        check.fail(found)
+    else:
+        judge_inputs(check, *found)
     return check.finish()
 
 

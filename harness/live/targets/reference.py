@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.live import Geometry
+from harness.algorithms.grpo.targets.reference import micro_step_fields
 from harness.instrument.loss_recorder import LossRecorder
 
 from ..session import LiveSession
@@ -58,18 +59,7 @@ class ReferenceLive:
         return self.session.results
 
     def _fields(self, batch, rows, denominator) -> dict[str, Any]:
-        old, ref = batch.old_per_token_logps, batch.ref_per_token_logps
-        return {
-            "generation": int(batch.index),
-            "window": int(self.trainer.step),
-            "rank": self.rank,
-            "completion_mask": batch.completion_mask[rows],
-            "completions": rows,
-            "completion_ids": batch.completion_ids[rows],
-            "old_logps": None if old is None else old[rows],
-            "ref_logps": None if ref is None else ref[rows],
-            "advantages": batch.advantages[rows],
-        }
+        return micro_step_fields(batch, rows, int(self.trainer.step), self.rank)
 
     def interval_of(self, step: int) -> int:
         return step // max(int(self.trainer.config.logging_steps), 1)

@@ -80,19 +80,7 @@ class ReferenceGRPORun:
         return recorded_window_step
 
     def _fields(self, batch, rows, denominator) -> dict[str, Any]:
-        """What a micro-step's arguments say of its loss record (the recorder copies the tensors)."""
-        old, ref = batch.old_per_token_logps, batch.ref_per_token_logps
-        return {
-            "generation": int(batch.index),
-            "window": self.windows,
-            "rank": self.rank,
-            "completion_mask": batch.completion_mask[rows],
-            "completions": rows,
-            "completion_ids": batch.completion_ids[rows],
-            "old_logps": None if old is None else old[rows],
-            "ref_logps": None if ref is None else ref[rows],
-            "advantages": batch.advantages[rows],
-        }
+        return micro_step_fields(batch, rows, self.windows, self.rank)
 
     @property
     def loss_inputs(self) -> tuple[LossRecord, ...]:
@@ -118,6 +106,23 @@ class ReferenceGRPORun:
         with self.recorder:
             returned = self.trainer.train()
         return self.tap.logged(returned, steps=self.log_steps)
+
+
+def micro_step_fields(batch, rows, window: int, rank: int) -> dict[str, Any]:
+    """What the reference trainer's `micro_step(batch, rows, denominator)` arguments say of its loss record, in
+    optimizer step `window` on `rank` (the recorder copies the tensors)."""
+    old, ref = batch.old_per_token_logps, batch.ref_per_token_logps
+    return {
+        "generation": int(batch.index),
+        "window": window,
+        "rank": rank,
+        "completion_mask": batch.completion_mask[rows],
+        "completions": rows,
+        "completion_ids": batch.completion_ids[rows],
+        "old_logps": None if old is None else old[rows],
+        "ref_logps": None if ref is None else ref[rows],
+        "advantages": batch.advantages[rows],
+    }
 
 
 def config_fields(config_class) -> tuple[str, ...]:
