@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..sizes import MEDIUM
 
 GOAL = 1.01
-"""The live check's budget at one interval in 20 (issue: at most 1 % of the training time)."""
+"""The live check's budget at one interval in 20: at most 1 % of the training time (docs/live.md)."""
 
 
 @dataclass(frozen=True)

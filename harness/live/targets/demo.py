@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 
 TARGETS = ("trl-grpo", "reference-grpo")
-EOS_LOGIT_BIAS = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def build_model(run: DemoRun):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from harness.algorithms.grpo.targets.trl.world import add_logit_biases
+    from harness.algorithms.grpo.targets.trl.world import EOS_LOGIT_BIAS, add_logit_biases
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(run.seed)
