@@ -1,6 +1,7 @@
 """`python -m mutants [curated|mutmut|report|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
+        [--no-fork]                            ... each gate a fresh process (default on Linux: forked)
 mutmut [--max-children N] [--keep-scratch]    mutmut over ppo.py, ppo_config.py, common.py (scratch copy)
        [--algorithm grpo]                      ... over grpo.py, grpo_config.py, common.py, the GRPO gate as tests
        [--functions F,C.M]                     ... over these functions' mutants only
@@ -37,6 +38,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument("--jobs", type=int, default=None, help="mutants verified at once (default: CPUs, at most 4)")
         p.add_argument("--timeout", type=float, default=900.0, help="seconds per verify run")
         p.add_argument("--keep", type=Path, default=None, help="copy each mutant's scratch folder here")
+        p.add_argument(
+            "--no-fork",
+            action="store_true",
+            help="run every gate as a fresh `python -m harness` process (slower; by default on Linux each verify "
+            "run is forked from one process that imported torch, transformers, accelerate and the harness once)",
+        )
 
     def mutmut_args(p):
         """The mutmut driver's options, shared by `mutmut` and `all`."""
@@ -94,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
     codes = []
     if args.command in ("curated", "all"):
-        codes.append(runner.run_curated(args.only, args.full, args.jobs, args.timeout, args.report_dir, args.keep))
+        codes.append(
+            runner.run_curated(
+                args.only, args.full, args.jobs, args.timeout, args.report_dir, args.keep, fork=not args.no_fork
+            )
+        )
     if args.command in ("mutmut", "all"):
         functions = selection.parse_functions(args.functions)
         codes.append(

@@ -4,7 +4,11 @@ For every mutant: copy `reference_trainers/`, `reference_ppo/`, `harness/` and `
 into a fresh temporary folder, apply the patch there, and run
 `python -m harness verify --target reference` in that folder with
 PYTHONPATH pointing at it (so that the scratch copy's `reference_trainers` is the one
-imported; the runner checks this once per session). The verdict comes from the
+imported; the runner checks this once per session, and after every forked run). On Linux
+each `verify` run is a child forked from one gate server that imported torch,
+transformers, accelerate, pytest and the harness once but no trainer (harness_run.py,
+gate_server.py): the same run, without each run's seconds of imports; `fork=False`
+(`--no-fork`) starts a fresh process for every run instead. The verdict comes from the
 run's exit code and its `verify.json`:
 
 - killed: exit 1 and at least one check the mutant names (`killed_by`) failed;
@@ -42,14 +46,16 @@ from . import catalogue
 from .catalogue import Mutant
 from .controls import CONTROLS, control_name, has_command, run_control
 from .curated_output import print_summary, write_curated_json
-from .harness_run import log_tail, run_harness
+from .harness_run import TRAINER_PACKAGES, GateServer, can_fork, log_tail, run_harness
 from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus
 from .project import ROOT, copy_project
 from .verdicts import diagnosed_class, judge
 
 
-def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = None) -> CuratedResult:
-    """Copy, patch and verify one mutant."""
+def run_mutant(
+    mutant: Mutant, full: bool, timeout: float, keep: Path | None = None, server: GateServer | None = None
+) -> CuratedResult:
+    """Copy, patch and verify one mutant (its `verify` forked from `server` when given one)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-{mutant.id}-"))
     try:
         copy_project(scratch)
@@ -63,7 +69,9 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
             why = "needs verify_dist: this checkout has no `python -m harness verify-dist` (harness/dist.py)"
             return CuratedResult(mutant, CuratedStatus.NOT_RUN, reason=why, diff=diff)
         selection = [] if full or mutant.command != "verify" else catalogue.test_selection(mutant)
-        outcome = run_harness(scratch, mutant.command, selection, timeout, mutant.target)
+        # the server's harness is the unpatched one: a patch of anything but a trainer runs in a fresh process
+        own = server if patches_only_trainers(mutant) else None
+        outcome = run_harness(scratch, mutant.command, selection, timeout, mutant.target, own)
         verdict = judge(mutant, outcome)
         log = "\n" + log_tail(outcome.log) if verdict.status is CuratedStatus.ERROR else ""
         return CuratedResult(
@@ -83,6 +91,11 @@ def run_mutant(mutant: Mutant, full: bool, timeout: float, keep: Path | None = N
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def patches_only_trainers(mutant: Mutant) -> bool:
+    """Whether `mutant` patches only the trainer packages, which the gate server never imports."""
+    return all(Path(rep.file).parts[0] in TRAINER_PACKAGES for rep in mutant.patch)
+
+
 def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:
     """The catalogue (or `ids`) to run, or None after printing why it cannot run."""
     try:
@@ -98,30 +111,52 @@ def selected_mutants(ids: list[str] | None) -> list[Mutant] | None:
 
 
 def run_all(
-    mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None
+    mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None, fork: bool = True
 ) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
-    """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls)."""
+    """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls).
+
+    With `fork` (and where harness_run.can_fork), every `verify` run is forked from one gate server.
+    """
+    server = GateServer() if fork and can_fork() else None
+    try:
+        return _run_all(mutants, full, jobs, timeout, keep, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run_all(
+    mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None, server: GateServer | None
+) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
+    """run_all's pool, its verify runs forked from `server` when there is one."""
     from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []
     wanted = {control_name(m.command, m.algorithm) for m in mutants if has_command(m.command)}
     commands = ["verify"] + [name for name in CONTROLS if name in wanted and name != "verify"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        control_futures = {pool.submit(run_control, timeout, command): command for command in commands}
-        futures = {pool.submit(run_mutant, m, full, timeout, keep): m for m in mutants}
-        with tqdm(
-            total=len(futures) + len(control_futures), desc="curated mutants", unit="run", file=sys.stderr
-        ) as bar:
-            for future in as_completed([*control_futures, *futures]):
-                if future in control_futures:
-                    bar.set_postfix_str(
-                        f"control {control_futures[future]} " + ("pass" if future.result().passed else "FAIL")
-                    )
-                else:
-                    r = future.result()
-                    results.append(r)
-                    bar.set_postfix_str(f"{r.id}: {r.status.text}")
-                bar.update(1)
+        control_futures = {pool.submit(run_control, timeout, command, server): command for command in commands}
+        futures = {pool.submit(run_mutant, m, full, timeout, keep, server): m for m in mutants}
+        try:
+            with tqdm(
+                total=len(futures) + len(control_futures), desc="curated mutants", unit="run", file=sys.stderr
+            ) as bar:
+                for future in as_completed([*control_futures, *futures]):
+                    if future in control_futures:
+                        bar.set_postfix_str(
+                            f"control {control_futures[future]} " + ("pass" if future.result().passed else "FAIL")
+                        )
+                    else:
+                        r = future.result()
+                        results.append(r)
+                        bar.set_postfix_str(f"{r.id}: {r.status.text}")
+                    bar.update(1)
+        except BaseException:
+            # Ctrl-C does not reach the forked runs (each has a process group of its own): ending the
+            # server ends them, and every run still queued, so the pool's threads return at once
+            if server is not None:
+                server.close()
+            raise
     controls = {command: future.result() for future, command in control_futures.items()}
     order = {m.id: i for i, m in enumerate(mutants)}
     results.sort(key=lambda r: order[r.id])
@@ -135,14 +170,18 @@ def run_curated(
     timeout: float = 900.0,
     report_dir: Path = ROOT / "reports",
     keep: Path | None = None,
+    fork: bool = True,
 ) -> int:
-    """Run the catalogue (or `ids`), print the table, write reports/curated.json. Exit 0, 1 or 2."""
+    """Run the catalogue (or `ids`), print the table, write reports/curated.json. Exit 0, 1 or 2.
+
+    `fork=False` runs every gate as a fresh process (the verdicts are the same; it costs each run its imports).
+    """
     mutants = selected_mutants(ids)
     if mutants is None:
         return 2
     jobs = jobs or max(1, min(4, os.cpu_count() or 1))
     started = time.perf_counter()
-    results, controls = run_all(mutants, full, jobs, timeout, keep)
+    results, controls = run_all(mutants, full, jobs, timeout, keep, fork)
     wall = time.perf_counter() - started
     print_summary(results, controls, jobs, wall)
     finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")

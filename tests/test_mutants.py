@@ -287,6 +287,78 @@ def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
     assert all(CuratedStatus(s.text) is s for s in CuratedStatus)
 
 
+# ---------------------------------------------------------------- the gate server (forked runs)
+
+FAKE_GATE = """
+import json, os, signal, sys, time
+
+import own  # the run's own folder: first on sys.path, as PYTHONPATH puts a scratch copy
+print("own", own.VALUE, "leak", getattr(json, "LEAK", None), "cwd", os.getcwd(), "path", os.environ["PYTHONPATH"])
+print("stdin", repr(sys.stdin.read()), "argv", sys.argv[1:], flush=True)
+json.LEAK = own.VALUE  # a preloaded module changed in this run must be unchanged in the next
+how = sys.argv[1]
+if how == "sleep":
+    time.sleep(600)
+if how == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+if how == "raise":
+    raise RuntimeError("the gate broke")
+sys.exit(int(how))
+"""
+
+
+def fake_gate(root: Path, value: str) -> Path:
+    """A folder with a `fakegate` package to run as `python -m fakegate HOW` and a module `own` of its own."""
+    (root / "fakegate").mkdir(parents=True)
+    (root / "fakegate" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "fakegate" / "__main__.py").write_text(FAKE_GATE, encoding="utf-8")
+    (root / "own.py").write_text(f"VALUE = {value!r}\n", encoding="utf-8")
+    return root
+
+
+def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tmp_path):
+    a, b = fake_gate(tmp_path / "a", "a"), fake_gate(tmp_path / "b", "b")
+    with harness_run.GateServer(preload=("json",)) as server:
+        assert server.started() == ""
+
+        def run(root: Path, how: str, timeout: float = 60.0) -> tuple[int | None, str, str]:
+            log = root / f"{how}.log"
+            code, problem = server.run(root, [how], log, timeout, root / "imports.json", module="fakegate")
+            return code, problem, log.read_text(encoding="utf-8")
+
+        code, problem, log = run(a, "3")
+        assert (code, problem) == (3, "")
+        assert f"own a leak None cwd {a} path {a}" in log and "stdin '' argv ['3']" in log
+        assert run(b, "0")[:2] == (0, "") and "own b leak None" in run(b, "0")[2]  # nothing of a's run in b's
+        assert json.loads((a / "imports.json").read_text(encoding="utf-8")) == {}  # it imported no trainer
+        code, problem, log = run(a, "crash")
+        assert (code, problem) == (-11, "") and "own a" in log  # killed by SIGSEGV, its output kept
+        code, problem, log = run(a, "raise")
+        assert code == 1 and "RuntimeError: the gate broke" in log
+        code, problem, log = run(a, "sleep", timeout=1.0)
+        assert (code, problem) == (None, "timed out after 1 s") and "own a" in log
+        assert run(a, "0")[:2] == (0, "")  # the server outlives what its children did
+    assert not server.base.exists()
+    assert server.run(a, ["0"], a / "late.log", 60.0, a / "imports.json", module="fakegate")[0] is None
+
+
+def test_the_gate_server_preloads_no_trainer_and_checks_where_each_run_got_it(tmp_path):
+    assert not {name.partition(".")[0] for name in harness_run.PRELOAD} & set(harness_run.TRAINER_PACKAGES)
+    with harness_run.GateServer(preload=("json", "reference_trainers")) as server:
+        why = server.started()
+    assert "preloading imported reference_trainers" in why and "each run must import its own" in why
+    mine = str(tmp_path / "reference_trainers" / "ppo.py")
+    assert harness_run.imported_elsewhere({"reference_trainers.ppo": mine, "harness": "/x/harness"}, tmp_path) == []
+    other = str(ROOT / "reference_trainers" / "ppo.py")
+    elsewhere = harness_run.imported_elsewhere({"reference_trainers.ppo": other}, tmp_path)
+    assert elsewhere == [f"reference_trainers.ppo from {other}"]
+    assert all(runner.patches_only_trainers(m) for m in catalogue.MUTANTS)
+    harness_patch = dataclasses.replace(
+        catalogue.MUTANTS[0], patch=(patches.Replacement("harness/oracle/numbers.py", "a", "b"),)
+    )
+    assert not runner.patches_only_trainers(harness_patch)  # runs in a fresh process: the server's harness is unpatched
+
+
 # ---------------------------------------------------------------- mutmut plumbing
 
 
