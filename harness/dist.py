@@ -50,7 +50,8 @@ def worker(target: str, seed: int, out: Path) -> int:
         factory = resolve(target).factory
         algorithm = algorithm_of(target)
         for name, spec in algorithm.rank_specs(seed).items():
-            obs = observe(factory, algorithm.for_rank(spec, rank, world), spy=algorithm.spy)
+            # with the steps' .grad copies: the check across ranks compares them (gradient_ranks.py)
+            obs = observe(factory, algorithm.for_rank(spec, rank, world), spy=algorithm.spy, copies=True)
             ran = obs.ran if obs.ran is None else dataclasses.replace(obs.ran, networks=None)  # no model copies
             torch.save(ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others

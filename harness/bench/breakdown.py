@@ -1,9 +1,9 @@
 """Where the gate's own time goes: its pieces timed inside one spied run, by timing wrappers.
 
 While `clocked()` is active, the spy's recorder (and within it the per-token entropy over the
-vocabulary, the float64 copies, the call-site naming, the argument binding) and the gradient
-recorder's three hooks (backward counter, per-parameter contribution, step snapshot) are
-wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
+vocabulary, the float64 copies, the call-site naming, the argument binding), the value head's
+forward hook and the gradient recorder's three hooks (backward counter, per-parameter
+contribution, step check) are wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
 what they time. On the CPU they read the process's CPU time (steadier than wall time on a shared
 machine); on CUDA wall time, and each one synchronises the device, so that the time is the piece's own.
 The oracle's pieces (view, expectations, compare) are timed by `measure.gate_run` itself.
@@ -25,8 +25,9 @@ PIECES = {
     "site": "call-site naming (ast, cached per code position)",
     "bind": "binding the call's arguments to the signature",
     "record": "the spy's whole record step (the four above and the record itself)",
+    "value_head": "the value head's forward hook (its output copied to float64)",
     "grad_contribution": "per-parameter gradient hook (clone / add the contribution)",
-    "grad_step": "optimizer step pre-hook (.grad snapshot and the unexplained-gradient check)",
+    "grad_step": "optimizer step pre-hook (the unexplained-gradient check; the .grad copy when kept)",
     "grad_backward": "multi-grad hook counting backward passes",
 }
 
@@ -45,8 +46,8 @@ class Totals:
         return max(0.0, self.seconds["record"] - named)
 
     def gate_train_s(self) -> float:
-        """All the gate's time inside train(): the spy's record step and the gradient hooks."""
-        return self.seconds["record"] + sum(self.seconds[p] for p in PIECES if p.startswith("grad_"))
+        """All the gate's time inside train(): the spy's record step, the value head's hook and the gradient hooks."""
+        return sum(self.seconds[p] for p in PIECES if p in ("record", "value_head") or p.startswith("grad_"))
 
 
 def _timed(fn, piece: str, totals: Totals, sync: bool):
@@ -68,9 +69,10 @@ def _timed(fn, piece: str, totals: Totals, sync: bool):
 
 @contextlib.contextmanager
 def clocked(device: str = "cpu") -> Iterator[Totals]:
-    """Time the gate's pieces in every Spy and GradRecorder made inside the block."""
+    """Time the gate's pieces in every Spy, ValueRecorder and GradRecorder made inside the block."""
     from harness.instrument import spy as spy_module
     from harness.instrument.grad import GradRecorder
+    from harness.instrument.values import ValueRecorder
 
     sync = device.startswith("cuda")
     totals = Totals(cpu_time=not sync)
@@ -80,6 +82,7 @@ def clocked(device: str = "cpu") -> Iterator[Totals]:
         (spy_module, "call_site", "site"),
         (spy_module, "_bind", "bind"),
         (spy_module.Spy, "_record", "record"),
+        (ValueRecorder, "_hook", "value_head"),
         (GradRecorder, "_on_backward", "grad_backward"),
         (GradRecorder, "_on_step", "grad_step"),
     ]

@@ -2,12 +2,15 @@
 
 For the size's run (sizes.py), side by side in one process:
 
-1. overhead: the run trained bare vs trained under the spy and the gradient recorder and then
-   checked by the oracle (view, masks, expectations, comparison of every recomputed metric),
-   alternating bare and spied runs (which goes first alternates too), median of --repeat pairs.
-   Goal <= 1.15x on small, <= 1.05x on medium.
+1. overhead: the run trained bare vs trained under the gate's instruments (as `observe` runs a
+   target: the spy, the value head's recorder, the gradient recorder without the steps' .grad
+   copies) and then checked by the oracle (view, masks, expectations, comparison of every
+   recomputed metric); beside it (unless --no-copies) the same with the .grad copies kept, as
+   for the runs of the checks that read them. Bare and spied runs alternate (which goes first
+   rotates too), median of --repeat rounds. Goal <= 1.15x on small, <= 1.05x on medium, for
+   the ordinary run.
 2. memory: the bytes the spy's records and the gradient trace keep, against the bare run's peak
-   (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied run's peak.
+   (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied runs' peaks.
 3. the oracle's time (view + expectations + compare) and where the gate's time inside train()
    goes (breakdown.py), from an untimed spied run first, which also warms the process up.
 
@@ -77,21 +80,40 @@ def _median(values) -> float:
     return statistics.median(list(values))
 
 
-def _ratio_line(label: str, bare: list, spied: list, oracle: list, goal: float) -> tuple[str, float]:
-    """`wall  bare 36.0 s | spied 36.4 s + checked 2 ms | ratio 1.011x (pairs 0.99-1.03x)` and the ratio."""
+def _ratio_line(label: str, bare: list, spied: list, oracle: list, goal: float | None) -> tuple[str, float]:
+    """`wall  bare 36.0 s | spied 36.4 s + checked 2 ms | ratio 1.011x (pairs 0.99-1.03x)` and the ratio;
+    `goal` None: no goal is printed."""
     b, t, o = _median(bare), _median(spied), _median(oracle)
     ratio = (t + o) / b
     pairs = sorted((ts + os_) / bs for bs, ts, os_ in zip(bare, spied, oracle))
     spread = f"pairs {pairs[0]:.3f}-{pairs[-1]:.3f}x" if len(pairs) > 1 else "one pair"
+    goal_text = "" if goal is None else f"; goal <= {goal}x"
     line = (
         f"{label:<5} bare {_seconds(b)} | spied {_seconds(t)} + checked {_seconds(o)} = {_seconds(t + o)}"
-        f" | ratio {ratio:.3f}x ({spread}; goal <= {goal}x)"
+        f" | ratio {ratio:.3f}x ({spread}{goal_text})"
     )
     return line, ratio
 
 
-def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
-    """Measure `size` and print the figures; returns them."""
+def _overhead(bare: list, gate: list, goal: float | None, cuda: bool, key: str, figures: dict) -> list[str]:
+    """The wall (and on the CPU the CPU-time) ratio lines of `gate` against `bare`, pair by pair; the ratios
+    go into `figures` as `ratio_wall{key}`, `ratio_cpu{key}`."""
+    lines = []
+    for clock in ("wall",) if cuda else ("wall", "cpu"):
+        line, figures[f"ratio_{clock}{key}"] = _ratio_line(
+            clock,
+            [getattr(r.train, clock) for r in bare],
+            [getattr(g.train, clock) for g in gate],
+            [getattr(g.oracle, clock) for g in gate],
+            goal,
+        )
+        lines.append(line)
+    return lines
+
+
+def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: bool = True) -> dict:
+    """Measure `size` and print the figures; returns them. `copies`: also the spied run that keeps the steps'
+    .grad copies (the runs of gradient_partition, gradient_decomposition and verify-dist)."""
     import torch
 
     from harness.targets import resolve
@@ -125,33 +147,44 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
         f" rows, micro-batches {rows}, {spec.steps_per_update} optimizer steps"
     )
 
-    bare, gate = [], []
-    for i in range(repeat):  # alternating, and which goes first alternates too
-        order = (bare_run, gate_run) if i % 2 == 0 else (gate_run, bare_run)
-        for fn in order:
-            (bare if fn is bare_run else gate).append(fn(factory, spec, memory, clock))
+    arms = {
+        "bare": lambda: bare_run(factory, spec, memory, clock),
+        "spied": lambda: gate_run(factory, spec, memory, clock),
+        **({"copies": lambda: gate_run(factory, spec, memory, clock, copies=True)} if copies else {}),
+    }
+    runs: dict[str, list] = {name: [] for name in arms}
+    names = list(arms)
+    for i in range(repeat):  # one run of each arm per round; which goes first rotates from round to round
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            runs[name].append(arms[name]())
 
-    wall, ratio = _ratio_line(
-        "wall", [r.train.wall for r in bare], [g.train.wall for g in gate], [g.oracle.wall for g in gate], goal
-    )
-    print(f"overhead   {wall}")
-    figures = {"ratio_wall": ratio}
-    if not cuda:
-        cpu, figures["ratio_cpu"] = _ratio_line(
-            "cpu", [r.train.cpu for r in bare], [g.train.cpu for g in gate], [g.oracle.cpu for g in gate], goal
-        )
-        print(f"           {cpu}")
-    print(f"           median of {repeat} alternating pairs (bare, spied+checked)")
+    bare, gate = runs["bare"], runs["spied"]
+    figures: dict = {}
+    lines = _overhead(bare, gate, goal, cuda, "", figures)
+    print(f"overhead   {lines[0]}")
+    for line in lines[1:]:
+        print(f"           {line}")
+    if copies:
+        print("           with the .grad copies kept (the runs of the checks that read them):")
+        for line in _overhead(bare, runs["copies"], None, cuda, "_copies", figures):
+            print(f"           {line}")
+    arms_said = ", ".join(("bare", "spied+checked", "spied with the .grad copies+checked")[: len(names)])
+    print(f"           median of {repeat} rounds, the runs of a round in rotating order ({arms_said})")
 
     last = gate[-1]
     bare_peak = _median(r.peak for r in bare)
-    gate_peak = _median(r.peak for r in gate)
     bare_before = _median(r.before for r in bare)
+
+    def peak(of: list) -> str:
+        high = _median(r.peak for r in of)
+        return f"{_bytes(high)} ({(high - bare_peak) / max(bare_peak, 1):+.1%})"
+
+    kept = f", {_bytes(runs['copies'][-1].grad_trace_bytes)} with them" if copies else ""
     print(
         f"memory     spy records {_bytes(last.record_bytes)} ({last.records} records)"
-        f" + gradient trace {_bytes(last.grad_trace_bytes)} (.grad of {last.steps} steps)"
+        f" + gradient trace {_bytes(last.grad_trace_bytes)} without the .grad copies{kept} ({last.steps} steps)"
         f" | bare peak {_bytes(bare_peak)} ({memory.what}; {_bytes(bare_peak - bare_before)} above the"
-        f" built run) | spied peak {_bytes(gate_peak)} ({(gate_peak - bare_peak) / max(bare_peak, 1):+.1%})"
+        f" built run) | spied peak {peak(gate)}" + (f" | with the copies {peak(runs['copies'])}" if copies else "")
     )
     clock_of = (lambda stamp: stamp.wall) if cuda else (lambda stamp: stamp.cpu)
     kind = "wall" if cuda else "CPU"
@@ -165,7 +198,10 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
         f" + compare {_seconds(_median(clock_of(g.compare) for g in gate))}"
         f" ({o / b:.2%} of the bare run); {sum(last.statuses.values())} metrics: {verdicts}{problems}"
     )
-    print(f"profile    the gate's pieces in one untimed spied run ({kind} time; % of the median bare run's):")
+    print(
+        f"profile    the gate's pieces in one untimed spied run, no .grad copies ({kind} time; % of the median"
+        " bare run's):"
+    )
     table = [(p, pieces.seconds[p], pieces.calls[p], PIECES[p]) for p in PIECES if p != "record"]
     table.insert(4, ("spy other", pieces.spy_other(), pieces.calls["record"], "the rest of the spy's record step"))
     table.append(("oracle", clock_of(profiled.oracle), 1, "view, masks, expectations, compare"))
@@ -173,7 +209,7 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int) -> dict:
         print(f"  {piece:<18}{_seconds(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
     total = pieces.gate_train_s() + clock_of(profiled.oracle)
     print(f"  {'total':<18}{_seconds(total):>10} {total / b:7.2%}")
-    print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + 1 + 2 * repeat} runs")
+    print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + 1 + len(names) * repeat} runs")
     return figures
 
 
@@ -202,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="run a size on a device it is not meant for")
+    parser.add_argument(
+        "--no-copies",
+        action="store_true",
+        help="leave out the spied run that keeps the steps' .grad copies (a third of the timed runs)",
+    )
     parser.add_argument(
         "--live", action="store_true", help="instead: the live check's overhead on the medium GRPO run (bench/live.py)"
     )
@@ -236,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed)
+    bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed, copies=not args.no_copies)
     if size.name == "small":
         small_extras(args.device)
     return 0

@@ -1,8 +1,11 @@
 """One bare run and one spied-and-checked run of a target, timed and weighed.
 
-"Spied and checked" is what the gate does with a run: train under the Spy and the
-GradRecorder (as `observe` does), then the oracle on the records: the view, the mask check,
-the expectations and the comparison of every metric it recomputes. Peak memory is the
+"Spied and checked" is what the gate does with a run: train under the instruments `observe`
+installs (`harness.instrument.observe.instrumented`: the Spy, the value head's recorder, the
+GradRecorder), then the oracle on the records: the view, the mask check, the expectations and
+the comparison of every metric it recomputes. The gate's ordinary run keeps no `.grad` copies;
+`copies=True` measures a run of the checks that read them (gradient_partition,
+gradient_decomposition, verify-dist), whose recorder keeps one per optimizer step. Peak memory is the
 process's RSS high-water during `train()` on the CPU (reset through /proc/self/clear_refs),
 `torch.cuda.max_memory_allocated` on CUDA.
 """
@@ -131,6 +134,8 @@ class GateRun:
     records: int
     grad_trace_bytes: int
     steps: int
+    copies: bool
+    """Whether the gradient recorder kept each step's .grad copy."""
     statuses: dict[str, int]
     problems: tuple[str, ...]
     params: int
@@ -154,24 +159,25 @@ def bare_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> BareR
     return BareRun(clock.now() - start, memory.peak(), before)
 
 
-def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> GateRun:
-    """Train once under the Spy and the GradRecorder, then check the run as the gate does."""
+def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: bool = False) -> GateRun:
+    """Train once under the gate's instruments (keeping each step's .grad copy when `copies`), then check the
+    run as the gate does."""
     from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
     from harness.algorithms.ppo.expect import expected_metrics
     from harness.algorithms.ppo.view import build_view
     from harness.compare import compare
-    from harness.instrument.grad import GradRecorder
-    from harness.instrument.spy import Spy
+    from harness.instrument.observe import instrumented
 
     run = factory(spec)
     before = memory.current()
     memory.reset()
     start = clock.now()
-    with Spy(run.module) as spy, GradRecorder(run.params, run.optimizer, clock=lambda: len(spy.records)) as grads:
+    with instrumented(run, spy=True, copies=copies) as (spy, grads):
         logs = run.train()
     trained = clock.now()
     trace = grads.trace()
-    view = build_view(spy.records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
+    records = spy.finished()  # as observe keeps them: with the gradients their backward passes brought
+    view = build_view(records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
     problems = tuple(p for update in view.updates for p in update.mask_problems())
     viewed = clock.now()
     scores = getattr(run, "scores", None) or [None] * len(view.updates)
@@ -198,10 +204,11 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> GateR
         compare=compared - expected_at,
         peak=peak,
         before=before,
-        record_bytes=sum(tensor_bytes(r) for r in spy.records),
-        records=len(spy.records),
-        grad_trace_bytes=sum(tensor_bytes(g) for step in trace.steps for g in step.grads),
+        record_bytes=sum(tensor_bytes(r) for r in records),
+        records=len(records),
+        grad_trace_bytes=sum(tensor_bytes(g) for step in trace.steps for g in step.grads or ()),
         steps=len(trace.steps),
+        copies=trace.copies,
         statuses=statuses,
         problems=problems,
         params=sum(p.numel() for p in run.params),

@@ -2,8 +2,15 @@
 
 Hooks (no change to the trainer): a multi-grad hook counts backward passes, a
 tensor hook per parameter sums each backward's gradient contribution, and an
-optimizer step pre-hook snapshots `.grad` at every real step and compares it
-with the contributions since the previous step.
+optimizer step pre-hook compares `.grad` at every real step with the
+contributions since the previous step.
+
+Every step keeps its summaries (which backward passes it applied, the
+unexplained part of `.grad`, the norms, the clipping coefficient, the non-finite
+tensors). It keeps a copy of `.grad` itself, and of the contributions' sums, only
+when the recorder is made with `copies=True`: a model-sized tensor per step,
+which only the checks that compare gradients themselves read (`Step.grad`,
+`Step.local_grad`); without the copies those raise `GradCopiesNotKept`.
 """
 
 from __future__ import annotations
@@ -12,6 +19,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+
+class GradCopiesNotKept(RuntimeError):
+    """A check read a step's `.grad` copy from a run recorded without the copies (a harness bug, never a pass)."""
+
+
+NOT_KEPT = (
+    "this run's gradient trace kept no .grad copies: a check that reads them must get its runs inside "
+    "harness.instrument.observe.grad_copies()"
+)
+
+
+def _kept(tensors):
+    """`tensors`, or GradCopiesNotKept when the step kept none (None)."""
+    if tensors is None:
+        raise GradCopiesNotKept(NOT_KEPT)
+    return tensors
 
 
 def _max_abs(tensors: list[torch.Tensor]) -> float:
@@ -30,8 +54,9 @@ class Step:
 
     clock: int
     backward_ids: list[int]
-    grads: list[torch.Tensor]
-    """Per-parameter copies of `.grad` at the step (flattened to float64 only when asked for)."""
+    grads: list[torch.Tensor] | None
+    """Per-parameter copies of `.grad` at the step (flattened to float64 only when asked for); None when the
+    recorder kept no copies."""
     unexplained: float
     """Relative size of .grad minus the contributions since the last step (0 when every one is there)."""
     raw_norm: float = 0.0
@@ -44,19 +69,26 @@ class Step:
     """|.grad - c * sum| / |.grad|: what no rescaling of the contributions explains (0 when clipping is all)."""
     nonfinite_grads: int = 0
     """Parameter tensors whose .grad holds a NaN or an inf at the step."""
-    local: tuple[torch.Tensor, ...] = ()
+    local: tuple[torch.Tensor, ...] | None = ()
     """Per-parameter sums of this process's backward contributions since the last step (the same tensors as
-    `grads` where they equal .grad; they differ where data parallelism reduced .grad across processes)."""
+    `grads` where they equal .grad; they differ where data parallelism reduced .grad across processes); None
+    when the recorder kept no copies."""
+
+    @property
+    def copies(self) -> bool:
+        """Whether the step kept its `.grad` copy (`grad` and `local_grad` raise GradCopiesNotKept when not)."""
+        return self.grads is not None
 
     @property
     def grad(self) -> torch.Tensor:
-        """The whole gradient of the step as one float64 vector on the CPU."""
-        return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.grads])
+        """The whole gradient of the step as one float64 vector on the CPU (GradCopiesNotKept without copies)."""
+        return torch.cat([g.to("cpu", torch.float64).flatten() for g in _kept(self.grads)])
 
     @property
     def local_grad(self) -> torch.Tensor:
-        """The sum of this process's contributions as one float64 vector on the CPU."""
-        return torch.cat([g.to("cpu", torch.float64).flatten() for g in self.local])
+        """The sum of this process's contributions as one float64 vector on the CPU (GradCopiesNotKept without
+        copies)."""
+        return torch.cat([g.to("cpu", torch.float64).flatten() for g in _kept(self.local)])
 
 
 @dataclass(frozen=True)
@@ -68,15 +100,21 @@ class GradTrace:
     unapplied: tuple[int, ...] = ()
     nonfinite_weights: tuple[int, ...] = ()
     """Per step: parameter tensors holding a NaN or an inf right after it."""
+    copies: bool = True
+    """Whether the steps kept their `.grad` copies (a trace without them serves only the steps' summaries)."""
 
 
 @dataclass
 class GradRecorder:
-    """Records backward passes and optimizer steps of a run; use as a context manager."""
+    """Records backward passes and optimizer steps of a run; use as a context manager.
+
+    `copies`: keep each step's `.grad` copy and its contributions' sums (see the module's docstring).
+    """
 
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     clock: Callable[[], int] = lambda: 0
+    copies: bool = True
     backwards: list[int] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     nonfinite_weights: list[int] = field(default_factory=list)
@@ -116,12 +154,12 @@ class GradRecorder:
         return hook
 
     def _on_step(self, optimizer, args, kwargs) -> None:
-        # The step keeps a copy of each .grad, and unexplained = max |.grad - contributions| / max(|.grad|,
-        # |contributions|), computed without a temporary the size of the model: at 10^8 parameters a fresh
-        # allocation's page faults cost more than the arithmetic. Where the contributions' sum equals .grad
-        # bit for bit (the usual case: it is summed as autograd sums .grad) that sum is the copy to keep and
-        # its gap is 0; elsewhere .grad is cloned and the difference is taken, in float32 as always, in the
-        # pending sum itself, which this step drops. max |x| is max(-min x, max x).
+        # unexplained = max |.grad - contributions| / max(|.grad|, |contributions|), computed without a
+        # temporary the size of the model: at 10^8 parameters a fresh allocation's page faults cost more than
+        # the arithmetic. Where the contributions' sum equals .grad bit for bit (the usual case: it is summed
+        # as autograd sums .grad) that sum is the copy to keep and its gap is 0; elsewhere .grad is cloned
+        # (only when the step keeps it: the trainer's .grad is only read here) and the difference is taken, in
+        # float32 as always, in the pending sum itself, which this step drops. max |x| is max(-min x, max x).
         grads, expected, differing, local = [], [], [], []
         for p, e in zip(self.params, self._pending):
             g = torch.zeros_like(p) if p.grad is None else p.grad.detach()
@@ -131,15 +169,17 @@ class GradRecorder:
                 expected.append(e)
                 local.append(e)
             else:
-                copy = g if p.grad is None else g.clone()
+                copy = g.clone() if self.copies and p.grad is not None else g
                 grads.append(copy)
                 expected.append(torch.zeros_like(copy) if e is None else e)
                 differing.append((copy, e))
-                local.append(torch.zeros_like(copy) if e is None else e.clone())  # the gap below overwrites e
+                if self.copies:
+                    local.append(torch.zeros_like(copy) if e is None else e.clone())  # the gap below overwrites e
         *fit, nonfinite = _rescaling(grads, expected)  # before the difference below overwrites the pending sums
         scale = max(_max_abs(grads), _max_abs([e for _, e in differing if e is not None]), 1e-30)
         gap = _max_abs([g if e is None else e.float().sub_(g.float()) for g, e in differing])
-        step = Step(self.clock(), list(self._pending_ids), grads, gap / scale, *fit, nonfinite, tuple(local))
+        kept, sums = (grads, tuple(local)) if self.copies else (None, None)
+        step = Step(self.clock(), list(self._pending_ids), kept, gap / scale, *fit, nonfinite, sums)
         self.steps.append(step)
         self._pending = [None] * len(self.params)
         self._pending_ids = []
@@ -149,7 +189,9 @@ class GradRecorder:
 
     def trace(self) -> GradTrace:
         """The frozen record of the run so far."""
-        return GradTrace(tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights))
+        return GradTrace(
+            tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights), self.copies
+        )
 
     @property
     def unapplied(self) -> list[int]:

@@ -4,13 +4,18 @@ A target is `factory(spec) -> TargetRun`; `TargetRun` below is the protocol a ru
 checked member by member when the run is built (docs/architecture.md). A run that raises
 becomes a `Crashed` outcome, so that every check that reads it fails, naming what it raised;
 a `HarnessConfigError` is a usage error instead (exit 2).
+
+The gradient recorder keeps each optimizer step's `.grad` copy only for the runs a check asks
+for inside `grad_copies()`: every other run keeps the steps' summaries alone, and reading a
+copy from it raises (`harness.instrument.grad.GradCopiesNotKept`), which fails the check.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import types
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -164,34 +169,62 @@ def pristine_networks(run: Any) -> dict | None:
     return copies
 
 
-def observe(factory: Callable, spec: RunSpec, spy: bool = True) -> Observation:
-    """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder."""
-    import torch
+_GRAD_COPIES: contextvars.ContextVar[bool] = contextvars.ContextVar("grad_copies", default=False)
 
+
+@contextlib.contextmanager
+def grad_copies() -> Iterator[None]:
+    """Inside the block, the runs an `ObservationCache` makes keep every optimizer step's `.grad` copy.
+
+    A check that reads `Step.grad` or `Step.local_grad` gets its runs here; the copies are a model-sized
+    tensor per step that no other check reads, so no other run keeps them.
+    """
+    token = _GRAD_COPIES.set(True)
+    try:
+        yield
+    finally:
+        _GRAD_COPIES.reset(token)
+
+
+@contextlib.contextmanager
+def instrumented(run: TargetRun, spy: bool = True, copies: bool = False) -> Iterator[tuple[Any, Any]]:
+    """Every instrument `observe` trains `run` under, installed for the block: (the Spy or None, the GradRecorder).
+
+    Under the spy, also the value head's and the reward model's recorders where the run exposes them;
+    `copies`: the recorder keeps each step's `.grad` copy (grad.py).
+    """
     from .grad import GradRecorder
     from .rewards import RewardRecorder
     from .spy import Spy
     from .values import ValueRecorder
 
+    if not spy:
+        with GradRecorder(run.params, run.optimizer, copies=copies) as grads:
+            yield None, grads
+        return
+    head, reward_model = getattr(run, "value_head", None), getattr(run, "reward_model", None)
+    with (
+        Spy(run.module) as watcher,
+        ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
+        RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
+        GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records), copies=copies) as grads,
+    ):
+        yield watcher, grads
+
+
+def observe(factory: Callable, spec: RunSpec, spy: bool = True, copies: bool = False) -> Observation:
+    """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder,
+    which keeps each step's `.grad` copy when `copies` is set."""
+    import torch
+
     run = build_run(factory, spec)
     networks = pristine_networks(run)
     prompts = getattr(run, "prompts", None)
     prompts = prompts.detach().to("cpu").long().clone() if isinstance(prompts, torch.Tensor) else None
-    records: tuple = ()
     reward_model = getattr(run, "reward_model", None) if spy else None
-    if spy:
-        head = getattr(run, "value_head", None)
-        with (
-            Spy(run.module) as watcher,
-            ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
-            RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
-            GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records)) as grads,
-        ):
-            logs = run.train()
-        records = tuple(watcher.finished())
-    else:
-        with GradRecorder(run.params, run.optimizer) as grads:
-            logs = run.train()
+    with instrumented(run, spy, copies) as (watcher, grads):
+        logs = run.train()
+    records = tuple(watcher.finished()) if spy else ()
     scores = getattr(run, "scores", None)
     outcome = Ran(
         logs=tuple(logs),
@@ -225,22 +258,28 @@ class ObservationCache:
 
     def __init__(self, factory: Callable) -> None:
         self.factory = factory
-        self._seen: dict[tuple[Hashable, bool], Observation] = {}
+        self._seen: dict[tuple[Hashable, bool, bool], Observation] = {}
 
     def clear(self) -> None:
         """Forget every observation (mutmut links tests to code only when each test runs its trainer)."""
         self._seen.clear()
 
     def get(self, spec: RunSpec, spy: bool = True) -> Observation:
-        """The observation of `spec`; a spied run also serves a request without the spy."""
-        if (spec, True) in self._seen:
-            return self._seen[(spec, True)]
-        if (spec, spy) not in self._seen:
-            try:
-                self._seen[(spec, spy)] = observe(self.factory, spec, spy=spy)
-            except HarnessConfigError:
-                raise
-            except Exception as exc:  # a trainer that crashes fails every check of this run, loudly
-                why = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
-                self._seen[(spec, spy)] = Observation(spec, Crashed(why))
-        return self._seen[(spec, spy)]
+        """The observation of `spec`, with the steps' `.grad` copies when asked for inside `grad_copies()`.
+
+        A spied run also serves a request without the spy, and a run with the copies one without them; a
+        request for the copies that only a run without them could serve runs the spec again.
+        """
+        copies = _GRAD_COPIES.get()
+        for seen in ((spec, s, c) for s in (True, spy) for c in (True, copies)):  # the most instrumented first
+            if seen in self._seen:
+                return self._seen[seen]
+        key = (spec, spy, copies)
+        try:
+            self._seen[key] = observe(self.factory, spec, spy=spy, copies=copies)
+        except HarnessConfigError:
+            raise
+        except Exception as exc:  # a trainer that crashes fails every check of this run, loudly
+            why = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+            self._seen[key] = Observation(spec, Crashed(why))
+        return self._seen[key]

@@ -16,7 +16,7 @@ import itertools
 
 from harness.compare import compare
 from harness.errors import NotRecomputable
-from harness.instrument.observe import ObservationCache
+from harness.instrument.observe import ObservationCache, grad_copies
 from harness.oracle.gradients import applied_gap, largest_gap, running_counter
 from harness.require import require_ran
 from harness.scenario import Case, Scenario
@@ -143,8 +143,9 @@ def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     generation batch, however it is cut into micro-batches."""
     check = Check(case.id)
     base = spec_for(LR0, run).with_(loss_type=case.param("loss_type", run.loss_type), max_steps=1, logging_steps=1)
-    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g,
-                                     steps_per_generation=g), spy=False) for b, g in GRADIENT_CUTS]  # fmt: skip
+    with grad_copies():  # the steps' .grad copies are what it compares
+        observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g,
+                                         steps_per_generation=g), spy=False) for b, g in GRADIENT_CUTS]  # fmt: skip
     if not all([require_ran(o, check) for o in observed]):
         return check.finish()
     counts = [len(o.ran.grads.steps) for o in observed]

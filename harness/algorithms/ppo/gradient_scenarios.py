@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.compare import compare
 from harness.errors import NotRecomputable
-from harness.instrument.observe import ObservationCache
+from harness.instrument.observe import ObservationCache, grad_copies
 from harness.oracle.gradients import applied_gap, largest_gap
 from harness.oracle.gradients import running_counter as counter_diagnosis
 from harness.require import require_ran
@@ -30,8 +30,9 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     """At LR 0, each optimizer step's gradient is the same however its minibatch is cut into micro-batches."""
     check = Check(case.id)
     base = spec_for(LR0, run).with_(name="gradient_partition")
-    observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g))
-                for b, g in GRADIENT_CUTS]  # fmt: skip
+    with grad_copies():  # the steps' .grad copies are what it compares
+        observed = [cache.get(base.with_(per_device_train_batch_size=b, gradient_accumulation_steps=g))
+                    for b, g in GRADIENT_CUTS]  # fmt: skip
     if not all([require_ran(o, check) for o in observed]):
         return check.finish()
     first = observed[0]
@@ -143,8 +144,10 @@ def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Cas
     check = Check(case.id)
     base = spec_for(LR0, run).with_(name="gradient_decomposition", per_device_train_batch_size=decomposition.ROWS,
                                     gradient_accumulation_steps=LR0.local_batch_size // decomposition.ROWS)  # fmt: skip
-    a = cache.get(base.with_(vf_coef=1.0))
-    singles = [cache.get(base.with_(num_mini_batches=base.gradient_accumulation_steps, vf_coef=c)) for c in (0.0, 1.0)]
+    with grad_copies():  # the steps' sums of contributions are what it compares
+        a = cache.get(base.with_(vf_coef=1.0))
+        singles = [cache.get(base.with_(num_mini_batches=base.gradient_accumulation_steps, vf_coef=c))
+                   for c in (0.0, 1.0)]  # fmt: skip
     views = [require_view(obs, check) for obs in (a, *singles)]
     if any(v is None for v in views):
         return check.finish()

@@ -1,0 +1,178 @@
+"""The gradient trace keeps each step's `.grad` copy only for the runs whose checks read it.
+
+An ordinary run keeps the steps' summaries (backward passes, unexplained part, norms, clipping
+coefficient, non-finite tensors) and no copy; the runs a check gets inside `grad_copies()` keep the
+copies; a check that reads copies from a run that kept none fails, naming why, and never passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.algorithms import case
+from harness.algorithms.grpo.spec import GRPOSpec
+from harness.algorithms.ppo import scenarios
+from harness.algorithms.ppo.spec import ScenarioSpec
+from harness.instrument.grad import GradCopiesNotKept, GradRecorder
+from harness.instrument.observe import ObservationCache, grad_copies, observe
+from tests.support.gates import reference
+
+# ------------------------------------------------------------------ the recorder
+
+
+def _train(copies: bool, tamper: str, dtype=torch.float32) -> tuple[GradRecorder, list[torch.Tensor]]:
+    """Two steps of two backward passes each on a small linear model, `tamper` doing something to .grad
+    before each step; the recorder and the weights after the run."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3)).to(dtype)
+    spare = torch.nn.Parameter(torch.ones(2, dtype=dtype))  # no backward pass reaches it
+    params = [*model.parameters(), spare]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    data = torch.randn(4, 2, 5, dtype=dtype)
+    with GradRecorder(params, optimizer, copies=copies) as recorder:
+        for step in range(2):
+            for micro in data[2 * step : 2 * step + 2]:
+                model(micro).square().mean().backward()
+            if tamper == "scaled":
+                params[0].grad.mul_(2)
+            elif tamper == "missing":
+                params[1].grad = None
+            elif tamper == "unexplained":
+                spare.grad = torch.full_like(spare, 0.5)
+            optimizer.step()
+            optimizer.zero_grad()
+    return recorder, [p.detach().clone() for p in params]
+
+
+SUMMARIES = ("clock", "backward_ids", "unexplained", "raw_norm", "applied_norm", "coefficient", "residual")
+
+
+@pytest.mark.parametrize("tamper", ["clean", "scaled", "missing", "unexplained"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_copies_a_step_keeps_the_same_summaries_and_no_copy(tamper, dtype):
+    kept, weights_kept = _train(True, tamper, dtype)
+    bare, weights_bare = _train(False, tamper, dtype)
+    assert kept.trace().copies and not bare.trace().copies
+    assert len(kept.steps) == len(bare.steps) == 2
+    for with_copy, without in zip(kept.steps, bare.steps):
+        assert [getattr(with_copy, f) for f in SUMMARIES] == [getattr(without, f) for f in SUMMARIES]
+        assert with_copy.nonfinite_grads == without.nonfinite_grads
+        assert with_copy.copies and with_copy.grad.numel() == sum(w.numel() for w in weights_kept)
+        assert not without.copies and without.grads is None and without.local is None
+    assert (kept.steps[0].unexplained > 0) == (tamper != "clean")
+    # the recorder only reads the trainer's .grad: the optimizer applied the same steps either way
+    for a, b in zip(weights_kept, weights_bare):
+        assert torch.equal(a, b)
+
+
+def test_a_copy_read_from_a_step_without_copies_raises():
+    recorder, _ = _train(False, "clean")
+    step = recorder.steps[0]
+    with pytest.raises(GradCopiesNotKept, match="grad_copies"):
+        step.grad  # noqa: B018
+    with pytest.raises(GradCopiesNotKept, match="grad_copies"):
+        step.local_grad  # noqa: B018
+
+
+# ------------------------------------------------------------------ observe and the cache
+
+
+def _toy_factory():
+    from harness.algorithms.ppo.targets.reference import factory
+
+    return factory
+
+
+def test_the_ordinary_run_keeps_no_copies_and_one_inside_grad_copies_does():
+    factory, spec = _toy_factory(), scenarios.LR0.with_(name="grad_copies_test")
+    cache = ObservationCache(factory)
+    ordinary = cache.get(spec)
+    assert ordinary.ran.grads.steps and not ordinary.ran.grads.copies
+    assert all(step.grads is None for step in ordinary.ran.grads.steps)
+    with grad_copies():
+        copied = cache.get(spec)
+    assert copied is not ordinary  # a run without the copies cannot serve a request for them: it ran again
+    assert copied.ran.grads.copies and all(step.grad.numel() for step in copied.ran.grads.steps)
+    # the two runs saw the same steps; only the copies differ
+    assert [s.unexplained for s in copied.ran.grads.steps] == [s.unexplained for s in ordinary.ran.grads.steps]
+    assert cache.get(spec) is copied  # and the run with the copies serves every later request
+    assert cache.get(spec, spy=False) is copied
+
+
+def test_a_run_with_the_copies_serves_a_request_without_them():
+    cache = ObservationCache(_toy_factory())
+    spec = scenarios.LR0.with_(name="grad_copies_test")
+    with grad_copies():
+        copied = cache.get(spec, spy=False)
+    assert copied.ran.grads.copies
+    assert cache.get(spec, spy=False) is copied
+    spied = cache.get(spec)  # the spy is another instrument: this one runs again, without the copies
+    assert spied is not copied and not spied.ran.grads.copies and spied.ran.records
+
+
+def test_observe_keeps_copies_only_when_asked():
+    factory, spec = _toy_factory(), scenarios.LR0.with_(name="grad_copies_test")
+    assert not observe(factory, spec, spy=False).ran.grads.copies
+    assert observe(factory, spec, spy=False, copies=True).ran.grads.copies
+
+
+# ------------------------------------------------------------------ the checks that read the copies
+
+
+class WithoutCopies:
+    """A cache that never keeps the .grad copies, whatever the check asks for (a check that forgot to ask)."""
+
+    def __init__(self, factory) -> None:
+        self.factory, self.seen = factory, {}
+
+    def get(self, spec, spy: bool = True):
+        if (spec, spy) not in self.seen:
+            self.seen[(spec, spy)] = observe(self.factory, spec, spy=spy)
+        return self.seen[(spec, spy)]
+
+
+@pytest.mark.parametrize("check_id", ["gradient_partition", "gradient_decomposition"])
+def test_a_ppo_check_that_reads_copies_fails_loudly_without_them(check_id):
+    result = case(check_id, "ppo").run(WithoutCopies(_toy_factory()), ScenarioSpec())
+    assert not result.passed
+    assert "GradCopiesNotKept" in result.message and "grad_copies()" in result.message
+
+
+def test_the_grpo_gradient_partition_fails_loudly_without_copies():
+    from harness.algorithms.grpo.targets.reference import factory
+
+    result = case("gradient_partition[loss_type=dapo]", "grpo").run(WithoutCopies(factory), GRPOSpec())
+    assert not result.passed
+    assert "GradCopiesNotKept" in result.message
+
+
+@pytest.mark.parametrize(
+    "check_id, algorithm",
+    [("gradient_partition", "ppo"), ("gradient_decomposition", "ppo"), ("gradient_partition[loss_type=dapo]", "grpo")],
+)
+def test_the_checks_that_read_copies_get_them_and_pass(check_id, algorithm):
+    spec = ScenarioSpec() if algorithm == "ppo" else GRPOSpec()
+    cache = ObservationCache(reference(algorithm).factory)
+    result = case(check_id, algorithm).run(cache, spec)
+    assert result.passed, result.message
+    assert all(obs.ran.grads.copies for obs in cache._seen.values())
+
+
+def test_the_checks_that_read_only_summaries_keep_no_copies():
+    cache = ObservationCache(_toy_factory())
+    result = case("every_microbatch_applied[epochs=2]", "ppo").run(cache, ScenarioSpec())
+    assert result.passed, result.message
+    assert cache._seen and not any(obs.ran.grads.copies for obs in cache._seen.values())
+
+
+def test_the_bench_measures_the_ordinary_run_and_the_one_with_copies():
+    from harness.bench.measure import Clock, PeakMemory, gate_run
+    from harness.bench.sizes import SMALL
+
+    memory, clock = PeakMemory("cpu"), Clock("cpu")
+    ordinary = gate_run(_toy_factory(), SMALL.spec, memory, clock)
+    copied = gate_run(_toy_factory(), SMALL.spec, memory, clock, copies=True)
+    assert not ordinary.copies and ordinary.grad_trace_bytes == 0 and ordinary.steps == 2
+    assert copied.copies and copied.grad_trace_bytes == 4 * ordinary.params * ordinary.steps
+    assert ordinary.statuses == copied.statuses == {"pass": 13}
