@@ -43,6 +43,8 @@ class MutmutAlgorithm:
     """The file (in mutants/) that triages this algorithm's survivors."""
     baseline_section: str | None
     """Where its scores sit in baseline.json: None at the top level (PPO's, recorded first), else that key."""
+    unit_tests: tuple[str, ...] = ()
+    """The trainer's own test modules mutmut runs beside the verify suite (copied into the scratch project)."""
 
     @property
     def trainer(self) -> str:
@@ -64,7 +66,9 @@ def _algorithms() -> dict[str, MutmutAlgorithm]:
         algorithm = get(name)
         if algorithm.mutation is not None:
             m = algorithm.mutation
-            out[name] = MutmutAlgorithm(name, m.files, algorithm.default_target, m.triage_file, m.baseline_section)
+            out[name] = MutmutAlgorithm(
+                name, m.files, algorithm.default_target, m.triage_file, m.baseline_section, m.unit_tests
+            )
     return out
 
 
@@ -115,6 +119,10 @@ def config_problems(config: dict, algo: MutmutAlgorithm, target: str | None) -> 
     args = config.get("pytest_add_cli_args", [])
     if HOOKS_MODULE not in args:
         problems.append(f"[tool.mutmut] pytest_add_cli_args must load -p {HOOKS_MODULE}")
+    selection = config.get("pytest_add_cli_args_test_selection", [])
+    missing = [path for path in algo.unit_tests if path not in selection]
+    if missing:
+        problems.append(f"[tool.mutmut] pytest_add_cli_args_test_selection must list {', '.join(missing)}")
     if named_target(args) != target:
         wanted = f"pass {TARGET_OPTION} {target}" if target else f"name no {TARGET_OPTION} (the driver adds it)"
         problems.append(f"[tool.mutmut] pytest_add_cli_args must {wanted}")
@@ -146,6 +154,9 @@ def scratch_config(text: str, algo: MutmutAlgorithm) -> str:
     _set_line(lines, start, end, "only_mutate", list(algo.files))
     args = list(config.get("pytest_add_cli_args", []))
     _set_line(lines, start, end, "pytest_add_cli_args", [*args, TARGET_OPTION, algo.target])
+    if algo.unit_tests:
+        selection = list(config.get("pytest_add_cli_args_test_selection", []))
+        _set_line(lines, start, end, "pytest_add_cli_args_test_selection", [*selection, *algo.unit_tests])
     return "".join(lines)
 
 

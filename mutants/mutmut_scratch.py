@@ -49,7 +49,8 @@ def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
 
     The mutated files are copied as they are (no line moves, so the report's lines are the project's), and a
     pristine copy of each is kept under `_pristine/`, from which `collect` places every mutant. The scratch
-    `[tool.mutmut]` mutates `algo`'s files and runs the verify suite against `algo`'s target.
+    `[tool.mutmut]` mutates `algo`'s files and runs the verify suite against `algo`'s target, and `algo`'s
+    `unit_tests` beside it (copied to the same paths).
     """
     root = Path(root or ROOT).resolve()
     scratch = Path(scratch).resolve()
@@ -57,6 +58,9 @@ def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
         raise RuntimeError(f"refusing to run mutmut inside the project ({scratch}): it writes ./mutants/")
     copy_project(scratch, root)
     shutil.copy2(Path(mutmut_hooks.__file__), scratch / f"{HOOKS_MODULE}.py")
+    for path in algo.unit_tests:  # the trainer's own tests that run beside the gate (self-contained modules)
+        (scratch / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / path, scratch / path)
     problems = []
     for path in algo.files:
         source = (scratch / path).read_text(encoding="utf-8")

@@ -68,8 +68,13 @@ def test_the_scratch_config_mutates_the_algorithms_files_and_tests_its_target(tm
     assert named_target(args) == algo.target and args[-2:] == ["--ppo-target", algo.target]
     project = mutmut_config(ROOT / "pyproject.toml")
     assert args[:-2] == project["pytest_add_cli_args"]  # the rest as the project has it
-    assert {k: v for k, v in config.items() if k not in ("only_mutate", "pytest_add_cli_args")} == {
-        k: v for k, v in project.items() if k not in ("only_mutate", "pytest_add_cli_args")
+    selection = "pytest_add_cli_args_test_selection"
+    assert config[selection] == [*project[selection], *algo.unit_tests]  # the gate, then the trainer's own tests
+    for path in algo.unit_tests:
+        assert (scratch / path).read_text(encoding="utf-8") == (ROOT / path).read_text(encoding="utf-8")
+    rewritten = ("only_mutate", "pytest_add_cli_args", selection)
+    assert {k: v for k, v in config.items() if k not in rewritten} == {
+        k: v for k, v in project.items() if k not in rewritten
     }
     for path in algo.files:
         original = (ROOT / path).read_text(encoding="utf-8")
@@ -86,6 +91,8 @@ def test_the_projects_mutmut_config_is_ppos_and_names_no_target():
     assert named_target(targeted["pytest_add_cli_args"]) == "trl"
     assert "name no --ppo-target" in config_problems(targeted, PPO, None)[0]
     assert "pass --ppo-target reference-grpo" in config_problems(project, GRPO, GRPO.target)[-1]
+    assert GRPO.unit_tests and any("must list tests/trainers/test_grpo_config.py" in p
+                                   for p in config_problems(project, GRPO, GRPO.target))  # fmt: skip
 
 
 def test_a_project_config_that_names_a_target_is_refused_before_mutmut_runs(tmp_path, monkeypatch, capsys):

@@ -46,6 +46,10 @@ class Mutation:
     """The file in mutants/ that triages its survivors."""
     baseline_section: str | None
     """Where its scores sit in mutants/baseline.json: None at the top level, else that key."""
+    unit_tests: tuple[str, ...] = ()
+    """Test modules (relative to the repository root) that mutmut runs beside the gate: the trainer's own tests
+    of what no gate run reaches (a configuration's validation: the gate builds only valid ones). Each must import
+    nothing but pytest and the trainer's package; the scratch copy holds them at the same paths."""
 
 
 class Algorithm(Protocol):

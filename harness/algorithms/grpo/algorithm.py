@@ -46,6 +46,7 @@ class GRPOAlgorithm:
         ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", "reference_trainers/common.py"),
         "equivalent_grpo.toml",
         "grpo",
+        unit_tests=("tests/trainers/test_grpo_config.py",),
     )
 
     @property
