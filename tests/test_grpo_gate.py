@@ -269,8 +269,9 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # 8 loss types twice (uneven_lengths, logp_gradient), 7 cut-invariant ones (gradient_partition), 3 soft ones
     # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
     # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
-    # mask, the forward recompute, the sampling and the reward inputs
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 == 55
+    # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
+    # again with the gradient clipped
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 == 57
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

@@ -40,6 +40,7 @@ TRL_GRPO_FAILS = {
 TRL_GRPO_PASSES = {
     *(f"gradient_partition[loss_type={t}]" for t in LOSS_TYPES if t != "bnpo"),
     "every_microbatch_applied",
+    "every_microbatch_applied[max_grad_norm=0.05]",  # its clipping is the norm's
     "logit_recompute",  # its per-token log-probs and entropies are right; only their pooling is not
     # the gradient at the log-probs is the formula's for all eight loss types (TRL PR 6024 scales dapo's count to
     # the window; bnpo is normalised by each micro-batch's own tokens, as TRL documents it), with beta 0, without
@@ -63,6 +64,9 @@ TRL_GRPO_PASSES = {
     "forward_recompute",
     "sampling",
     "reward_inputs",
+    # its reward model (handed in `reward_funcs` with the toy tokenizer) scores each prompt and completion as
+    # decoded text at its last token
+    "reward_model",
 }
 REL = 1e-6
 

@@ -60,7 +60,7 @@ def test_trl_newest_exits_1_and_fails_exactly_the_pinned_checks(newest_verdict):
     assert code == 1, output[-3000:]
     statuses = {check["id"]: check["status"] for check in report["checks"]}
     assert {c for c, s in statuses.items() if s != "pass"} == TRL_NEWEST_FAILS
-    assert len(statuses) == 55
+    assert len(statuses) == 57
 
 
 def test_trl_newest_fused_head_log_probs_equal_their_float64_formulas(newest_verdict):

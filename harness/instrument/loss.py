@@ -92,6 +92,16 @@ class RewardCall:
     completion_ids: tuple[tuple[int, ...], ...] | None = None
     """The token ids of each completion the function was given, in its rows' order (None: not recorded; the
     `reward_inputs` check is not recomputable without them)."""
+    head: torch.Tensor | None = None
+    """For a reward model (`RewardTap.watch`): (N, L) float64, its scalar head's output at every position of each
+    row it was given; its `scores` are then NaN, the oracle's to read from here (which position is the score is
+    the contract's: algorithms/grpo/reward_model.py). None for a reward function."""
+    input_ids: torch.Tensor | None = None
+    """For a reward model: (N, L) int64, the ids of each row it was given (prompt and completion), a position its
+    attention mask leaves out read as pad. None for a reward function."""
+    special_ids: tuple[int, ...] = ()
+    """For a reward model scored on decoded text: the token ids the decoding leaves out (its tokenizer's special
+    tokens), which the rows it scored may lack where the completion had them."""
 
 
 def required(record_type: type) -> tuple[str, ...]:

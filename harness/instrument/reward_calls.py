@@ -9,7 +9,9 @@ completions to the function, which is the order of that rank's generation batch;
 `completions` say which of these rows each of its rows is. The target sets `generation` before each
 generation's rewards are computed. With `inputs`, a function of the call's arguments that returns the
 completions' token ids (a (N, T) tensor or N lists), the record keeps what the function was given too, so the
-gate can hold the reward's inputs to what was sampled (`reward_inputs`).
+gate can hold the reward's inputs to what was sampled (`reward_inputs`). A reward model is not wrapped
+but watched (`RewardTap.watch`): its head's output at every position is kept with the ids it scored,
+and the oracle reads the score (algorithms/grpo/reward_model.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,43 @@ class RewardTap:
             return output
 
         return recorded
+
+    def watch(self, name: str, model: Any, pad_token_id: int, special_ids: tuple[int, ...] = ()) -> Any:
+        """`model` itself, a reward model (a sequence-classification model: a backbone and a scalar head `score`,
+        instrument/rewards.py), hooked so that each forward of its head is recorded under `name` with the ids of
+        the rows it scored (a position the attention mask leaves out as `pad_token_id`) and the head's output at
+        every position: the score is the oracle's to read there. `special_ids`: where the trainer scores decoded
+        text, the token ids its decoding leaves out (the tokenizer's special tokens). Hand the trainer the model
+        itself, in the order the functions are wrapped; the hooks stay for the model's life (one run's)."""
+        import torch
+
+        from .rewards import _argument, parts
+
+        backbone, head = parts(model)
+        index, self.wrapped = self.wrapped, self.wrapped + 1
+        kept: list[Any] = []
+
+        def keep_inputs(module, args, kwargs):
+            kept[:] = [_argument("input_ids", 0, args, kwargs), _argument("attention_mask", 1, args, kwargs)]
+
+        def record(module, args, output):
+            values = (output[0] if isinstance(output, tuple) else output).detach()
+            if values.dim() == 3 and values.shape[-1] == 1:
+                values = values.squeeze(-1)
+            ids, mask = kept if kept else (None, None)
+            kept.clear()
+            ids = None if ids is None else ids.detach().to("cpu", torch.int64)
+            if ids is not None and mask is not None:
+                ids = ids.masked_fill(~mask.detach().to("cpu").bool(), int(pad_token_id))
+            rows = values.shape[0]
+            self.calls.append(RewardCall(self.generation, self.rank, name, index,
+                                         torch.full((rows,), math.nan, dtype=torch.float64),
+                                         head=values.to("cpu", torch.float64).clone(), input_ids=ids,
+                                         special_ids=tuple(int(t) for t in special_ids)))  # fmt: skip
+
+        backbone.register_forward_pre_hook(keep_inputs, with_kwargs=True)
+        head.register_forward_hook(record)
+        return model
 
 
 def as_ids(completions: Any) -> tuple[tuple[int, ...], ...]:

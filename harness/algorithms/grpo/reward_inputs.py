@@ -24,8 +24,7 @@ from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
-from .reward_scenarios import REWARDS
-from .runs import spec_for
+from .runs import REWARDS, spec_for
 from .spec import GRPOSpec
 
 SHOWN = 3

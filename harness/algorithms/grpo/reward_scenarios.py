@@ -28,13 +28,13 @@ from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult, MetricStatus
 
-from . import formulas, lengths, rewards
+from . import formulas, lengths, reward_model, rewards
 from .checks import require_logs, require_records
-from .runs import UNEVEN, spec_for
+from .runs import MODEL, REWARDS, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
 
-REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5))
-"""Two generations of 16 completions (four groups), each trained in two windows and logged once."""
+SHOWN = 3
+"""Rows named one by one; the rest are counted."""
 
 
 def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observation:
@@ -47,7 +47,16 @@ def recomputed(obs: Observation, check: Check):
     per_interval = require_records(obs, check)
     if per_interval is None:
         return None
-    made = rewards.generations(obs.ran.reward_calls, obs.spec)
+    read = reward_model.resolved(obs.ran, obs.spec)
+    if isinstance(read, str):
+        check.fail(f"not recomputable: {read}")
+        return None
+    calls, problems = read
+    for line in problems[:SHOWN]:
+        check.fail(line)
+    if len(problems) > SHOWN:
+        check.fail(f"... and {len(problems) - SHOWN} more rows a reward model scored that are not their completion")
+    made = rewards.generations(calls, obs.spec)
     if isinstance(made, str):
         check.fail(f"not recomputable: {made}")
         return None
@@ -109,8 +118,14 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         return check.finish()
     per_interval, made, rows = seen
     missing = what_is_missing(made, rows, obs.spec)
-    if not require(check, not missing, missing):
-        return check.finish()
+    if require(check, not missing, missing):
+        judge_advantages(check, obs, per_interval, made, rows)
+    return check.finish()
+
+
+def judge_advantages(check: Check, obs: Observation, per_interval, made, rows) -> None:
+    """Every trained row's advantage against the oracle's: the worst row, how many are off, and the known wrong
+    formula that gives every logged advantage when one does."""
     compared, places = [], []
     for log, (interval, trained) in enumerate(zip(per_interval, rows)):
         for generation, row, k, j in trained:
@@ -119,7 +134,7 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
             places.append(f"generation {generation} completion {row} (log {log + 1}, micro-batch {k + 1}, row {j + 1}")
     if not compared:
         check.fail("no loss row to compare")
-        return check.finish()
+        return
     dtype, worst = obs.spec.dtype, formulas.worst_row(compared, obs.spec.dtype)
     off = formulas.off_count(compared, dtype)
     where = places[worst] + (f"; the worst of {off} of {len(compared)} rows off)" if off > 1 else ")")
@@ -129,7 +144,6 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         diagnosis, why, _ = formulas.diagnose_advantages(made, compared, obs.spec, dtype)
         verdicts = [dataclasses.replace(v, diagnosis=diagnosis, diagnosis_reason=why) for v in verdicts]
     check.absorb(verdicts)
-    return check.finish()
 
 
 def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -139,9 +153,15 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
+    judge_reward_stats(check, obs, made, rows)
+    return check.finish()
+
+
+def judge_reward_stats(check: Check, obs: Observation, made, rows) -> None:
+    """Each interval's logged reward statistics against the oracle's over the completions it trained."""
     expected = [rewards.reward_stats(made, interval) for interval in rows]
     if not require(check, all(expected), "an interval trained no completion") or not require_logs(obs, (), check):
-        return check.finish()
+        return
     weights, per_log = tuple(obs.spec.reward_weights or (1.0,)), []
     for index, want in enumerate(expected):
         log, where = obs.ran.logs[index], f"log {index + 1}" if len(expected) > 1 else None
@@ -154,6 +174,34 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     made_up = [formulas.reward_stat_candidates(made, trained, weights) for trained in rows]
     for verdicts in formulas.across_logs(per_log, made_up, obs.spec.dtype):
         check.absorb(verdicts)
+
+
+def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """With a reward model among the reward functions: each of its scores read from its head at the scored
+    sequence's last token (reward_model.py), every row it scored is its prompt and completion, and every
+    advantage and each interval's reward statistics equal the oracle's from those scores."""
+    check, obs = Check(case.id), cache.get(spec_for(MODEL, run), spy=False)
+    seen = recomputed(obs, check)
+    if seen is None:
+        return check.finish()
+    per_interval, made, rows = seen
+    watched = [c for c in obs.ran.reward_calls or () if c.head is not None]
+    trained = [(g, row) for interval in rows for g, row, *_ in interval]
+    column = 1  # the model is the second reward function (MODEL's weights)
+    scored = sum(not bool(made[g].scores[row, column].isnan()) for g, row in trained) if watched else 0
+    moved = sum(bool(made[g].advantages[row] != 0) for g, row in trained)
+    if not require(check, watched, "the target recorded no reward-model call: with reward_model set it must hand "
+                   "its trainer the toy world's reward model as its second reward function, watched with "
+                   "RewardTap.watch (docs/using-the-gate.md, section 7)"):  # fmt: skip
+        return check.finish()
+    if not require(check, scored == len(trained) and moved,
+                   f"of the {len(trained)} trained completions the reward model scored {scored} (all must be) and "
+                   f"{moved} have a non-zero advantage (at least one)"):  # fmt: skip
+        return check.finish()
+    judge_advantages(check, obs, per_interval, made, rows)
+    judge_reward_stats(check, obs, made, rows)
+    if not check.failed:
+        check.note(f"{len(watched)} reward-model calls, {scored} completions scored at the head of their last token")
     return check.finish()
 
 
@@ -219,6 +267,9 @@ REWARD_SCENARIOS = (
              "two weighted reward functions, some completions unscored: every advantage == oracle's from the scores"),
     Scenario("reward_stats", reward_stats, (("scale_rewards", SCALE_REWARDS),),
              "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's"),
+    Scenario("reward_model", reward_model_check, (),
+             "a reward model as the second function: its scores read from its head at each sequence's last token; "
+             "advantages and reward statistics == oracle's"),
     Scenario("completion_lengths", completion_lengths, (),
              "the same run: completions/*_length, clipped_ratio, *_terminated_length per interval == oracle's "
              "from the masks and ids"),

@@ -44,6 +44,10 @@ weights are capped and some not (at 0.2 every one is, and a weight that carries 
 NO_GRADIENT = "no gradient was compared"
 """What a gradient check fails with when it compared no gradient at all."""
 
+REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5))
+"""Two generations of 16 completions (four groups), each trained in two windows and logged once."""
+MODEL = REWARDS.with_(name="reward_model", reward_weights=(1.0, 0.5), reward_model=True)
+"""The same run with the toy world's reward model as the second reward function, handed over as a module."""
 
 def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
     """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting of SETTINGS."""

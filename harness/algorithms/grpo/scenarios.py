@@ -20,7 +20,7 @@ from harness.verdict import Check, CheckResult
 
 from .checks import compare_interval, logged_names, require_logs, require_records, window_sizes
 from .contract import lr0_identities, partition_names, pooled_names
-from .gradient_scenarios import every_microbatch_applied, gradient_partition
+from .gradient_scenarios import CLIP_NORM, every_microbatch_applied, gradient_partition
 from .runs import ALL_MASKED, CUTS, FRESH, LOGITS, LR0, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .runs import CISPO_CAP as CISPO_CAP  # the other runs stay importable from here, as before runs.py held them
 from .runs import EXTREME as EXTREME
@@ -218,6 +218,7 @@ SCENARIOS = (
     Scenario("logit_recompute", logit_recompute, (),
              "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("every_microbatch_applied", every_microbatch_applied, (),
-             "one step per window (3+1), after exactly its backward passes; .grad is exactly theirs; "
-             "every micro-batch of a generation ran"),
+             "one step per window (3+1), after exactly its backward passes; .grad is exactly theirs (clipped at "
+             "max_grad_norm 0.05, which every step exceeds); every micro-batch of a generation ran",
+             ((), (("max_grad_norm", CLIP_NORM),))),
 )  # fmt: skip

@@ -80,6 +80,10 @@ class GRPOSpec:
     """One weight per toy reward function. None or one weight: one function, which scores every completion; two:
     two functions, each of which cannot score some completions, and some completions neither can (the targets'
     toy rewards; the reward is the weighted sum over the functions that scored)."""
+    reward_model: bool = False
+    """The second of two reward functions is the toy world's reward model (a sequence-classification model),
+    handed to the trainer as a module and watched by the target's `RewardTap.watch`; the first scores every
+    completion."""
     max_grad_norm: float | None = None
     # the built-in toy world
     vocab_size: int = 32
@@ -172,6 +176,9 @@ class GRPOSpec:
             raise HarnessConfigError(
                 f"reward_weights={self.reward_weights}: the toy world has one or two reward functions"
             )
+        if self.reward_model and len(self.reward_weights or ()) != 2:
+            raise HarnessConfigError(f"reward_model needs two reward_weights (a function's, the model's), got "
+                                     f"{self.reward_weights}")  # fmt: skip
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
         if not 0 <= self.dropout < 1:

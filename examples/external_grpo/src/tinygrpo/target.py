@@ -49,6 +49,35 @@ def partial_rewards(stop_id: int) -> dict[str, trainer.RewardFn]:
     return {"sevens": sevens_partial, "stops": stops}
 
 
+def model_reward(model: torch.nn.Module, pad_id: int) -> trainer.RewardFn:
+    """A reward function made of a sequence-classification model (tinygrpo takes callables only): the model's
+    scalar head at the last real token of each prompt and completion."""
+
+    @torch.no_grad()
+    def reward_model(prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        inputs = trainer.model_inputs(torch.cat([prompts, completions], dim=1), pad_id)
+        hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state
+        head = model.score(hidden).squeeze(-1)
+        positions = torch.arange(head.shape[1], device=head.device)
+        last = (inputs["attention_mask"] * positions).argmax(dim=1)
+        return head[torch.arange(len(head), device=head.device), last].float()
+
+    return reward_model
+
+
+def handed_rewards(spec: GRPOSpec, world: Any, tap: RewardTap) -> dict[str, trainer.RewardFn]:
+    """The reward functions for the spec, each wrapped by the tap in the order of the weights; with
+    `spec.reward_model` the second is the toy world's reward model, which the tap watches instead (it keeps the
+    head's output at every position, and the gate reads the score there itself)."""
+    given = {"inputs": lambda args, kwargs: args[1]}  # the completions each call is given, its second argument
+    if spec.reward_model:
+        first = tap.wrap("sevens", sevens, **given)  # wrapped, then watched: the tap numbers them in that order
+        watched = tap.watch("reward_model", world.reward_model, world.pad_token_id)
+        return {"sevens": first, "reward_model": model_reward(watched, world.pad_token_id)}
+    funcs = {"sevens": sevens} if len(spec.reward_weights or (1.0,)) == 1 else partial_rewards(world.stop_token_id)
+    return {name: tap.wrap(name, fn, **given) for name, fn in funcs.items()}
+
+
 def settings_for(spec: GRPOSpec) -> trainer.Settings:
     """The gate's scenario in tinygrpo's words."""
     try:
@@ -163,13 +192,11 @@ def build(spec: GRPOSpec, trainer_class: type[trainer.TinyGRPO] = trainer.TinyGR
     world = toy_world(spec)  # seed, sizes, device, dtype, pad_logit_bias and dropout of the spec
     settings = settings_for(spec)
     tap = RewardTap()
-    funcs = {"sevens": sevens} if len(spec.reward_weights or (1.0,)) == 1 else partial_rewards(world.stop_token_id)
     grpo = trainer_class(
         settings,
         world.policy,
         world.ref_policy if spec.beta != 0 else None,
-        # in the order of the weights; `inputs`: the completions each call is given, its second argument
-        {name: tap.wrap(name, fn, inputs=lambda args, kwargs: args[1]) for name, fn in funcs.items()},
+        handed_rewards(spec, world, tap),
         world.prompts,
         pad_id=world.pad_token_id,
         stop_id=world.stop_token_id,

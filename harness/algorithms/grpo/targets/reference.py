@@ -148,12 +148,11 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     accelerator, tap = accelerator or Accelerator(cpu=spec.device == "cpu"), LogTap()
     tap.attach(accelerator)
     rewards = RewardTap(rank=accelerator.process_index)
-    funcs = toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, toy.count_token_reward(7))
     trainer = grpo.GRPOTrainer(
         config,
         world.policy,
         world.ref_policy if spec.beta != 0 else None,
-        {name: rewards.wrap(name, f, inputs=completions_given) for name, f in funcs.items()},
+        handed_rewards(spec, world, rewards, toy.count_token_reward(7)),
         world.prompts,
         world.pad_token_id,
         callbacks=[tap.callback],
@@ -170,6 +169,30 @@ def completions_given(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[1]
 
 
+def handed_rewards(spec, world, tap: RewardTap, count_w7):
+    """The reward functions as the reference trainer is handed them, in each of the three forms it accepts, so
+    that the gate runs each: one function alone; two in a list (named by their `__name__`); a reward model beside
+    a function in a dict, name -> function or model (`spec.reward_model`). Each function is wrapped by `tap`, the
+    model watched by it, in the order handed over."""
+    if spec.reward_model:
+        scored = rewards_named(count_w7, "count_w7")
+        return {"count_w7": tap.wrap("count_w7", scored, inputs=completions_given),
+                "reward_model": tap.watch("reward_model", world.reward_model, world.pad_token_id)}  # fmt: skip
+    funcs = toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, count_w7)
+    wrapped = [tap.wrap(name, f, inputs=completions_given) for name, f in funcs.items()]
+    return wrapped[0] if len(wrapped) == 1 else wrapped
+
+
+def rewards_named(func, name: str):
+    """`func` under `name` (the trainer names a function it is handed alone or in a list by its `__name__`)."""
+
+    def named(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        return func(queries, responses)
+
+    named.__name__ = named.__qualname__ = name
+    return named
+
+
 def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:
     """The toy world's reward functions: token 7's count (`count_w7`), which scores every completion; or, for two
     weights, that count and whether the completion ended with the stop token (1 or 0), each unable to score some
@@ -177,7 +200,7 @@ def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:
     the stop where it is that or odd. So about a quarter of the completions get no score at all, half of them one,
     and rewards tie often enough that some groups have std 0."""
     if count == 1:
-        return {"count_w7": count_w7}
+        return {"count_w7": rewards_named(count_w7, "count_w7")}
     nan = float("nan")
 
     def count_w7_partial(queries: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
@@ -188,7 +211,8 @@ def toy_rewards(count: int, stop_token_id: int, count_w7) -> dict:
         stopped = (responses == stop_token_id).any(dim=1).to(torch.float32)
         return stopped.masked_fill((first % 4 == 0) | (first % 2 == 1), nan)
 
-    return {"count_w7": count_w7_partial, "stopped": stopped_partial}
+    return {"count_w7": rewards_named(count_w7_partial, "count_w7"),
+            "stopped": rewards_named(stopped_partial, "stopped")}  # fmt: skip
 
 
 def log_steps(max_steps: int, logging_steps: int) -> tuple[int, ...]:

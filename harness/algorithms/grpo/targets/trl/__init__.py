@@ -145,7 +145,9 @@ def build(
     biases = world.logit_biases(spec, toy)
     for model in (toy.policy, toy.ref_policy):
         world.add_logit_biases(model, biases)
-    prompts = [" ".join(f"w{t}" for t in row) for row in toy.prompts.tolist()]
+    # each prompt's text ends with a space, as a real tokenizer's decoded completion begins with one: TRL scores a
+    # reward model on prompt + completion text joined as strings (the same tokens either way for the policy)
+    prompts = [" ".join(f"w{t}" for t in row) + " " for row in toy.prompts.tolist()]
     dataset = Dataset.from_dict({"prompt": prompts})
 
     workdir = tempfile.TemporaryDirectory(prefix="grpo-harness-trl-", ignore_cleanup_errors=True)
@@ -158,12 +160,21 @@ def build(
             toy.policy.config._name_or_path = reference_dir
         config = grpo_trainer.GRPOConfig(**trl_args(spec, workdir.name, dict(extra or {})))
         rewards = RewardTap()
+        funcs = [rewards.wrap(f.__name__, f, world.completions_given) for f in world.toy_rewards(spec)]
+        processing = {}
+        if getattr(spec, "reward_model", False):
+            # TRL names a reward model by its `_name_or_path` and scores it on the decoded text, tokenized
+            toy.reward_model.config._name_or_path = world.REWARD_MODEL
+            funcs.append(rewards.watch(world.REWARD_MODEL, toy.reward_model, toy.pad_token_id,
+                                       special_ids=tuple(toy.tokenizer.all_special_ids)))  # fmt: skip
+            processing = {"reward_processing_classes": [None] * (len(funcs) - 1) + [toy.tokenizer]}
         trainer = grpo_trainer.GRPOTrainer(
             model=toy.policy,
-            reward_funcs=[rewards.wrap(f.__name__, f, world.completions_given) for f in world.toy_rewards(spec)],
+            reward_funcs=funcs,
             args=config,
             train_dataset=dataset,
             processing_class=toy.tokenizer,
+            **processing,
         )
     if trainer.ref_model is not None:
         world.add_logit_biases(trainer.accelerator.unwrap_model(trainer.ref_model), biases)

@@ -44,11 +44,18 @@ def completions_given(args: tuple, kwargs: dict) -> list[list[int]]:
     return kwargs["completion_ids"]
 
 
+REWARD_MODEL = "reward_model"
+"""The name TRL logs the toy world's reward model under (its `_name_or_path`)."""
+
+
 def toy_rewards(spec) -> list[Callable]:
     """The reward functions of the spec's `reward_weights`: `toy_reward` for one weight (or none); for two, the two
-    partial ones (the reference target's toy world has the same pattern: some completions neither can score)."""
+    partial ones (the reference target's toy world has the same pattern: some completions neither can score); with
+    `reward_model`, `toy_reward` alone (the model, the second, is the target's to add)."""
     weights = getattr(spec, "reward_weights", None)
-    return [toy_reward] if weights is None or len(weights) == 1 else [multiple_of_3_partial, stopped_partial]
+    if weights is None or len(weights) == 1 or getattr(spec, "reward_model", False):
+        return [toy_reward]
+    return [multiple_of_3_partial, stopped_partial]
 
 
 def prompt_count(spec, generations_per_epoch: int) -> int:
