@@ -375,19 +375,21 @@ def install_check(session: nox.Session) -> None:
 
 
 TRL_NEWEST = "1.16.0"
-"""The newest TRL release whose GRPO verdict is pinned (tests/test_trl_newest.py)."""
+"""The newest TRL release whose GRPO verdict is pinned (TRL_NEWEST_TESTS)."""
+TRL_NEWEST_TESTS = "tests/harness/algorithms/grpo/targets/test_trl_newest.py"
+"""The module that pins it."""
 TRL_RELEASES = ("1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
 """The TRL releases `trl_releases` runs the GRPO gate on by default."""
 
 
 @nox.session(python=PYTHON, default=False)
 def trl_newest(session: nox.Session) -> None:
-    """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): tests/test_trl_newest.py, in this
-    session's own venv (the `tests` session's has trl 1.12.0, where that module skips)."""
+    """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): TRL_NEWEST_TESTS, in this session's
+    own venv (the `tests` session's has trl 1.12.0, where that module skips)."""
     install(session, "test")
     install_trl(session, f"trl=={TRL_NEWEST}")
     env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    session.run("python", "-m", "pytest", "tests/test_trl_newest.py", *session.posargs, env=env)
+    session.run("python", "-m", "pytest", TRL_NEWEST_TESTS, *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -10,7 +10,7 @@ The oracle recomputes in float64 from the trainer's own tensors, so the gap is o
 trainer's rounding in its working dtype and buffers; rounding a sum scales with its terms,
 not with the sum, which can sit near 0 (a policy loss over whitened advantages). Each
 number below says where it comes from; `nox -s tests` holds them to the precision suite
-(tests/test_precision.py): correct float32-buffer trainers pass at float64, and a relative
+(tests/harness/test_precision.py): correct float32-buffer trainers pass at float64, and a relative
 error of 1e-3 in any of the eight pooled metrics fails at float32 and at float64.
 """
 

@@ -5,7 +5,7 @@ factory, so a scenario several modules read (the GRPO reference's uneven-lengths
 uneven split) trains once. A test about the gate's verdict on a target, not about the command line, asks
 `gate(...)`: the same checks `python -m harness verify` runs (the `harness.suite` test per case, against one
 cache, into one `Report`), in this process and once per argument set; the subprocess stays with the tests of
-the command line itself (`tests/gate_run.py`: exit codes, `--seeds`, the terminal lines, module targets).
+the command line itself (`tests/support/gate_run.py`: exit codes, `--seeds`, the terminal lines, module targets).
 """
 
 from __future__ import annotations

@@ -1,0 +1,136 @@
+"""The GRPO gate's verdict on TRL's newest pinned release (1.16.0), whose GRPOTrainer computes its log-probs and
+entropies with a fused LM head: the adapter records them at the head's boundary.
+
+Runs where trl 1.16.0 is installed (`nox -s trl_newest`, which `nox -s tests` notifies); skips elsewhere (the
+`tests` session's venv has trl 1.12.0, whose verdict
+tests/harness/algorithms/grpo/targets/test_trl_grpo_verdict.py pins). One
+`python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit code, its JSON report), then
+TRL's baseline (baselines/trl-1.16.0-grpo.toml) on it and on two patched copies of its trainer module, through
+`--target trl-grpo:MODULE`: one that adds a bug (a new failure: exit 1) and one that fixes a baselined one (the entry is
+stale: exit 1, naming it).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from harness.algorithms.grpo.spec import LOSS_TYPES
+from tests.harness.algorithms.grpo.targets.test_trl_grpo_module_target import COPY, copy_trl_grpo_trainer
+from tests.support.gate_run import verify
+
+pytestmark = pytest.mark.trl
+
+RELEASE = "1.16.0"
+# The same 18 checks as TRL 1.12.0 (docs/trl-grpo.md, "TRL releases"): its poolings did not change. Its log-probs
+# and entropies, read at the fused head, equal their float64 formulas (logit_recompute passes), and the networks' own
+# forward (forward_recompute passes).
+TRL_NEWEST_FAILS = {
+    *(f"uneven_lengths[loss_type={t}]" for t in LOSS_TYPES),
+    *(f"off_policy[loss_type={t}]" for t in ("cispo", "sapo", "vespo")),
+    "short_window",
+    "extremes",
+    "freshness",
+    "all_masked",
+    "partition",
+    "partition[dropout=0.1]",
+    "reward_stats[scale_rewards=batch]",
+}
+ROOT = Path(__file__).resolve().parents[5]
+BASELINE = ROOT / "baselines" / f"trl-{RELEASE}-grpo.toml"
+
+
+def _installed() -> str | None:
+    try:
+        return importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def newest_verdict(tmp_path_factory):
+    if _installed() != RELEASE:
+        pytest.skip(f"trl {_installed()} is installed, not {RELEASE}: nox -s trl_newest runs this module")
+    return verify(tmp_path_factory.mktemp("verify-trl-newest"), "--target", "trl-grpo", timeout=600)
+
+
+def test_trl_newest_exits_1_and_fails_exactly_the_pinned_checks(newest_verdict):
+    code, report, output = newest_verdict
+    assert code == 1, output[-3000:]
+    statuses = {check["id"]: check["status"] for check in report["checks"]}
+    assert {c for c, s in statuses.items() if s != "pass"} == TRL_NEWEST_FAILS
+    assert len(statuses) == 57
+
+
+def test_trl_newest_fused_head_log_probs_equal_their_float64_formulas(newest_verdict):
+    _, report, _ = newest_verdict
+    (check,) = [c for c in report["checks"] if c["id"] == "logit_recompute"]
+    assert check["status"] == "pass", check["message"]
+    assert {m["name"] for m in check["metrics"]} == {"logit_gap/logps", "logit_gap/entropies"}
+    assert all(m["logged"] < 1e-5 for m in check["metrics"])
+
+
+def test_trls_baseline_lists_exactly_the_newest_releases_failures(newest_verdict):
+    """The committed baseline is today's verdict: with it the same run exits 0 (every failure known, none stale)."""
+    from harness.baseline import load
+
+    _, report, _ = newest_verdict
+    failed = [c["id"] for c in report["checks"] if c["status"] == "fail"]
+    assert {e.check for e in load(BASELINE, "grpo").entries} == set(failed) == TRL_NEWEST_FAILS
+
+
+def patched_copy(root: Path, old: str, new: str) -> Path:
+    """TRL's trainer module copied as `patched_trl_grpo.grpo_trainer` under `root`, with `old` replaced by `new`."""
+    copy_trl_grpo_trainer(root)
+    path = root / "patched_trl_grpo" / "grpo_trainer.py"
+    text = path.read_text()
+    assert text.count(old) == 1, f"TRL {RELEASE}'s trainer no longer has {old!r}"
+    path.write_text(text.replace(old, new))
+    return root
+
+
+# Two checks of the baseline's run: one TRL fails (known), one it passes. Run alone, the entries of the checks not
+# run are neither known nor stale.
+CHECKS = ("reward_stats[scale_rewards=batch]", "advantages[scale_rewards=group]")
+GROUP_STD = "is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))  # for logging\n\n        elif"
+
+
+@pytest.mark.parametrize("patch", ["none", "adds a bug", "fixes a baselined one"])
+def test_with_trls_baseline_the_gate_fails_only_for_what_changed(tmp_path, patch):
+    if _installed() != RELEASE:
+        pytest.skip(f"trl {_installed()} is installed, not {RELEASE}: nox -s trl_newest runs this module")
+    target, root = "trl-grpo", None
+    if patch == "adds a bug":  # advantages over a std 0.1 too large: a failure the baseline does not know
+        root = patched_copy(tmp_path / "src", "advantages = advantages / (std_rewards + 1e-4)",
+                            "advantages = advantages / (std_rewards + 1e-1)")  # fmt: skip
+    elif patch == "fixes a baselined one":  # frac_reward_zero_std tests each group's std under batch scaling too
+        root = patched_copy(
+            tmp_path / "src",
+            GROUP_STD,
+            (
+                "is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))  # for logging\n"
+                "            if self.scale_rewards == 'batch':\n"
+                "                group_std = nanstd(rewards.view(-1, num_generations), dim=1)\n"
+                "                group_std = group_std.repeat_interleave(num_generations, dim=0)\n"
+                "                is_std_zero = torch.isclose(group_std, torch.zeros_like(group_std))\n\n        elif"
+            ),
+        )
+    if root is not None:
+        target = f"trl-grpo:{COPY}"
+    checks = [arg for check in CHECKS for arg in ("--check", check)]
+    code, report, output = verify(tmp_path / "out", "--target", target, *checks, "--baseline", str(BASELINE),
+                                  pythonpath=root)  # fmt: skip
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    if patch == "none":
+        assert code == 0, output[-3000:]
+        assert statuses == dict(zip(CHECKS, ("fail", "pass"))) and report["baseline"]["known"] == [CHECKS[0]]
+    elif patch == "adds a bug":
+        assert code == 1, output[-3000:]
+        assert statuses == dict(zip(CHECKS, ("fail", "fail"))) and report["baseline"]["known"] == [CHECKS[0]]
+        assert f"\nFAIL  {CHECKS[1]}" in output
+    else:
+        assert code == 1, output[-3000:]
+        assert statuses == dict(zip(CHECKS, ("pass", "pass"))) and report["baseline"]["stale"] == [CHECKS[0]]
+        assert f"STALE {CHECKS[0]}  passes: remove it from the baseline {BASELINE}" in output

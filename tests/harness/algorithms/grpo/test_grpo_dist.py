@@ -1,0 +1,47 @@
+"""GRPO on 2 CPU processes: a trainer that scales its advantages by its own rank's batch std fails advantages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.harness.test_dist import verify_dist
+
+pytestmark = pytest.mark.dist
+
+
+def per_rank_std(spec, accelerator=None):
+    """The reference GRPO trainer with scale_rewards="batch" taken over each rank's completions only."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    run = factory(spec, accelerator)
+    module, train, world = run.module, run.train, run.trainer.accelerator.num_processes
+    original = module.group_advantages
+
+    def group_advantages(rewards, size, scale_rewards):
+        if scale_rewards != "batch":
+            return original(rewards, size, scale_rewards)
+        parts = [original(chunk, size, scale_rewards) for chunk in rewards.chunk(world)]
+        return torch.cat([a for a, _ in parts]), torch.cat([z for _, z in parts])
+
+    def patched_train():
+        module.group_advantages = group_advantages
+        try:
+            return train()
+        finally:
+            module.group_advantages = original
+
+    run.train = patched_train
+    return run
+
+
+per_rank_std.algorithm = "grpo"
+
+
+def test_advantages_scaled_by_a_ranks_own_std_fail_across_ranks(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.harness.algorithms.grpo.test_grpo_dist:per_rank_std")
+    assert code == 1, output[-3000:]
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses["advantages[ranks=2]"] == "fail" and statuses["completion_mask[ranks=2]"] == "pass"
+    (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
+    assert "are not the oracle's over every rank's scores" in advantages["message"]

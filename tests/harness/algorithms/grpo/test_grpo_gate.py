@@ -1,0 +1,333 @@
+"""The GRPO gate: its oracle on hand-made records, its spec, failing loudly, and the reference passing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.algorithms import case, cases
+from harness.algorithms.grpo import scenarios
+from harness.algorithms.grpo.expect import expected_metrics, intervals, record_problems
+from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
+from harness.errors import HarnessConfigError
+from harness.instrument.grad import GradTrace
+from harness.instrument.loss import LossRecord
+from harness.instrument.observe import Crashed, Observation, ObservationCache, Ran
+from tests.support.gate_run import verify
+from tests.support.gates import gate, reference
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0):
+    """A loss record from nested lists (float64, as the interface says)."""
+    mask = torch.tensor(mask, dtype=torch.bool)
+    as64 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return LossRecord(
+        generation=0,
+        window=window,
+        rank=0,
+        completion_mask=mask,
+        logps=as64(logps),
+        old_logps=as64(old),
+        ref_logps=as64(ref),
+        advantages=as64(advantages),
+        entropies=as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
+    )
+
+
+def values(expected):
+    return {name: e.value for name, e in expected.items()}
+
+
+# ---------------------------------------------------------------- the oracle on hand-made records
+
+
+def test_token_means_pool_over_every_token_not_over_micro_batches():
+    # micro-batch 1: 3 tokens of entropy 1; micro-batch 2: 1 token of entropy 5 -> (3 + 5) / 4 = 2, not (1 + 5) / 2
+    one = record([[1, 1, 1]], [[0.0, 0.0, 0.0]], [1.0], entropies=[[1.0, 1.0, 1.0]])
+    two = record([[1, 0, 0]], [[0.0, 0.0, 0.0]], [1.0], entropies=[[5.0, 9.0, 9.0]])
+    spec = GRPOSpec(beta=0.0)
+    got = values(expected_metrics([one, two], spec))
+    assert got["entropy"] == pytest.approx(2.0)
+    assert "kl" not in got
+    # dapo and bnpo: token mean of -A = -1; grpo: the mean of completion means; dr_grpo: sum / (2 * 12)
+    assert got["policy_loss"] == pytest.approx(-1.0)
+    assert values(expected_metrics([one, two], spec.with_(loss_type="dr_grpo")))["policy_loss"] == pytest.approx(
+        -4 / 24
+    )
+    assert values(expected_metrics([one, two], spec.with_(loss_type="grpo")))["policy_loss"] == pytest.approx(-1.0)
+
+
+def test_clip_flags_and_true_extremes():
+    up, down = math.log(1.5), math.log(0.5)  # ratios 1.5 and 0.5: outside [0.8, 1.2]
+    # completion a (A > 0): 1 of 2 tokens above 1.2; completion b (A < 0): 1 of 1 token below 0.8
+    first = record([[1, 1], [1, 0]], [[up, 0.0], [down, 0.0]], [1.0, -1.0], old=[[0.0, 0.0], [0.0, 0.0]])
+    # completion c (A > 0): none of 4 tokens clipped
+    second = record([[1, 1, 1, 1]], [[0.0] * 4], [1.0], old=[[0.0] * 4])
+    got = values(expected_metrics([first, second], GRPOSpec(beta=0.0)))
+    assert got["clip_ratio/high_mean"] == pytest.approx(1 / 7)
+    assert got["clip_ratio/low_mean"] == pytest.approx(1 / 7)
+    assert got["clip_ratio/region_mean"] == pytest.approx(2 / 7)
+    assert got["clip_ratio/high_max"] == pytest.approx(0.5)  # not the mean of micro-batch maxima, 0.25
+    assert got["clip_ratio/low_min"] == 0.0
+    # -min(r A, clip(r) A): a: -min(1.5, 1.2) = -1.2 and -1; b: -min(-0.5, -0.8) = 0.8; c: -1 each
+    assert got["policy_loss"] == pytest.approx((-1.2 - 1.0 + 0.8 - 4.0) / 7)
+
+
+def test_k3_with_and_without_the_bias_correction():
+    gap = 0.3  # ref - logp
+    r = record([[1]], [[0.0]], [0.0], old=[[-0.1]], ref=[[gap]])
+    k3 = math.exp(gap) - gap - 1
+    spec = GRPOSpec(beta=0.5)
+    assert values(expected_metrics([r], spec))["kl"] == pytest.approx(k3 * math.exp(0.1))
+    plain = values(expected_metrics([r], spec.with_(use_bias_correction_kl=False)))
+    assert plain["kl"] == pytest.approx(k3)
+    assert plain["policy_loss"] == pytest.approx(0.5 * k3)  # A = 0: the KL term alone
+
+
+def test_empty_micro_batches_add_nothing_and_an_empty_interval_logs_zero():
+    full = record([[1, 1]], [[0.0, 0.0]], [1.0], entropies=[[2.0, 2.0]])
+    empty = record([[0, 0]], [[0.0, 0.0]], [1.0], entropies=[[7.0, 7.0]])
+    got = values(expected_metrics([full, empty], GRPOSpec(beta=0.0)))
+    assert got["entropy"] == pytest.approx(2.0) and got["policy_loss"] == pytest.approx(-1.0)
+    nothing = values(expected_metrics([empty], GRPOSpec(beta=0.0)))
+    assert nothing["entropy"] == 0.0 and nothing["clip_ratio/high_max"] == 0.0
+
+
+def test_what_the_records_do_not_hold_is_not_recomputable():
+    assert all(e.value is None for e in expected_metrics([], GRPOSpec()).values())
+    r = dataclasses.replace(record([[1]], [[0.0]], [1.0]), entropies=None)
+    got = expected_metrics([r], GRPOSpec(beta=0.04))  # no entropies, no reference log-probs
+    assert got["entropy"].value is None and "entropies" in got["entropy"].reason
+    assert got["kl"].value is None and "reference log-probs" in got["kl"].reason
+    assert record_problems(dataclasses.replace(r, logps=None)) == ["logps is None"]
+    bad = record([[1, 1]], [[0.0, 0.0]], [1.0, 2.0])
+    assert any("advantages" in p for p in record_problems(bad))
+
+
+def test_records_are_split_into_intervals_by_their_window():
+    spec = GRPOSpec(max_steps=3, logging_steps=2)
+    rs = [record([[1]], [[0.0]], [1.0], window=w) for w in (0, 0, 1, 2)]
+    assert [len(i) for i in intervals(rs, spec)] == [3, 1]
+
+
+# ---------------------------------------------------------------- the spec
+
+
+def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
+    short = GRPOSpec(per_device_train_batch_size=2, gradient_accumulation_steps=3, steps_per_generation=4, max_steps=3)
+    assert short.window_sizes == (3, 1) and short.run_windows() == [3, 1, 3]
+    assert GRPOSpec(max_steps=5, logging_steps=2).total_logs == 3
+    with pytest.raises(HarnessConfigError, match="not divisible by num_generations=4"):
+        GRPOSpec(per_device_train_batch_size=3, gradient_accumulation_steps=1).validate()
+    with pytest.raises(HarnessConfigError, match="loss_type='gspo'"):
+        GRPOSpec(loss_type="gspo").validate()
+    with pytest.raises(HarnessConfigError, match="sapo_temperature_pos=0"):
+        GRPOSpec(sapo_temperature_pos=0.0).validate()
+    assert parse_settings(["loss_type=bnpo", "beta=0"]) == {"loss_type": "bnpo", "beta": 0.0}
+    assert parse_settings(["dropout=0.1"]) == {"dropout": 0.1}
+    with pytest.raises(HarnessConfigError, match="dropout=1.0"):
+        parse_settings(["dropout=1"])
+    with pytest.raises(HarnessConfigError, match="KEY one of"):
+        parse_settings(["kl_coef=0.1"])
+    assert hash(GRPOSpec()) == hash(GRPOSpec())  # the observation cache's key
+
+
+# ---------------------------------------------------------------- failing loudly on what it did not see
+
+
+class FixedCache:
+    """Every spec gets the same observation (with the spec asked for)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def get(self, spec, spy=True):
+        return self.make(spec)
+
+    @classmethod
+    def of(cls, obs):
+        """The same observation whatever the spec."""
+        return cls(lambda spec: obs)
+
+
+def ran(logs, loss_inputs=None, steps=()):
+    return Ran(tuple(logs), (), GradTrace(steps=tuple(steps)), 0, 2, loss_inputs=loss_inputs)
+
+
+GOOD = {"entropy": 1.0, "kl": 0.1, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+        "clip_ratio/region_mean": 0.0, "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0,
+        "policy_loss": 0.0}  # fmt: skip
+
+
+def grpo_check(check_id, cache):
+    return case(check_id, "grpo").run(cache, GRPOSpec())
+
+
+def test_no_loss_records_fail_every_pooled_check():
+    cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
+    for check_id in ("uneven_lengths[loss_type=dapo]", "short_window", "extremes", "freshness", "all_masked",
+                     "logp_gradient[loss_type=dapo]", "logp_gradient[run=beta0]", "off_policy[loss_type=cispo]",
+                     "logp_gradient[run=off_policy,loss_type=sapo]"):  # fmt: skip
+        result = grpo_check(check_id, cache)
+        assert not result.passed and "recorded no loss inputs" in result.message, check_id
+
+
+def test_a_crashed_run_fails_every_grpo_check():
+    cache = FixedCache(lambda spec: Observation(spec, Crashed("RuntimeError: boom")))
+    for c in cases("grpo"):
+        result = c.run(cache, GRPOSpec())
+        assert not result.passed and "RuntimeError: boom" in result.message, c.id
+
+
+def test_no_optimizer_step_fails_the_gradient_checks():
+    cache = FixedCache(lambda spec: Observation(spec, ran([dict(GOOD)] * spec.total_logs)))
+    assert "optimizer steps per cut [0, 0, 0, 0]" in grpo_check("gradient_partition[loss_type=dapo]", cache).message
+    assert not grpo_check("every_microbatch_applied", cache).passed
+
+
+@pytest.fixture(scope="module")
+def reference_cache():
+    return reference("grpo")
+
+
+def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache, monkeypatch):
+    assert grpo_check("uneven_lengths[loss_type=dapo]", reference_cache).passed
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    records = obs.ran.loss_inputs
+    assert {r.window for r in records} == {0, 1, 2, 3} and all(r.old_logps is not None for r in records)
+    assert all(r.logps.dtype == torch.float64 and r.completion_mask.dtype == torch.bool for r in records)
+    for change, why in ((lambda log: log.pop("kl"), "never logged kl"),
+                        (lambda log: log.update(entropy=math.nan), "entropy=nan")):  # fmt: skip
+        logs = [dict(log) for log in obs.ran.logs]
+        change(logs[0])
+        broken = Observation(obs.spec, ran(logs, records))
+        result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec, b=broken: b))
+        assert not result.passed and why in result.message
+
+
+def test_a_generation_trained_short_of_a_micro_batch_is_caught():
+    """Windows are read from the loss records, so a micro-batch that never ran shows only in its generation's
+    count; windows that cross generations (TRL's one step counter) and a last generation cut short are right."""
+    from harness.algorithms.grpo.checks import untrained_micro_batches
+
+    spec = scenarios.SHORT.with_(max_steps=4)  # 4 micro-batches per generation
+    made = lambda *gens: [dataclasses.replace(record([[True]], [[0.0]], [0.0]), generation=g) for g in gens]  # noqa: E731
+    assert untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2), spec) == ""
+    assert "per generation [3, 4], expected 4" in untrained_micro_batches(made(0, 0, 0, 1, 1, 1, 1), spec)
+    assert "[4, 5]" in untrained_micro_batches(made(0, 0, 0, 0, 1, 1, 1, 1, 1), spec)
+
+
+def test_a_trainer_that_skips_a_micro_batch_fails_every_microbatch_applied():
+    """The reference with the first micro-batch of each window left out: every step applies exactly the
+    backward passes that ran, so only the generations' counts show it."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    def skipping(spec, accelerator=None):
+        run = factory(spec, accelerator)
+        window_step = run.trainer.window_step
+        run.trainer.window_step = lambda batch, micro_batches: window_step(batch, micro_batches[1:] or micro_batches)
+        return run
+
+    result = grpo_check("every_microbatch_applied", ObservationCache(skipping))
+    assert not result.passed and result.message == (
+        "micro-batches per generation [3, 3], expected 4 (steps_per_generation * num_iterations) for every "
+        "generation but the last"
+    )
+
+
+def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
+    """The logged entropy replaced by the flat mean of the micro-batches' own means (class 16)."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    logs = [dict(log) for log in obs.ran.logs]
+    for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):
+        means = [float((r.entropies * r.completion_mask).sum() / r.completion_mask.sum()) for r in records]
+        logs[index]["entropy"] = sum(means) / len(means)
+    broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
+    result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken))
+    assert not result.passed and "entropy @ log 1" in result.message
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_checks_of_the_grpo_gate_and_their_docs():
+    printed = subprocess.run(
+        [sys.executable, "-m", "harness", "checks", "--target", "reference-grpo", "--markdown"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
+        "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
+    )
+    # 8 loss types twice (uneven_lengths, logp_gradient), 7 cut-invariant ones (gradient_partition), 3 soft ones
+    # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
+    # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
+    # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
+    # again with the gradient clipped
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 == 57
+
+
+def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
+    code, report, output = verify(tmp_path, "--target", "reference-grpo", "--check", "short_window")
+    assert code == 0, output[-2000:]
+    assert report["algorithm"] == "grpo" and [c["id"] for c in report["checks"]] == ["short_window"]
+    code, _, output = verify(tmp_path, "--target", "reference-grpo", "--set", "kl_coef=0.1")
+    assert code == 2 and "KEY one of" in output
+
+
+def test_the_reference_grpo_trainer_passes_every_check_of_the_gate():
+    """The whole GRPO gate (`python -m harness verify --target reference-grpo`'s checks, in process; the session's
+    runs shared with the modules that read the same scenarios)."""
+    report = gate("reference-grpo")
+    assert report["algorithm"] == "grpo" and len(report["checks"]) == len(cases("grpo"))
+    failed = [f"{c['id']}: {c['message']}" for c in report["checks"] if c["status"] != "pass"]
+    assert report["status"] == "pass" and not failed, failed
+
+
+def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(reference_cache):
+    """TRL logs policy_loss only with an entropy bonus: a trainer that never logs it is not wrong; one that logs
+    it in some intervals only is."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    never = [{k: v for k, v in log.items() if k != "policy_loss"} for log in obs.ran.logs]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(never, obs.ran.loss_inputs)))
+    )
+    assert result.passed and "policy_loss is not logged" in result.message
+    once = [never[0], *obs.ran.logs[1:]]
+    result = grpo_check(
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, obs.ran.loss_inputs)))
+    )
+    assert not result.passed and "never logged policy_loss" in result.message
+
+
+def test_each_loss_type_is_held_to_its_own_metrics_and_the_clip_checks_to_a_clipped_one():
+    from harness.algorithms.grpo import contract, scenarios
+
+    assert "cispo_clip_ratio" in contract.pooled_names(0.0, "cispo")
+    assert not any(n.startswith("clip_ratio/") for t in ("cispo", "sapo", "vespo")
+                   for n in contract.pooled_names(0.04, t))  # fmt: skip
+    assert "vespo/phi_seq_mean" in contract.pooled_names(0.0, "vespo")
+    assert "policy_loss" not in contract.partition_names(0.0, "bnpo")  # a mean of micro-batch means, by definition
+    assert contract.lr0_identities("vespo") == {"vespo/phi_seq_mean": 1.0}
+    # `--set loss_type=sapo` still runs the clip extremes, under a loss type that clips
+    assert scenarios.clipping(GRPOSpec(loss_type="sapo")).loss_type == GRPOSpec().loss_type
+    assert scenarios.clipping(GRPOSpec(loss_type="luspo")).loss_type == "luspo"
+    assert scenarios.off_policy_spec(GRPOSpec(), "cispo").epsilon_high == scenarios.CISPO_CAP
+    assert scenarios.off_policy_spec(GRPOSpec(epsilon_high=5.0), "cispo").epsilon_high == 5.0
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo", "vespo"])
+def test_off_policy_fails_when_its_ratios_never_left_1(reference_cache, loss_type):
+    """The same runs at LR 0: every ratio is 1, cispo's weights all on one side of the cap, vespo's phi 1; the check
+    saw nothing off policy and fails saying so, though every metric equals the oracle's."""
+    at_lr0 = FixedCache(lambda spec: reference_cache.get(spec.with_(learning_rate=0.0), spy=False))
+    result = grpo_check(f"off_policy[loss_type={loss_type}]", at_lr0)
+    assert not result.passed and "every ratio within 0 of 1" in result.message, result.message
+    assert grpo_check(f"off_policy[loss_type={loss_type}]", reference_cache).passed

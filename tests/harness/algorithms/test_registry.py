@@ -1,0 +1,80 @@
+"""The algorithm registry: what an algorithm declares, how it is found, and that the core names no metric of one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import algorithms
+from harness.algorithms import MEMBERS, case, get, known_algorithms
+from harness.errors import HarnessConfigError
+from harness.tolerances import tolerance
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_both_built_in_algorithms_are_registered_and_declare_every_member():
+    assert known_algorithms()[:2] == ["ppo", "grpo"]
+    for name in ("ppo", "grpo"):
+        algorithm = get(name)
+        assert all(member in dir(algorithm) for member in MEMBERS)
+        assert algorithm.default_target in algorithm.targets
+        assert algorithm.scenarios and algorithm.mutation.files[0].startswith("reference_trainers/")
+
+
+def test_an_unknown_or_incomplete_algorithm_is_a_configuration_error(monkeypatch):
+    with pytest.raises(HarnessConfigError, match="unknown algorithm 'rloo'; known: ppo, grpo"):
+        get("rloo")
+    monkeypatch.setattr(algorithms, "found", lambda: {"half": "harness.errors:HarnessConfigError"})
+    get.cache_clear()
+    try:
+        with pytest.raises(HarnessConfigError, match="does not declare name, default_target"):
+            get("half")
+    finally:
+        get.cache_clear()
+
+
+def test_case_finds_the_algorithm_from_the_id():
+    assert case("short_window").scenario.check.__module__.startswith("harness.algorithms.grpo")
+    assert case("uneven_split[epochs=1]").scenario.check.__module__.startswith("harness.algorithms.ppo")
+    # an id both algorithms have: the default algorithm's, unless one is named
+    assert case("freshness").scenario.check.__module__.startswith("harness.algorithms.ppo")
+    assert case("freshness", "grpo").scenario.check.__module__.startswith("harness.algorithms.grpo")
+    with pytest.raises(KeyError, match="no check 'short_window' in ppo"):
+        case("short_window", "ppo")
+
+
+def test_each_algorithms_tolerance_rows_are_read_through_the_core():
+    assert tolerance("loss/policy_avg", "float32") == tuple(get("ppo").tolerances["loss/policy_avg"][1])
+    assert tolerance("advantage", "bfloat16")[:2] == tuple(get("grpo").tolerances["advantage"][2])
+    assert tolerance("no/such_metric", "float32") == tolerance("*", "float32")
+
+
+def metric_names(name: str) -> set[str]:
+    """The slash-namespaced names an algorithm's contract and tolerance rows define."""
+    import importlib
+
+    contract = importlib.import_module(f"harness.algorithms.{name}.contract")
+    found = {key for key in get(name).tolerances if "/" in key}
+    for value in vars(contract).values():
+        items = value if isinstance(value, (tuple, list, set, frozenset)) else (value,)
+        found |= {item for item in items if isinstance(item, str) and re.fullmatch(r"[a-z_]+/[a-z_]+", item)}
+    return found
+
+
+@pytest.mark.parametrize("name", ["ppo", "grpo"])
+def test_nothing_outside_an_algorithms_folder_names_one_of_its_metrics(name):
+    names = metric_names(name)
+    assert len(names) >= 5, names  # the contract was read: a glob that sees nothing proves nothing
+    own = ROOT / "harness" / "algorithms" / name
+    named = {}
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        if path.is_relative_to(own) or path.is_relative_to(ROOT / "harness" / "bench"):
+            continue  # the benchmark measures the PPO gate on purpose (docs/bench.md)
+        text = path.read_text(encoding="utf-8")
+        hits = sorted(n for n in names if f'"{n}"' in text or f"'{n}'" in text)
+        if hits:
+            named[str(path.relative_to(ROOT))] = hits
+    assert named == {}

@@ -1,0 +1,97 @@
+"""verify-dist on 2 CPU processes: passes on the reference trainer, fails on a mean of per-rank means."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.dist
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    path = tmp_path / "dist" / "verify.json"
+    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_reference_trainer_passes_across_two_processes(tmp_path):
+    code, report, output = verify_dist(tmp_path, "reference")
+    assert code == 0, output[-3000:]
+    assert {c["id"]: c["status"] for c in report["checks"]} == {
+        "uneven_split[ranks=2]": "pass",
+        "freshness[ranks=2]": "pass",
+        "lr0_ratio[ranks=2]": "pass",
+        "logp_gradient[ranks=2]": "pass",
+    }
+    (gradient,) = [c for c in report["checks"] if c["id"] == "logp_gradient[ranks=2]"]
+    assert "= 0.5 x the sum of their gradients" in gradient["message"]  # DDP averages the two ranks
+
+
+@pytest.mark.slow
+def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
+    code, report, output = verify_dist(tmp_path, "reference-grpo")
+    assert code == 0, output[-3000:]
+    assert {c["id"]: c["status"] for c in report["checks"]} == {
+        "uneven_lengths[ranks=2]": "pass",
+        "freshness[ranks=2]": "pass",
+        "logp_gradient[ranks=2]": "pass",
+        "advantages[ranks=2]": "pass",
+        "completion_mask[ranks=2]": "pass",
+        "reward_inputs[ranks=2]": "pass",
+    }
+    assert report["algorithm"] == "grpo"
+    (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
+    assert "would differ under a rank's own std" in advantages["message"]  # the run has teeth
+
+
+@pytest.mark.slow
+def test_mean_of_per_rank_means_fails(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.support.dist_variants:per_rank_mean")
+    assert code == 1, output[-3000:]
+    failed = {c["id"] for c in report["checks"] if c["status"] == "fail"}
+    assert {"uneven_split[ranks=2]", "freshness[ranks=2]"} <= failed
+    uneven = next(c for c in report["checks"] if c["id"] == "uneven_split[ranks=2]")
+    assert "policy/entropy_avg" in {m["name"] for m in uneven["metrics"] if m["status"] == "fail"}
+
+
+@pytest.mark.slow
+def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.support.dist_variants:hangs", "--timeout", "30")
+    assert code == 1
+    assert "timed out after 30s" in report["checks"][0]["message"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_fails_the_run_and_says_why(tmp_path):
+    code, report, output = verify_dist(tmp_path, "tests.support.dist_variants:rank_one_raises", "--timeout", "120")
+    assert code == 1, output[-2000:]
+    (check,) = report["checks"]
+    assert check["id"] == "dist_run" and "timed out" not in check["message"]
+    assert "rank 1 broke down" in check["message"]
+
+
+def test_unknown_target_is_a_usage_error(tmp_path):
+    code, _, output = verify_dist(tmp_path, "no_such_module:factory")
+    assert code == 2 and "cannot import" in output
+
+
+@pytest.mark.slow
+def test_metrics_outside_the_contract_may_differ_between_ranks(tmp_path):
+    """A per-rank count such as TRL's val/num_eos_tokens is not the contract's: it must not fail the run."""
+    code, report, output = verify_dist(tmp_path, "tests.support.precision_variants:extra_metrics")
+    assert code == 0, output[-3000:]
+    assert {c["status"] for c in report["checks"]} == {"pass"}

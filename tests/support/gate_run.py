@@ -1,0 +1,30 @@
+"""`python -m harness verify ARGS` as a user runs it, for the tests that hold the gate to its exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def verify(report_dir: Path, *args: str, timeout: float = 1800, pythonpath: Path | None = None
+           ) -> tuple[int, dict, str]:  # fmt: skip
+    """(exit code, verify.json as data or {} when none was written, stdout and stderr); `pythonpath`: a folder
+    searched before the project (a patched module's package)."""
+    path = os.pathsep.join([*([str(pythonpath)] if pythonpath is not None else []), str(ROOT)])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "GITHUB_STEP_SUMMARY": "",
+           "TRL_EXPERIMENTAL_SILENCE": "1"}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify", "--report-dir", str(report_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+    path = report_dir / "verify.json"
+    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
