@@ -275,6 +275,9 @@ def example(session: nox.Session) -> None:
     its own tests must pass, and `ppo-verify` on its broken variant must exit 1. Reports:
     reports/example/ (tinyppo) and reports/example/grpo/ (tinygrpo).
     """
+    if session.run(sys.executable, "-c", "", external=True, silent=True) is None:  # nox runs nothing: --install-only
+        session.log("example makes its own venv when it runs: nothing to install ahead (--install-only)")
+        return
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="ppo-example-")
     try:

@@ -28,6 +28,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 HOOKS_MODULE = "ppo_mutmut_hooks"
 TARGET_OPTION = "--ppo-target"
+RANK_TESTS = "harness/suite/test_verify_dist.py"
+"""The two-process gate as a test: selected beside the verify suite for an algorithm with `rank_functions`."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,24 @@ class MutmutAlgorithm:
     """Where its scores sit in baseline.json: None at the top level (PPO's, recorded first), else that key."""
     unit_tests: tuple[str, ...] = ()
     """The trainer's own test modules mutmut runs beside the verify suite (copied into the scratch project)."""
+    rank_functions: tuple[str, ...] = ()
+    """`module:function` or `module:Class.method` of the functions whose mutants also run RANK_TESTS."""
+
+    @property
+    def selection_extras(self) -> tuple[str, ...]:
+        """What the scratch `[tool.mutmut]` selects beside the verify suite: the unit tests, then RANK_TESTS."""
+        return (*self.unit_tests, *((RANK_TESTS,) if self.rank_functions else ()))
+
+    @property
+    def rank_links(self) -> tuple[str, ...]:
+        """mutmut's names of `rank_functions` (`module.x_function`, `module.xǁClassǁmethod`), as its statistics
+        link functions to tests."""
+        out = []
+        for entry in self.rank_functions:
+            module, _, function = entry.partition(":")
+            owner, _, method = function.rpartition(".")
+            out.append(f"{module}.x\u01c1{owner}\u01c1{method}" if owner else f"{module}.x_{function}")
+        return tuple(out)
 
     @property
     def trainer(self) -> str:
@@ -67,7 +87,8 @@ def _algorithms() -> dict[str, MutmutAlgorithm]:
         if algorithm.mutation is not None:
             m = algorithm.mutation
             out[name] = MutmutAlgorithm(
-                name, m.files, algorithm.default_target, m.triage_file, m.baseline_section, m.unit_tests
+                name, m.files, algorithm.default_target, m.triage_file, m.baseline_section, m.unit_tests,
+                m.rank_functions,
             )
     return out
 
@@ -120,7 +141,7 @@ def config_problems(config: dict, algo: MutmutAlgorithm, target: str | None) -> 
     if HOOKS_MODULE not in args:
         problems.append(f"[tool.mutmut] pytest_add_cli_args must load -p {HOOKS_MODULE}")
     selection = config.get("pytest_add_cli_args_test_selection", [])
-    missing = [path for path in algo.unit_tests if path not in selection]
+    missing = [path for path in algo.selection_extras if path not in selection]
     if missing:
         problems.append(f"[tool.mutmut] pytest_add_cli_args_test_selection must list {', '.join(missing)}")
     if named_target(args) != target:
@@ -154,9 +175,9 @@ def scratch_config(text: str, algo: MutmutAlgorithm) -> str:
     _set_line(lines, start, end, "only_mutate", list(algo.files))
     args = list(config.get("pytest_add_cli_args", []))
     _set_line(lines, start, end, "pytest_add_cli_args", [*args, TARGET_OPTION, algo.target])
-    if algo.unit_tests:
+    if algo.selection_extras:
         selection = list(config.get("pytest_add_cli_args_test_selection", []))
-        _set_line(lines, start, end, "pytest_add_cli_args_test_selection", [*selection, *algo.unit_tests])
+        _set_line(lines, start, end, "pytest_add_cli_args_test_selection", [*selection, *algo.selection_extras])
     return "".join(lines)
 
 

@@ -32,7 +32,16 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   triaged: the line it changes in the generated code is the entry's line and its
   new text has the entry's replacement. The session then exits 34, mutmut's
   "skipped". A renumbered mutant matches no entry and runs, and the report calls
-  its entry stale.
+  its entry stale;
+- a test that runs the trainer only in processes it starts (the two-process gate,
+  harness/suite/test_verify_dist.py) is linked by mutmut's stats run to no function, since
+  the stats of those processes never reach mutmut. When the driver hands over the links
+  (`PPO_MUTMUT_RANK_LINKS` names a JSON file: the tests and the functions they exercise, from
+  the algorithm's `rank_functions`), the plugin adds those functions to such a test as the
+  stats run ends it, so mutmut runs it against their mutants; and while the stats run runs it,
+  the processes it starts are not told they are in one (no MUTANT_UNDER_TEST in their
+  environment: they run the unmutated trainer and record nothing). Against a mutant they
+  inherit MUTANT_UNDER_TEST and run that mutant.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from hypothesis import HealthCheck, settings
 
 STATS_FILE = "mutmut-stats.json"
 SKIP_ENV = "PPO_MUTMUT_SKIP"
+LINKS_ENV = "PPO_MUTMUT_RANK_LINKS"
 SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 # the values mutmut gives MUTANT_UNDER_TEST when no mutant is active: its generation, stats, clean and forced-fail runs
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
@@ -177,8 +187,38 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         items[:] = cheapest_first(items, durations)
 
 
+def rank_links() -> dict[str, list[str]]:
+    """The driver's links ({"tests": [path], "functions": [name]}); empty where none were handed over."""
+    path = os.environ.get(LINKS_ENV)
+    if not path:
+        return {}
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {"tests": [str(t) for t in data["tests"]], "functions": [str(f) for f in data["functions"]]}
+
+
+def is_linked(nodeid: str, links: dict[str, list[str]]) -> bool:
+    """Whether the test `nodeid` is one of the linked tests (by its file, relative to where pytest runs)."""
+    path = nodeid.split("::")[0].replace("\\", "/")
+    return any(path == t or path.endswith("/" + t) for t in links.get("tests", ()))
+
+
+_stats_run = False
+"""Whether this pytest session is mutmut's stats run (set when the session is configured)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """In the stats run, before mutmut's own collector reads the functions a test hit: a linked test's functions."""
+    if _stats_run and is_linked(item.nodeid, links := rank_links()):
+        from mutmut.state import state
+
+        state()._stats.update(links["functions"])
+
+
 def pytest_configure(config) -> None:
     """Load a deterministic Hypothesis profile, so that a verdict never depends on a database or an executor."""
+    global _stats_run
+    _stats_run = os.environ.get("MUTANT_UNDER_TEST") == "stats"
     if not _under_mutmut():
         return
     settings.register_profile(
@@ -191,6 +231,14 @@ def pytest_configure(config) -> None:
     settings.load_profile("ppo-mutmut")
     for name in MUTATED_MODULES:
         restore_code_names(importlib.import_module(name))
+
+
+@pytest.fixture(autouse=True)
+def _ppo_ranks_outside_the_stats_run(request, monkeypatch):
+    """In the stats run, a linked test's processes get no MUTANT_UNDER_TEST (their stats would be lost anyway)."""
+    if _stats_run and is_linked(request.node.nodeid, rank_links()):
+        monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ from . import mutmut_hooks, selection
 from .model import MutantStatus
 from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .mutmut_collect import collect, write_results
-from .mutmut_scratch import PPO, PRISTINE, prepare_scratch, write_skip_file
+from .mutmut_scratch import PPO, PRISTINE, prepare_scratch, write_rank_links, write_skip_file
 from .project import ROOT, scratch_env
 from .scoring import load_triage
 
@@ -56,16 +56,21 @@ def mutmut_executable() -> list[str]:
     raise RuntimeError("mutmut is not installed: pip install 'mutmut>=3.3,<4' (the `mutation` extra)")
 
 
-def run_mutmut(scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None) -> tuple[int, float]:
+def run_mutmut(
+    scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None, links_file=None
+) -> tuple[int, float]:
     """`mutmut run` in `scratch` (over the mutants matching `globs`, all where none); (exit code, seconds).
 
-    With `skip_file`, the mutants it lists as triaged are skipped (mutmut's "skipped", exit 34).
+    With `skip_file`, the mutants it lists as triaged are skipped (mutmut's "skipped", exit 34); with
+    `links_file` (mutmut_scratch.write_rank_links), the stats run links the two-process test to its functions.
     Output goes to `log_path`.
     """
     env = scratch_env(scratch)
     env.pop("PYTHONPATH")  # mutmut puts its own ./mutants/ first on the path
     if skip_file is not None:
         env[mutmut_hooks.SKIP_ENV] = str(skip_file)
+    if links_file is not None:
+        env[mutmut_hooks.LINKS_ENV] = str(links_file)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
@@ -127,7 +132,8 @@ def run_in_scratch(
             print("error: " + "; ".join(problems))
             return 2
         skip_file = write_skip_file(scratch, entries)
-    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file)
+    links_file = write_rank_links(scratch, algo)
+    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file, links_file)
     if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in algo.files):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2

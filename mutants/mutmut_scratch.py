@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from . import mutmut_hooks
-from .mutmut_algorithms import ALGORITHMS, DEFAULT, HOOKS_MODULE, MutmutAlgorithm, write_scratch_config
+from .mutmut_algorithms import ALGORITHMS, DEFAULT, HOOKS_MODULE, RANK_TESTS, MutmutAlgorithm, write_scratch_config
 from .project import ROOT, copy_project
 
 PPO = ALGORITHMS[DEFAULT]
@@ -50,7 +50,8 @@ def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
     The mutated files are copied as they are (no line moves, so the report's lines are the project's), and a
     pristine copy of each is kept under `_pristine/`, from which `collect` places every mutant. The scratch
     `[tool.mutmut]` mutates `algo`'s files and runs the verify suite against `algo`'s target, and `algo`'s
-    `unit_tests` beside it (copied to the same paths).
+    `unit_tests` beside it (copied to the same paths), and the two-process gate (RANK_TESTS, part of the copied
+    harness) where `algo` has `rank_functions`.
     """
     root = Path(root or ROOT).resolve()
     scratch = Path(scratch).resolve()
@@ -72,6 +73,25 @@ def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
     if problems:
         raise RuntimeError("; ".join(problems))
     return scratch
+
+
+RANK_LINKS_FILE = "rank_links.json"
+
+
+def write_rank_links(scratch, algo: MutmutAlgorithm) -> Path | None:
+    """The links mutmut's statistics cannot see, as the hooks plugin reads them; None for an algorithm without
+    `rank_functions`.
+
+    The two-process test (RANK_TESTS) calls the trainer only in the ranks it starts, so the stats run records
+    no function for it and mutmut would never run it against a mutant. The plugin adds these functions to it
+    when the stats run ends the test: `{"tests": [path], "functions": [mutmut's names]}`.
+    """
+    if not algo.rank_functions:
+        return None
+    path = Path(scratch) / RANK_LINKS_FILE
+    links = {"tests": [RANK_TESTS], "functions": list(algo.rank_links)}
+    path.write_text(json.dumps(links, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
 
 
 SKIP_FILE = "triaged.json"

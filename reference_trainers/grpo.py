@@ -265,8 +265,6 @@ def kl_to_reference(
 class WindowCounts:
     """The sizes an accumulation window's loss is divided by, each summed over every rank."""
 
-    tokens: float
-    """Completion tokens in the window's micro-batches."""
     completions: float
     """Rows (completions) in the window's micro-batches."""
     generation_tokens: float
@@ -599,9 +597,7 @@ class GRPOTrainer:
     def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:
         """All micro-batches of one accumulation window, then exactly one optimizer step."""
         cfg, acc = self.config, self.accelerator
-        tokens = torch.stack([batch.completion_mask[rows].sum() for rows in micro_batches]).sum().double()
         counts = WindowCounts(
-            tokens=acc.reduce(tokens.reshape(1), reduction="sum").item(),
             completions=float(sum(len(rows) for rows in micro_batches) * acc.num_processes),
             generation_tokens=batch.generation_tokens,
             generation_share=len(micro_batches) / cfg.steps_per_generation,

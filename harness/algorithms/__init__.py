@@ -50,6 +50,13 @@ class Mutation:
     """Test modules (relative to the repository root) that mutmut runs beside the gate: the trainer's own tests
     of what no gate run reaches (a configuration's validation: the gate builds only valid ones). Each must import
     nothing but pytest and the trainer's package; the scratch copy holds them at the same paths."""
+    rank_functions: tuple[str, ...] = ()
+    """Functions of the mutated files whose code depends on the process group (`module:function` or
+    `module:Class.method`, e.g. `reference_trainers.grpo:GRPOTrainer.window_step`): on one process their rank
+    slices, world factors and `no_sync` contexts change nothing, so mutmut runs the gate across two processes
+    (harness/suite/test_verify_dist.py, `python -m harness verify-dist` against the algorithm's target) beside the
+    verify suite on their mutants. Its calls happen in the ranks, where mutmut's statistics cannot see them; the
+    driver links it to these functions itself."""
 
 
 class Algorithm(Protocol):

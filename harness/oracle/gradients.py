@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
+
 from harness.compare import compare
 from harness.verdict import Check
 
@@ -38,6 +40,41 @@ def factor_note(factors: list[Factor], what: str = "dL/dlogp", whole: str = "min
         )
     listed = ", ".join(f"{f:.4g}" for f in ratios)
     return f"recorded {what} over the formula's, per micro-batch: {listed}"
+
+
+def reduction(steps: Sequence, where: str, check: Check, dtype: str = "float32") -> float | None:
+    """The factor `a` of one optimizer step seen by every rank (`steps`: each rank's `Step` of it, from its
+    gradient trace kept with the .grad copies): every rank's `.grad` must be one vector, `a` times the sum over
+    ranks of their own backward contributions (`a` = 1 / world when data parallelism averages, 1 when it
+    sums). A micro-batch whose backward ran outside the synchronised one (no_sync on the wrong micro-batch, or
+    on every one) leaves a part of `.grad` that no `a` explains. The largest gap from it, and between the
+    ranks' `.grad`, is reported as a "gradient" metric; None (a failure) when no rank contributed."""
+    grads = [s.grad for s in steps]
+    total = torch.stack([s.local_grad for s in steps]).sum(dim=0)
+    norm = float((total * total).sum())
+    if not norm > 0:
+        check.fail(f"{where}: no process contributed a gradient")
+        return None
+    a = float((grads[0] * total).sum()) / norm
+    peak = max(float(grads[0].abs().max()), 1e-30)
+    spread = max(float((g - grads[0]).abs().max()) for g in grads) / peak
+    left = float((grads[0] - a * total).abs().max()) / peak
+    check.absorb(compare({"gradient": max(spread, left)}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
+    return a
+
+
+def reductions(ranks: Sequence, steps: int, check: Check) -> list[float] | None:
+    """Every rank's optimizer steps (`ranks`: each rank's `Ran`, its gradient trace kept with the .grad copies)
+    reduced alike, by `reduction`; their factors `a`, noted, or None where a rank made other than `steps` steps
+    or no rank contributed to one (each a failure of `check`)."""
+    if any(len(r.grads.steps) != steps for r in ranks):
+        check.fail(f"ranks made {[len(r.grads.steps) for r in ranks]} optimizer steps, expected {steps} each")
+        return None
+    factors = [reduction(each, f"step {k + 1}", check) for k, each in enumerate(zip(*(r.grads.steps for r in ranks)))]
+    if any(a is None for a in factors):
+        return None
+    check.note(f"reduction across {len(ranks)} ranks: .grad = {factors[0]:.4g} x the sum of their gradients")
+    return factors
 
 
 def applied_gap(step, max_grad_norm: float | None) -> float:

@@ -49,6 +49,8 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "uneven_lengths[ranks=2]": "pass",
         "freshness[ranks=2]": "pass",
         "logp_gradient[ranks=2]": "pass",
+        "logp_gradient[ranks=2,loss_type=grpo]": "pass",
+        "logp_gradient[ranks=2,loss_type=bnpo]": "pass",
         "advantages[ranks=2]": "pass",
         "completion_mask[ranks=2]": "pass",
         "reward_inputs[ranks=2]": "pass",
@@ -56,6 +58,9 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
     assert report["algorithm"] == "grpo"
     (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
     assert "would differ under a rank's own std" in advantages["message"]  # the run has teeth
+    for check in report["checks"]:  # every step reduced alike on both ranks: DDP's average of their gradients
+        if check["id"].startswith("logp_gradient"):
+            assert "= 0.5 x the sum of their gradients" in check["message"], check["message"]
 
 
 @pytest.mark.slow

@@ -889,7 +889,8 @@ def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
     assert by_id["g49_batch_std_for_group"]["named_failed"] == ["advantages[scale_rewards=group]"]
     for empty in ("g12_empty_microbatch_counts", "g24_nan_gradient_finite_stats"):
         assert by_id[empty]["named_failed"] == ["all_masked"], by_id[empty]
-    for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch"):
+    for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch",
+                 "g31_no_world_factor", "g33_sync_on_first_microbatch"):
         assert by_id[dist]["named_failed"] == ["logp_gradient[ranks=2]"], by_id[dist]
     assert code == 0
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import importlib
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from mutants import markdown, mutmut_hooks, mutmut_run, mutmut_scratch, report, 
 from mutants.model import MutantRecord, MutmutResults
 from mutants.mutmut_algorithms import (
     ALGORITHMS,
+    RANK_TESTS,
     config_problems,
     module_names,
     mutmut_config,
@@ -69,7 +72,8 @@ def test_the_scratch_config_mutates_the_algorithms_files_and_tests_its_target(tm
     project = mutmut_config(ROOT / "pyproject.toml")
     assert args[:-2] == project["pytest_add_cli_args"]  # the rest as the project has it
     selection = "pytest_add_cli_args_test_selection"
-    assert config[selection] == [*project[selection], *algo.unit_tests]  # the gate, then the trainer's own tests
+    # the gate, then the trainer's own tests, then the two-process gate where the algorithm has rank functions
+    assert config[selection] == [*project[selection], *algo.unit_tests, *([RANK_TESTS] if algo.rank_functions else [])]
     for path in algo.unit_tests:
         assert (scratch / path).read_text(encoding="utf-8") == (ROOT / path).read_text(encoding="utf-8")
     rewritten = ("only_mutate", "pytest_add_cli_args", selection)
@@ -80,6 +84,46 @@ def test_the_scratch_config_mutates_the_algorithms_files_and_tests_its_target(tm
         original = (ROOT / path).read_text(encoding="utf-8")
         assert (scratch / mutmut_scratch.PRISTINE / path).read_text(encoding="utf-8") == original
         assert mutmut_scratch.pragma_problems(original, path) == []  # the pragma rules hold for GRPO's files too
+
+
+def test_grpo_links_its_rank_functions_to_the_two_process_gate_in_mutmuts_names(tmp_path):
+    # mutmut names a method xǁClassǁmethod in its module, a function x_function (its stats and mutants use these)
+    assert GRPO.rank_functions and not PPO.rank_functions
+    assert "reference_trainers.grpo.x\u01c1GRPOTrainer\u01c1window_step" in GRPO.rank_links
+    assert len(GRPO.rank_links) == len(GRPO.rank_functions)
+    for entry in GRPO.rank_functions:  # every one names a real function of a mutated file
+        module, _, function = entry.partition(":")
+        assert module.replace(".", "/") + ".py" in GRPO.files
+        owner = importlib.import_module(module)
+        for part in function.split("."):
+            owner = getattr(owner, part)
+        assert callable(owner)
+    assert (ROOT / RANK_TESTS).is_file()
+    assert mutmut_scratch.write_rank_links(tmp_path, PPO) is None
+    written = json.loads(mutmut_scratch.write_rank_links(tmp_path, GRPO).read_text(encoding="utf-8"))
+    assert written == {"tests": [RANK_TESTS], "functions": list(GRPO.rank_links)}
+
+
+def test_the_hooks_plugin_adds_the_rank_functions_to_the_linked_test_in_the_stats_run_only(tmp_path, monkeypatch):
+    from mutmut.state import state
+
+    links = mutmut_scratch.write_rank_links(tmp_path, GRPO)
+    monkeypatch.setenv(mutmut_hooks.LINKS_ENV, str(links))
+    item = types.SimpleNamespace(nodeid=f"{RANK_TESTS}::test_the_gate_across_two_processes")
+    other = types.SimpleNamespace(nodeid="harness/suite/test_verify.py::test_check[uneven_lengths]")
+    assert mutmut_hooks.is_linked(item.nodeid, mutmut_hooks.rank_links())
+    assert mutmut_hooks.is_linked("mutants/" + item.nodeid, mutmut_hooks.rank_links())
+    assert not mutmut_hooks.is_linked(other.nodeid, mutmut_hooks.rank_links())
+    state()._stats.clear()
+    monkeypatch.setattr(mutmut_hooks, "_stats_run", False)
+    mutmut_hooks.pytest_runtest_teardown(item, None)
+    assert not state()._stats  # outside the stats run nothing is linked
+    monkeypatch.setattr(mutmut_hooks, "_stats_run", True)
+    mutmut_hooks.pytest_runtest_teardown(other, None)
+    assert not state()._stats  # nor another test
+    mutmut_hooks.pytest_runtest_teardown(item, None)
+    assert state()._stats == set(GRPO.rank_links)
+    state()._stats.clear()
 
 
 def test_the_projects_mutmut_config_is_ppos_and_names_no_target():

@@ -47,6 +47,10 @@ class GRPOAlgorithm:
         "equivalent_grpo.toml",
         "grpo",
         unit_tests=("tests/trainers/test_grpo_config.py",),
+        rank_functions=tuple(
+            f"reference_trainers.grpo:GRPOTrainer.{name}"
+            for name in ("next_prompts", "generate", "score", "micro_step", "window_step", "log_interval")
+        ),
     )
 
     @property

@@ -2,8 +2,10 @@
 
 Each rank saves its `Ran` (logs and loss records); the parent checks that every interval's
 logged metrics equal the oracle's value over the union of all ranks' records (TRL PR 6380
-fixed a mean of per-rank means), after checking that a mean of per-rank values would differ; and that
-each rank's gradient at its log-probs is the loss type's formula over every rank's tokens, times the
+fixed a mean of per-rank means), after checking that a mean of per-rank values would differ; that every
+optimizer step is reduced alike on every rank (each rank's `.grad` one vector, a multiple of the sum of every
+rank's own backward contributions: `no_sync` on the wrong micro-batch leaves a part of it on one rank); and
+that each rank's gradient at its log-probs is the loss type's formula over every rank's tokens, times the
 number of ranks (data parallelism averages the ranks' gradients). What each rank generates, scores and
 normalises: on a run with two reward functions and `scale_rewards="batch"`, every loss row's advantage on
 every rank equals the oracle's over every rank's recorded scores (the batch's std is the whole generation
@@ -20,6 +22,7 @@ import torch
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Ran
+from harness.oracle.gradients import reductions
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
@@ -38,10 +41,23 @@ REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5), scale_rewa
 """Two reward functions, advantages scaled by the generation batch's std: a rank's own std is not the batch's."""
 
 
+GRADIENT_LOSS_TYPES = ("grpo", "bnpo")
+"""Loss types whose window is divided by a count over every rank other than dapo's tokens: grpo's completions (as
+sapo's, luspo's and, times the length, dr_grpo's) and bnpo's micro-batches; each has a short run of its own, so
+that a count taken over this rank alone (or divided by the ranks) shows in the gradient."""
+
+
+def loss_type_run(loss_type: str) -> GRPOSpec:
+    """The two-window run that holds `loss_type`'s gradient across ranks."""
+    return UNEVEN.with_(name=f"logp_gradient_{loss_type}", loss_type=loss_type, max_steps=2, logging_steps=2)
+
+
 def rank_specs(seed: int) -> dict[str, GRPOSpec]:
-    """The runs every rank makes: two generations, each logged once (also the freshness of the second log); and
-    the same with two reward functions under batch scaling (the advantages, masks and reward inputs)."""
-    return {"uneven_lengths": UNEVEN.with_(seed=seed), "advantages": REWARDS.with_(seed=seed)}
+    """The runs every rank makes: two generations, each logged once (also the freshness of the second log); the
+    same with two reward functions under batch scaling (the advantages, masks and reward inputs); and two windows
+    under each of GRADIENT_LOSS_TYPES (the gradient)."""
+    runs = {"uneven_lengths": UNEVEN.with_(seed=seed), "advantages": REWARDS.with_(seed=seed)}
+    return {**runs, **{f"logp_gradient_{t}": loss_type_run(t).with_(seed=seed) for t in GRADIENT_LOSS_TYPES}}
 
 
 def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
@@ -53,15 +69,22 @@ def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
         *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)))
           for index, name in enumerate(("uneven_lengths", "freshness"))),
         logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", (("ranks", len(ranks)),))),
+        *(logp_gradient_across_ranks(runs[f"logp_gradient_{t}"], loss_type_run(t),
+                                     CheckId("logp_gradient", (("ranks", len(ranks)), ("loss_type", t))))
+          for t in GRADIENT_LOSS_TYPES),
         *rollout_across_ranks(runs["advantages"], REWARDS),
     ]  # fmt: skip
 
 
 def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:
-    """Each rank's dL/dlogp == world * the window weight over every rank's tokens * d l_t / d logp_t."""
+    """Every optimizer step reduced alike on every rank (each rank's .grad one vector, a times the sum of every
+    rank's own backward contributions: harness/oracle/gradients.py `reduction`), and each rank's dL/dlogp ==
+    world * the window weight over every rank's tokens * d l_t / d logp_t."""
     check = Check(check_id)
     if not all(r.loss_inputs for r in ranks):
         check.fail("a rank recorded no loss inputs")
+        return check.finish()
+    if reductions(ranks, spec.max_steps, check) is None:
         return check.finish()
     records = [rec for r in ranks for rec in r.loss_inputs]
     try:

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from harness.compare import compare
 from harness.errors import NotRecomputable
-from harness.instrument.grad import Step
 from harness.instrument.observe import Ran
 from harness.oracle.expectation import Expectation
+from harness.oracle.gradients import reductions
 from harness.verdict import Check, CheckId, CheckResult
 
 from . import gradients
@@ -32,34 +30,12 @@ from .view import UpdateView, build_view
 DTYPE = "float32"
 
 
-def reduction(steps: Sequence[Step], where: str, check: Check) -> float | None:
-    """The factor `a` of one step (every rank's .grad = a * the sum of every rank's contributions); the largest
-    gap from it, and between the ranks' .grad, is reported as a "gradient" metric."""
-    grads = [s.grad for s in steps]
-    total = torch.stack([s.local_grad for s in steps]).sum(dim=0)
-    norm = float((total * total).sum())
-    if not norm > 0:
-        check.fail(f"{where}: no process contributed a gradient")
-        return None
-    a = float((grads[0] * total).sum()) / norm
-    peak = max(float(grads[0].abs().max()), 1e-30)
-    spread = max(float((g - grads[0]).abs().max()) for g in grads) / peak
-    left = float((grads[0] - a * total).abs().max()) / peak
-    check.absorb(compare({"gradient": max(spread, left)}, {"gradient": 0.0}, DTYPE, kind="gradient", where=where))
-    return a
-
-
 def gradients_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: CheckId) -> CheckResult:
     """Steps reduced alike on every rank, and each rank's dL/dlogp against the formula with global counts."""
     check = Check(check_id)
-    want_steps = spec.steps_per_update * spec.total_updates
-    if any(len(r.grads.steps) != want_steps for r in ranks):
-        check.fail(f"ranks made {[len(r.grads.steps) for r in ranks]} optimizer steps, expected {want_steps} each")
+    factors = reductions(ranks, spec.steps_per_update * spec.total_updates, check)
+    if factors is None:
         return check.finish()
-    factors = [reduction(steps, f"step {k + 1}", check) for k, steps in enumerate(zip(*(r.grads.steps for r in ranks)))]
-    if any(a is None for a in factors):
-        return check.finish()
-    check.note(f"reduction across {len(ranks)} ranks: .grad = {factors[0]:.4g} x the sum of their gradients")
     per_rank = [build_view(r.records, r.stop_token_id, r.pad_token_id, r.sites).updates for r in ranks]
     if any(len(u) != spec.total_updates for u in per_rank):
         check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank, expected {spec.total_updates}")
