@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 HOOKS_MODULE = "ppo_mutmut_hooks"
 TARGET_OPTION = "--ppo-target"
-RANK_TESTS = "harness/suite/test_verify_dist.py"
+RANK_TESTS = "harness/ranks_suite/test_verify_dist.py"
 """The two-process gate as a test: selected beside the verify suite for an algorithm with `rank_functions`."""
 
 

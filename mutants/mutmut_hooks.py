@@ -34,7 +34,7 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   "skipped". A renumbered mutant matches no entry and runs, and the report calls
   its entry stale;
 - a test that runs the trainer only in processes it starts (the two-process gate,
-  harness/suite/test_verify_dist.py) is linked by mutmut's stats run to no function, since
+  harness/ranks_suite/test_verify_dist.py) is linked by mutmut's stats run to no function, since
   the stats of those processes never reach mutmut. When the driver hands over the links
   (`PPO_MUTMUT_RANK_LINKS` names a JSON file: the tests and the functions they exercise, from
   the algorithm's `rank_functions`), the plugin adds those functions to such a test as the

@@ -54,7 +54,7 @@ class Mutation:
     """Functions of the mutated files whose code depends on the process group (`module:function` or
     `module:Class.method`, e.g. `reference_trainers.grpo:GRPOTrainer.window_step`): on one process their rank
     slices, world factors and `no_sync` contexts change nothing, so mutmut runs the gate across two processes
-    (harness/suite/test_verify_dist.py, `python -m harness verify-dist` against the algorithm's target) beside the
+    (harness/ranks_suite/test_verify_dist.py, `python -m harness verify-dist` against the algorithm's target) beside the
     verify suite on their mutants. Its calls happen in the ranks, where mutmut's statistics cannot see them; the
     driver links it to these functions itself."""
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from harness.algorithms.ppo import decomposition, gradients, value_gradients
-from harness.algorithms.ppo.gradient_ranks import reduction
 from harness.errors import NotRecomputable
 from harness.instrument.grad import Step
 from harness.instrument.spy import Spy
 from harness.instrument.values import ValueRecorder
+from harness.oracle.gradients import reduction
 from harness.verdict import Check, CheckId
 
 EPS = 0.2
