@@ -45,3 +45,25 @@ def test_advantages_scaled_by_a_ranks_own_std_fail_across_ranks(tmp_path):
     assert statuses["advantages[ranks=2]"] == "fail" and statuses["completion_mask[ranks=2]"] == "pass"
     (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
     assert "are not the oracle's over every rank's scores" in advantages["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.trl
+def test_trl_grpo_across_two_processes_fails_its_pooling_alone(tmp_path):
+    """TRL's GRPOTrainer on 2 ranks (beta != 0: each rank saves and reloads its own reference model): its logs fail
+    as its flat mean of micro-batch means does on one process; its gradient, advantages, masks and reward inputs
+    over both ranks pass."""
+    pytest.importorskip("trl")
+    code, report, output = verify_dist(tmp_path, "trl-grpo")
+    assert code == 1, output[-3000:]
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    fails = {"uneven_lengths[ranks=2]", "freshness[ranks=2]"}
+    assert {c for c, s in statuses.items() if s == "fail"} == fails, output[-3000:]
+    assert {c for c, s in statuses.items() if s == "pass"} == {
+        "logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]", "logp_gradient[ranks=2,loss_type=bnpo]",
+        "advantages[ranks=2]", "completion_mask[ranks=2]", "reward_inputs[ranks=2]",
+    }  # fmt: skip
+    for check in report["checks"]:
+        if check["id"] in fails:
+            assert "entropy" in check["message"] and "clip_ratio/high_max" in check["message"]
+            assert "policy_loss is not logged" in check["message"]

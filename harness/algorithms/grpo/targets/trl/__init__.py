@@ -156,6 +156,9 @@ def build(
             # TRL rebuilds its reference model from the policy's `_name_or_path`: point it at the toy world's
             # independent reference (its EOS bias is added again below: from_pretrained drops it).
             reference_dir = os.path.join(workdir.name, "reference")
+            # every rank saves its own copy into its own folder: transformers writes only on rank 0 of a process
+            # group (should_save_on_this_rank), which would leave the other ranks' folders empty
+            toy.ref_policy.should_save_on_this_rank = lambda is_main_process: True
             toy.ref_policy.save_pretrained(reference_dir)
             toy.policy.config._name_or_path = reference_dir
         config = grpo_trainer.GRPOConfig(**trl_args(spec, workdir.name, dict(extra or {})))
