@@ -8,8 +8,10 @@ TRL's adapter on another module) or `resolve("package.module:factory")` returns 
 before the colon that is a built-in target taking an argument wins over a module of
 that name. A factory of your own names its algorithm with an `algorithm` attribute
 (`factory.algorithm = "ppo"`, or "grpo"): the algorithm is never guessed, and a factory that
-names none is a HarnessConfigError. Anything that cannot be resolved is a HarnessConfigError
-(exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
+names none is a HarnessConfigError. A factory may also declare, with an `optional_metrics` attribute
+(`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
+makes optional: the gate then holds it to logging them (`declared_metrics`). Anything that cannot be resolved
+is a HarnessConfigError (exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,20 @@ def _takes_one_spec(factory: Callable) -> bool:
     return True
 
 
+OPTIONAL_METRICS = "optional_metrics"
+"""The factory attribute naming the contract's optional metrics its trainer logs (a tuple of names)."""
+
+
+def declared_metrics(factory: Callable) -> tuple[str, ...]:
+    """The optional metrics `factory` declares its trainer logs (`factory.optional_metrics`), () when it declares
+    none; HarnessConfigError when the attribute is not a list or tuple of names."""
+    declared = getattr(factory, OPTIONAL_METRICS, ())
+    if not isinstance(declared, (list, tuple)) or not all(isinstance(n, str) for n in declared):
+        raise HarnessConfigError(f"`{OPTIONAL_METRICS}` of the factory must be a tuple of metric names, "
+                                 f"got {declared!r}")  # fmt: skip
+    return tuple(declared)
+
+
 def declare_hint(name: str, *algorithms: str) -> str:
     """How a factory names its algorithm: one of `algorithms` (none given: every registered one, the default first)."""
     names = list(algorithms) or known_algorithms()
@@ -92,4 +108,8 @@ def resolve(name: str) -> Target:
         raise HarnessConfigError(
             f"target {name!r} names algorithm {algorithm!r}; known: {', '.join(sorted(known_algorithms()))}"
         )
+    try:
+        declared_metrics(factory)
+    except HarnessConfigError as exc:
+        raise HarnessConfigError(f"target {name!r}: {exc}") from None
     return Target(name, algorithm, factory)

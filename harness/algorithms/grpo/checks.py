@@ -6,22 +6,26 @@ run did not show what the scenario needs, so that a check that saw nothing never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation
 from harness.oracle.numbers import finite_float
 from harness.require import require_ran
+from harness.targets import declared_metrics
 from harness.verdict import Check
 
-from .contract import POLICY_LOSS
+from .contract import OPTIONAL, POLICY_LOSS
 from .poolings import diagnose_interval
 from .view import IntervalView, view_of
 
 
-def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
-    """One log per interval, each with every name as a finite number; otherwise the check fails, saying which."""
+def require_logs(obs: Observation, names: Sequence[str], check: Check,
+                 may_lack: Mapping[int, Sequence[str]] | None = None) -> bool:  # fmt: skip
+    """One log per interval, each with every name as a finite number; otherwise the check fails, saying which.
+    `may_lack` maps a log's index to the names it may leave out (a note says so): the extremes of an interval
+    with no token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md, section 8)."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
@@ -29,7 +33,11 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
         check.fail(f"expected {obs.spec.total_logs} log(s) ({obs.spec.split_label}), saw {len(ran.logs)}")
         return False
     for i, logs in enumerate(ran.logs):
-        missing = [n for n in names if n not in logs]
+        lacking = [n for n in (may_lack or {}).get(i, ()) if n in names and n not in logs]
+        if lacking:
+            check.note(f"log {i + 1} has no token and leaves out {', '.join(lacking)} (the contract logs 0): "
+                       f"not checked there")  # fmt: skip
+        missing = [n for n in names if n not in logs and n not in lacking]
         bad = [f"{n}={logs[n]}" for n in names if n in logs and finite_float(logs[n]) is None]
         if missing:
             check.fail(f"log {i + 1} ({obs.spec.split_label}): the trainer never logged {', '.join(missing)}")
@@ -75,11 +83,26 @@ def window_sizes(records: Sequence[LossRecord]) -> list[int]:
     return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
 
 
-def logged_names(obs: Observation, names: Sequence[str], check: Check) -> tuple[str, ...]:
-    """`names` less `policy_loss` when no log has it (TRL logs it only with an entropy bonus), said in a note."""
+def declared(cache) -> tuple[str, ...]:
+    """The contract's optional metrics the target declares it logs (`factory.optional_metrics`), () for none."""
+    return declared_metrics(getattr(cache, "factory", None))
+
+
+def logged_names(obs: Observation, names: Sequence[str], check: Check, declares: Sequence[str] = ()) -> tuple[str, ...]:
+    """`names` less `policy_loss` when no log has it (TRL logs it only with an entropy bonus), said in a note; a
+    failure instead when the target declares it logs it (`declares`, the factory's `optional_metrics`), and for a
+    declared name the contract does not make optional."""
+    unknown = [n for n in declares if n not in OPTIONAL]
+    if unknown:
+        check.fail(f"the target declares {', '.join(unknown)} among its optional metrics; the contract's optional "
+                   f"metrics are {', '.join(OPTIONAL)}")  # fmt: skip
     logs = obs.ran.logs if obs.ran is not None else ()
     if POLICY_LOSS in names and logs and not any(POLICY_LOSS in log for log in logs):
-        check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
+        if POLICY_LOSS in declares:
+            check.fail(f"{POLICY_LOSS} is declared (the target's `optional_metrics`) but no log has it "
+                       f"({obs.spec.split_label}; logged: {', '.join(sorted(logs[0]))})")  # fmt: skip
+        else:
+            check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
         return tuple(n for n in names if n != POLICY_LOSS)
     return tuple(names)
 

@@ -25,6 +25,9 @@ EXTREMES = ("clip_ratio/low_min", "clip_ratio/high_max")
 """The minimum (maximum) over the interval's completions with a token of their masked mean of the low (high) flag."""
 POLICY_LOSS = "policy_loss"
 """The loss type's objective over the whole interval, never divided by the accumulation steps."""
+OPTIONAL = (POLICY_LOSS,)
+"""The contract's metrics a trainer may leave unlogged (TRL logs `policy_loss` only with an entropy bonus), unless
+its target declares it logs them (`factory.optional_metrics`, harness/targets/__init__.py)."""
 PER_COMPLETION = (
     "completions/mean_length",
     "completions/min_length",

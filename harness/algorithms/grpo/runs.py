@@ -27,6 +27,13 @@ FRESH = UNEVEN.with_(name="freshness", logging_steps=1, max_steps=3)
 # at seeds 0-9 with this bias; 2.5 left seed 2 without one).
 ALL_MASKED = UNEVEN.with_(name="all_masked", per_device_train_batch_size=1, gradient_accumulation_steps=4,
                           steps_per_generation=8, max_steps=2, logging_steps=2, pad_logit_bias=3.5)  # fmt: skip
+# Logged after every micro-batch of one row at the all_masked pad bias: some intervals hold no completion token at
+# all (TRL masks only the truncated completions, so its empty intervals are those; 3 of 8 at seed 0).
+EMPTY = ALL_MASKED.with_(name="empty_interval", gradient_accumulation_steps=1, max_steps=8, logging_steps=1)
+# Without a KL term (beta 0), logged after every micro-batch: `kl` must not be logged; one micro-batch per interval,
+# so that a trainer that pools the token means per micro-batch (TRL) is judged on the KL's absence alone.
+NO_KL = UNEVEN.with_(name="no_kl", gradient_accumulation_steps=1, steps_per_generation=4, max_steps=4,
+                     logging_steps=1, beta=0.0)  # fmt: skip
 LR0 = UNEVEN.with_(name="partition", learning_rate=0.0, per_device_train_batch_size=4,
                    gradient_accumulation_steps=2, steps_per_generation=2)  # fmt: skip
 # The uneven run at a temperature other than 1, so that log-probs and entropies of unscaled logits would show.

@@ -18,10 +18,24 @@ from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, logged_names, require_logs, require_records, window_sizes
-from .contract import lr0_identities, partition_names, pooled_names
+from .checks import compare_interval, declared, logged_names, require_logs, require_records, window_sizes
+from .contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
 from .gradient_scenarios import CLIP_NORM, every_microbatch_applied, gradient_partition
-from .runs import ALL_MASKED, CUTS, FRESH, LOGITS, LR0, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
+from .runs import (
+    ALL_MASKED,
+    CUTS,
+    EMPTY,
+    FRESH,
+    LOGITS,
+    LR0,
+    NO_KL,
+    SHORT,
+    SOFT,
+    UNEVEN,
+    clipping,
+    off_policy_spec,
+    spec_for,
+)
 from .runs import CISPO_CAP as CISPO_CAP  # the other runs stay importable from here, as before runs.py held them
 from .runs import EXTREME as EXTREME
 from .runs import GRADIENT_CUTS as GRADIENT_CUTS
@@ -29,18 +43,24 @@ from .runs import NO_GRADIENT as NO_GRADIENT
 from .spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
 
 
-def pooled_check(obs, check: Check, need=None) -> None:
+def pooled_check(obs, check: Check, need=None, declares=(), empty_may_lack=()) -> None:
     """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
-    whether the run showed what the scenario is for (a string naming what is missing, or '')."""
-    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check)
+    whether the run showed what the scenario is for (a string naming what is missing, or ''); `declares`: the
+    optional metrics the target declares it logs; `empty_may_lack`: the names an interval with no completion token
+    may leave out (a note, not a failure)."""
+    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check, declares)
     per_interval = require_records(obs, check)
-    if per_interval is None or not require_logs(obs, names, check):
+    if per_interval is None:
+        return
+    may_lack = {i.index: empty_may_lack for i in per_interval if sum(i.token_counts()) == 0}
+    if not require_logs(obs, names, check, may_lack):
         return
     missing = need(per_interval) if need else ""
     if not require(check, not missing, missing):
         return
     for interval in per_interval:
-        compare_interval(obs, interval, check, names)
+        logged, lacking = obs.ran.logs[interval.index], may_lack.get(interval.index, ())
+        compare_interval(obs, interval, check, [n for n in names if n in logged or n not in lacking])
 
 
 def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -52,7 +72,7 @@ def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckR
         even = [i.index + 1 for i in per_interval if len(set(i.token_counts())) < 2]
         return f"interval(s) {even} had micro-batches of equal token counts" if even else ""
 
-    pooled_check(obs, check, need)
+    pooled_check(obs, check, need, declared(cache))
     return check.finish()
 
 
@@ -66,7 +86,7 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         spans = any(len({r.generation for r in records if r.window == w}) > 1 for w in range(len(sizes)))
         return "" if len(set(sizes)) > 1 or spans else f"windows of {sizes} micro-batches, none across generations"
 
-    pooled_check(obs, check, need)
+    pooled_check(obs, check, need, declared(cache))
     return check.finish()
 
 
@@ -94,7 +114,7 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
                     return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
         return ""
 
-    pooled_check(obs, check, need)
+    pooled_check(obs, check, need, declared(cache))
     return check.finish()
 
 
@@ -114,14 +134,14 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
                 return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
         return ""
 
-    pooled_check(obs, check, need)
+    pooled_check(obs, check, need, declared(cache))
     return check.finish()
 
 
 def freshness(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Logged every step: each log equals an oracle fed only that interval's records (nothing carried over)."""
     check, obs = Check(case.id), cache.get(spec_for(FRESH, run), spy=False)
-    pooled_check(obs, check, lambda per: "" if len(per) > 1 else "only one interval was logged")
+    pooled_check(obs, check, lambda per: "" if len(per) > 1 else "only one interval was logged", declared(cache))
     return check.finish()
 
 
@@ -133,7 +153,38 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         counts = [c for interval in per_interval for c in interval.token_counts()]
         return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
 
-    pooled_check(obs, check, need)
+    pooled_check(obs, check, need, declared(cache))
+    return check.finish()
+
+
+def empty_interval(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """An interval with no completion token at all logs the contract's values over nothing: 0 for every token
+    mean, for both extremes and for `policy_loss` (vespo's `phi` of an empty completion is phi(1) = 1), never NaN
+    and never a value carried from elsewhere (docs/grpo-metrics.md, sections 2 and 8). The extremes may be left
+    out there, with a note, as the reward statistics over too few scores may: TRL masks only truncated
+    completions, so its empty intervals are one-row micro-batches that ran to the limit, and it logs the extremes
+    there as NaN, which its `log()` drops."""
+    check, obs = Check(case.id), cache.get(spec_for(EMPTY, run), spy=False)
+
+    def need(per_interval):
+        tokens = [sum(i.token_counts()) for i in per_interval]
+        return "" if 0 in tokens else f"no interval without a completion token (tokens per interval {tokens})"
+
+    pooled_check(obs, check, need, declared(cache), EXTREMES)
+    return check.finish()
+
+
+def no_kl(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """beta 0, so no KL term: no log has `kl` (the contract logs it only when beta != 0, as TRL's GRPOTrainer
+    appends it only then), and the other pooled metrics equal the oracle's. One micro-batch per interval."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(NO_KL, run).with_(beta=0.0), spy=False)
+    pooled_check(obs, check, None, declared(cache))
+    logs = obs.ran.logs if obs.ran is not None else ()
+    with_kl = [i + 1 for i, log in enumerate(logs) if KL in log]
+    if with_kl:
+        check.fail(f"{KL} logged at beta 0 in log(s) {with_kl} ({KL}={logs[with_kl[0] - 1][KL]}): the contract logs "
+                   f"{KL} only when beta != 0")  # fmt: skip
     return check.finish()
 
 
@@ -152,7 +203,7 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         windows = len(spec.window_sizes)
         specs.append(spec.with_(max_steps=windows, logging_steps=windows))
     observed = [cache.get(spec, spy=False) for spec in specs]
-    names = logged_names(observed[0], partition_names(base.beta, base.loss_type), check)
+    names = logged_names(observed[0], partition_names(base.beta, base.loss_type), check, declared(cache))
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]
@@ -207,6 +258,10 @@ SCENARIOS = (
              "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle"),
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
+    Scenario("empty_interval", empty_interval, (),
+             "logged every one-row micro-batch, pad bias 3.5: an interval with no token logs 0 (vespo's phi 1), "
+             "never NaN or nothing"),
+    Scenario("no_kl", no_kl, (), "beta 0, one micro-batch per interval: no `kl` logged, the rest pooled == oracle"),
     Scenario("partition", partition, (),
              "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
              ((), (("dropout", 0.1),))),

@@ -213,6 +213,70 @@ def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache,
         assert not result.passed and why in result.message
 
 
+def test_a_declared_policy_loss_logged_under_another_name_fails_the_pooled_checks(reference_cache):
+    """The reference declares `policy_loss` (`factory.optional_metrics`): its logs with the name changed fail every
+    pooled check; a target that declares nothing gets today's note (TRL logs it only with an entropy bonus)."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    renamed = [{("POLICY_LOSS" if k == "policy_loss" else k): v for k, v in log.items()} for log in obs.ran.logs]
+    broken = Observation(obs.spec, ran(renamed, obs.ran.loss_inputs))
+    declaring = FixedCache.of(broken)
+    declaring.factory = factory
+    result = grpo_check("uneven_lengths[loss_type=dapo]", declaring)
+    assert not result.passed and "policy_loss is declared (the target's `optional_metrics`)" in result.message
+    silent = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(broken))
+    assert silent.passed and any("policy_loss is not logged" in n for n in silent.notes)
+    declaring.factory = lambda spec: None
+    declaring.factory.optional_metrics = ("policy_loss", "loss")
+    result = grpo_check("uneven_lengths[loss_type=dapo]", declaring)
+    assert not result.passed and "declares loss among its optional metrics" in result.message
+
+
+def test_an_empty_interval_must_log_zero_not_nan_or_a_carried_value(reference_cache):
+    """empty_interval: the reference logs 0 in its intervals without a token and passes; NaN there, or the previous
+    interval's entropy carried over, fails; extremes left out there (TRL) are a note."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.EMPTY, GRPOSpec()), spy=False)
+    empty = [i for i, log in enumerate(obs.ran.logs) if log["entropy"] == 0.0]
+    assert empty and empty[0] > 0 and grpo_check("empty_interval", FixedCache.of(obs)).passed
+    first = empty[0]
+
+    def broken(change):
+        logs = [dict(log) for log in obs.ran.logs]
+        change(logs, first)
+        return grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+
+    nan = broken(lambda logs, i: logs[i].update(entropy=math.nan))
+    assert not nan.passed and f"log {first + 1}" in nan.message and "entropy=nan" in nan.message
+    carried = broken(lambda logs, i: logs[i].update(entropy=logs[i - 1]["entropy"]))
+    assert not carried.passed and f"entropy @ log {first + 1}" in carried.message
+    left_out = broken(lambda logs, i: [logs[i].pop(n) for n in ("clip_ratio/low_min", "clip_ratio/high_max")])
+    assert left_out.passed and f"log {first + 1} has no token and leaves out clip_ratio/low_min" in left_out.message
+    # only where the interval has no token: an extreme left out of an interval with tokens fails
+    full = next(i for i, log in enumerate(obs.ran.logs) if log["entropy"] != 0.0)
+    logs = [dict(log) for log in obs.ran.logs]
+    logs[full].pop("clip_ratio/high_max")
+    result = grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+    assert not result.passed and "never logged clip_ratio/high_max" in result.message
+
+
+def test_kl_logged_without_a_kl_term_fails_no_kl(reference_cache):
+    obs = reference_cache.get(scenarios.spec_for(scenarios.NO_KL, GRPOSpec()).with_(beta=0.0), spy=False)
+    assert all("kl" not in log for log in obs.ran.logs) and grpo_check("no_kl", FixedCache.of(obs)).passed
+    logs = [{**log, "kl": 0.0} for log in obs.ran.logs]
+    result = grpo_check("no_kl", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+    assert not result.passed and "kl logged at beta 0 in log(s) [1, 2, 3, 4]" in result.message
+
+
+def test_a_factory_whose_optional_metrics_are_not_names_is_a_usage_error(monkeypatch):
+    from harness.algorithms.grpo.targets import reference
+    from harness.targets import resolve
+
+    monkeypatch.setattr(reference.factory, "optional_metrics", "policy_loss", raising=False)
+    with pytest.raises(HarnessConfigError, match="'reference-grpo': `optional_metrics` of the factory must be"):
+        resolve("reference-grpo")
+
+
 def test_a_generation_trained_short_of_a_micro_batch_is_caught():
     """Windows are read from the loss records, so a micro-batch that never ran shows only in its generation's
     count; windows that cross generations (TRL's one step counter) and a last generation cut short are right."""
@@ -270,8 +334,8 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
     # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
     # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
-    # again with the gradient clipped
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 == 57
+    # again with the gradient clipped; an interval without a token, and a run without a KL term
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 == 59
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

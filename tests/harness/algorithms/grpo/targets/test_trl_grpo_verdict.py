@@ -42,6 +42,9 @@ TRL_GRPO_PASSES = {
     "every_microbatch_applied",
     "every_microbatch_applied[max_grad_norm=0.05]",  # its clipping is the norm's
     "logit_recompute",  # its per-token log-probs and entropies are right; only their pooling is not
+    # an interval without a token logs 0 token means (the extremes it leaves out are noted), and no `kl` at beta 0
+    "empty_interval",
+    "no_kl",
     # the gradient at the log-probs is the formula's for all eight loss types (TRL PR 6024 scales dapo's count to
     # the window; bnpo is normalised by each micro-batch's own tokens, as TRL documents it), with beta 0, without
     # the KL's bias correction, with tokens clipped, windows of one row and cispo, sapo, vespo off policy
