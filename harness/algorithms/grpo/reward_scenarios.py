@@ -30,15 +30,21 @@ from harness.verdict import Check, CheckResult, MetricStatus
 
 from . import formulas, lengths, reward_model, rewards
 from .checks import require_logs, require_records
-from .runs import MODEL, REWARDS, spec_for
+from .runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
 
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
 
 
+REWARD_RUNS = {"small_groups": SMALL_GROUPS, "one_function": UNEVEN}
+"""The `run` points of reward_stats: one group per interval (statistics over too few scores), and the uneven run's
+one reward function with no `reward_weights` (the default weight 1)."""
+
+
 def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observation:
-    return cache.get(spec_for(REWARDS, run).with_(scale_rewards=case.param("scale_rewards", run.scale_rewards)),
+    base = REWARD_RUNS.get(case.param("run", None), REWARDS)
+    return cache.get(spec_for(base, run).with_(scale_rewards=case.param("scale_rewards", run.scale_rewards)),
                      spy=False)  # fmt: skip
 
 
@@ -153,6 +159,12 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
+    if case.param("run", None) == "small_groups":
+        few = [i + 1 for i, trained in enumerate(rows)
+               if any(e.count == 0 for e in rewards.reward_stats(made, trained).values())]  # fmt: skip
+        if not require(check, few, "no interval had a reward statistic over too few scores (a function scoring "
+                       "fewer than two of its completions)"):  # fmt: skip
+            return check.finish()
     judge_reward_stats(check, obs, made, rows)
     return check.finish()
 
@@ -266,7 +278,10 @@ REWARD_SCENARIOS = (
     Scenario("advantages", advantages, (("scale_rewards", SCALE_REWARDS),),
              "two weighted reward functions, some completions unscored: every advantage == oracle's from the scores"),
     Scenario("reward_stats", reward_stats, (("scale_rewards", SCALE_REWARDS),),
-             "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's"),
+             "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's; "
+             "also logged per group of 4 (statistics over too few scores: 0, or not a number) and with one function "
+             "and no weights (the default 1)",
+             points=((("run", "small_groups"),), (("run", "one_function"),))),
     Scenario("reward_model", reward_model_check, (),
              "a reward model as the second function: its scores read from its head at each sequence's last token; "
              "advantages and reward statistics == oracle's"),

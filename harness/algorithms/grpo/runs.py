@@ -53,6 +53,10 @@ NO_GRADIENT = "no gradient was compared"
 
 REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5))
 """Two generations of 16 completions (four groups), each trained in two windows and logged once."""
+SMALL_GROUPS = REWARDS.with_(name="reward_small_groups", per_device_train_batch_size=4, gradient_accumulation_steps=1,
+                             steps_per_generation=1, max_steps=8, logging_steps=1)  # fmt: skip
+"""Eight generations of one group (4 completions), each trained in one step and logged: a reward function scores
+fewer than two completions of some interval, so its statistics there are over too few scores (section 8)."""
 MODEL = REWARDS.with_(name="reward_model", reward_weights=(1.0, 0.5), reward_model=True)
 """The same run with the toy world's reward model as the second reward function, handed over as a module."""
 

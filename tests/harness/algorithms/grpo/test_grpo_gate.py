@@ -268,6 +268,42 @@ def test_kl_logged_without_a_kl_term_fails_no_kl(reference_cache):
     assert not result.passed and "kl logged at beta 0 in log(s) [1, 2, 3, 4]" in result.message
 
 
+def test_reward_statistics_over_too_few_scores_and_under_the_default_weight(reference_cache):
+    """reward_stats[run=small_groups]: a statistic over too few scores logged as 0 or left out passes, logged as 1
+    fails (the reference's `_finite` with the wrong fallback); reward_stats[run=one_function]: every reward doubled
+    (a default weight of 2) fails."""
+    from harness.algorithms.grpo import rewards
+    from harness.algorithms.grpo.reward_scenarios import REWARD_RUNS, recomputed
+    from harness.verdict import Check, CheckId
+
+    def judged(check_id, run, change):
+        obs = reference_cache.get(scenarios.spec_for(REWARD_RUNS[run], GRPOSpec()), spy=False)
+        logs = [dict(log) for log in obs.ran.logs]
+        change(logs)
+        broken = Observation(obs.spec, dataclasses.replace(obs.ran, logs=tuple(logs)))
+        return grpo_check(check_id, FixedCache.of(obs)), grpo_check(check_id, FixedCache.of(broken))
+
+    few = "reward_stats[run=small_groups]"
+    obs = reference_cache.get(scenarios.spec_for(REWARD_RUNS["small_groups"], GRPOSpec()), spy=False)
+    _, made, rows = recomputed(obs, Check(CheckId("reward_stats")))
+    # (log, name) of each statistic the oracle finds over too few scores (a std over fewer than two)
+    zeros = [(i, n) for i, trained in enumerate(rows) for n, e in rewards.reward_stats(made, trained).items()
+             if e.count == 0]  # fmt: skip
+
+    def to_one(logs):
+        for i, name in zeros:
+            assert logs[i][name] == 0.0  # the reference logs the contract's 0
+            logs[i][name] = 1.0
+
+    good, bad = judged(few, "small_groups", to_one)
+    assert good.passed and zeros and not bad.passed and zeros[0][1] in bad.message
+    _, dropped = judged(few, "small_groups", lambda logs: [logs[i].pop(n) for i, n in zeros])
+    assert dropped.passed and "over too few scores, not logged as a number" in dropped.message
+    doubled = lambda logs: [log.update(reward=2 * log["reward"], reward_std=2 * log["reward_std"]) for log in logs]  # noqa: E731
+    good, bad = judged("reward_stats[run=one_function]", "one_function", doubled)
+    assert good.passed and not bad.passed and "reward" in bad.message
+
+
 def test_a_factory_whose_optional_metrics_are_not_names_is_a_usage_error(monkeypatch):
     from harness.algorithms.grpo.targets import reference
     from harness.targets import resolve
@@ -334,8 +370,9 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # twice (off_policy, logp_gradient off policy), 8 single checks, partition again with dropout, logp_gradient's
     # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
     # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
-    # again with the gradient clipped; an interval without a token, and a run without a KL term
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 == 59
+    # again with the gradient clipped; an interval without a token, and a run without a KL term; the reward
+    # statistics per group of four and with one function at the default weight
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 == 61
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

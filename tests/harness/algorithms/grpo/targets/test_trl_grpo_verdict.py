@@ -57,6 +57,9 @@ TRL_GRPO_PASSES = {
     *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
     "reward_stats[scale_rewards=group]",
     "reward_stats[scale_rewards=none]",
+    # per group of four (its NaN statistics over too few scores dropped: noted) and with one function, no weights
+    "reward_stats[run=small_groups]",
+    "reward_stats[run=one_function]",
     # its completion lengths, clipped ratio and terminated lengths, at seed 0; at seed 6 one completion ends with
     # a sampled pad and TRL counts it as terminated (test_trl_grpo_counts_a_completion_ending_in_pad_as_terminated)
     "completion_lengths",
