@@ -50,7 +50,8 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check,
 
 def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] | None:
     """The view of each interval, after checking there is a loss record per micro-batch the run must have made,
-    each usable, in windows of the sizes the spec says (one optimizer step per window)."""
+    each usable and no wider than `max_completion_length`, in windows of the sizes the spec says (one optimizer
+    step per window)."""
     ran = require_ran(obs, check)
     if ran is None:
         return None
@@ -68,6 +69,11 @@ def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] 
     if len(sizes) != obs.spec.max_steps or not all(1 <= n <= gas for n in sizes):
         check.fail(f"micro-batches per optimizer step {sizes}, expected {obs.spec.max_steps} windows of 1 to {gas} "
                    f"(the reference's: {obs.spec.run_windows()})")  # fmt: skip
+        return None
+    widest = max(int(r.completion_mask.shape[-1]) for r in records)
+    if widest > obs.spec.max_completion_length:
+        check.fail(f"loss records {widest} positions wide: a completion has at most max_completion_length="
+                   f"{obs.spec.max_completion_length} tokens, so no record may be wider")  # fmt: skip
         return None
     rows = {int(r.completion_mask.shape[0]) for r in records}
     if rows != {obs.spec.per_device_train_batch_size}:

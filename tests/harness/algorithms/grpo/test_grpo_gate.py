@@ -233,6 +233,24 @@ def test_a_declared_policy_loss_logged_under_another_name_fails_the_pooled_check
     assert not result.passed and "declares loss among its optional metrics" in result.message
 
 
+def test_loss_records_wider_than_max_completion_length_fail_the_pooled_checks(reference_cache):
+    """Completions padded past max_completion_length (pad columns every mask leaves out, so every statistic is the
+    same): no record may be wider than a completion can be."""
+    obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+
+    def widened(r):
+        pad = lambda t: None if t is None else torch.nn.functional.pad(t, (0, 3))  # noqa: E731
+        return dataclasses.replace(r, completion_mask=pad(r.completion_mask), logps=pad(r.logps),
+                                   old_logps=pad(r.old_logps), ref_logps=pad(r.ref_logps),
+                                   entropies=pad(r.entropies), completion_ids=pad(r.completion_ids))  # fmt: skip
+
+    records = tuple(widened(r) for r in obs.ran.loss_inputs)
+    wide = Observation(obs.spec, dataclasses.replace(obs.ran, loss_inputs=records))
+    result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(wide))
+    assert not result.passed and "loss records 15 positions wide" in result.message, result.message
+    assert grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(obs)).passed
+
+
 def test_an_empty_interval_must_log_zero_not_nan_or_a_carried_value(reference_cache):
     """empty_interval: the reference logs 0 in its intervals without a token and passes; NaN there, or the previous
     interval's entropy carried over, fails; extremes left out there (TRL) are a note."""
