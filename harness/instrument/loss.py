@@ -102,6 +102,9 @@ class RewardCall:
     special_ids: tuple[int, ...] = ()
     """For a reward model scored on decoded text: the token ids the decoding leaves out (its tokenizer's special
     tokens), which the rows it scored may lack where the completion had them."""
+    prompt_ids: tuple[tuple[int, ...], ...] | None = None
+    """The token ids of the prompt the function was given beside each completion, in its rows' order (None: not
+    recorded; () when the function was given no prompts at all)."""
 
 
 def required(record_type: type) -> tuple[str, ...]:

@@ -8,10 +8,11 @@ the completion (it returned None or NaN). The rows are in the order the trainer 
 completions to the function, which is the order of that rank's generation batch; a loss record's
 `completions` say which of these rows each of its rows is. The target sets `generation` before each
 generation's rewards are computed. With `inputs`, a function of the call's arguments that returns the
-completions' token ids (a (N, T) tensor or N lists), the record keeps what the function was given too, so the
-gate can hold the reward's inputs to what was sampled (`reward_inputs`). A reward model is not wrapped
-but watched (`RewardTap.watch`): its head's output at every position is kept with the ids it scored,
-and the oracle reads the score (algorithms/grpo/reward_model.py).
+completions' token ids (a (N, T) tensor or N lists), the record keeps what the function was given too, so
+the gate can hold the reward's inputs to what was sampled (`reward_inputs`); with `prompts`, the same for the
+prompt ids given beside each completion (a function given None for its prompts is recorded as given none). A
+reward model is not wrapped but watched (`RewardTap.watch`): its head's output at every position is kept with the
+ids it scored, and the oracle reads the score (algorithms/grpo/reward_model.py).
 """
 
 from __future__ import annotations
@@ -43,17 +44,21 @@ class RewardTap:
     calls: list[RewardCall] = field(default_factory=list)
     wrapped: int = 0
 
-    def wrap(self, name: str, func: Callable, inputs: Callable[[tuple, dict], Any] | None = None) -> Callable:
+    def wrap(self, name: str, func: Callable, inputs: Callable[[tuple, dict], Any] | None = None,
+             prompts: Callable[[tuple, dict], Any] | None = None) -> Callable:  # fmt: skip
         """`func`, recording each call's scores under `name`; keeps its `__name__` (trainers name rewards by it).
         Wrap the functions in the order the trainer is handed them. `inputs(args, kwargs)`: the completions' token
-        ids the call was given (module docstring), or None to record none."""
+        ids the call was given (module docstring), or None to record none; `prompts(args, kwargs)`: the prompts'
+        token ids the call was given beside them, one row per completion, or None to record none."""
         index, self.wrapped = self.wrapped, self.wrapped + 1
 
         @functools.wraps(func)
         def recorded(*args, **kwargs):
             output = func(*args, **kwargs)
             given = None if inputs is None else as_ids(inputs(args, kwargs))
-            self.calls.append(RewardCall(self.generation, self.rank, name, index, as_scores(output), given))
+            beside = None if prompts is None else as_ids(prompts(args, kwargs))
+            self.calls.append(RewardCall(self.generation, self.rank, name, index, as_scores(output), given,
+                                         prompt_ids=beside))  # fmt: skip
             return output
 
         return recorded
@@ -97,7 +102,10 @@ class RewardTap:
 
 
 def as_ids(completions: Any) -> tuple[tuple[int, ...], ...]:
-    """Completions' token ids ((N, T) tensor or N sequences) as a tuple of int tuples."""
+    """Completions' (or prompts') token ids ((N, T) tensor or N sequences) as a tuple of int tuples; None (nothing
+    given) as ()."""
+    if completions is None:
+        return ()
     if isinstance(completions, torch.Tensor):
         completions = completions.detach().to("cpu").tolist()
     return tuple(tuple(int(t) for t in row) for row in completions)

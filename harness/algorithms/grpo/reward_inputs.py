@@ -89,6 +89,63 @@ def input_problems(ran) -> tuple[list[str], int, int] | str:
     return wrong, compared, len(given)
 
 
+def strip_pads(ids: Sequence[int], pad: int) -> tuple[int, ...]:
+    """A prompt's tokens without the pads on either side (a trainer may pad prompts on the left or the right)."""
+    out = list(ids)
+    while out and out[0] == pad:
+        out.pop(0)
+    while out and out[-1] == pad:
+        out.pop()
+    return tuple(out)
+
+
+def prompt_problems(ran, group: int) -> tuple[list[str], int] | None:
+    """(each wrong call's line, calls compared) for the prompts the reward functions were given beside their
+    completions: one per completion, the same for the `group` completions of a group, each a prompt of the run
+    (its `prompts`), the same for every function of a generation; None when the target recorded no prompts."""
+    calls = [c for c in ran.reward_calls or () if c.prompt_ids is not None]
+    if not calls:
+        return None
+    pad = ran.pad_token_id
+    known = None
+    if ran.prompts is not None:
+        known = {strip_pads(row, pad) for row in torch.as_tensor(ran.prompts).long().tolist()}
+    wrong, first = [], {}
+    for call in calls:
+        on = f"rank {call.rank}, " if int(call.rank) else ""
+        where = f"{on}generation {call.generation}, {call.function}"
+        given = [strip_pads(row, pad) for row in call.prompt_ids]
+        if len(given) != len(call.scores):
+            wrong.append(f"{where}: {len(given)} prompts given beside {len(call.scores)} completions")
+            continue
+        mixed = [k for k in range(0, len(given), group) if len(set(given[k : k + group])) > 1]
+        if mixed:
+            wrong.append(f"{where}: the completions of group {mixed[0] // group} were given different prompts "
+                         f"(a group's {group} completions share one)")  # fmt: skip
+        unknown = [i for i, g in enumerate(given) if known is not None and g not in known]
+        if unknown:
+            wrong.append(f"{where}, row {unknown[0]}: given {list(given[unknown[0]])}, not a prompt of the run")
+        before = first.setdefault((call.generation, call.rank), (call.function, given))
+        if before[1] != given:
+            wrong.append(f"{where}: given other prompts than {before[0]} for the same completions")
+    return wrong, len(calls)
+
+
+def judge_prompts(check: Check, found: tuple[list[str], int] | None) -> None:
+    """Fail `check` with the first wrong calls, or note what was compared; a note when no prompt was recorded."""
+    if found is None:
+        check.note("the target recorded no prompts given to its reward functions (RewardTap.wrap's `prompts`): "
+                   "not checked")  # fmt: skip
+        return
+    wrong, calls = found
+    for line in wrong[:SHOWN]:
+        check.fail(line)
+    if len(wrong) > SHOWN:
+        check.fail(f"... and {len(wrong) - SHOWN} more calls given wrong prompts")
+    if not wrong:
+        check.note(f"{calls} reward calls given one prompt per completion, shared by each group, each of the run")
+
+
 def judge_inputs(check: Check, wrong: list[str], compared: int, calls: int) -> None:
     """Fail `check` with the first wrong rows by name and the rest counted, or note what was compared; fail it
     when nothing was."""
@@ -105,7 +162,9 @@ def judge_inputs(check: Check, wrong: list[str], compared: int, calls: int) -> N
 
 
 def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Every completion a reward function was given is the completion its row names, as the loss records keep it."""
+    """Every completion a reward function was given is the completion its row names, as the loss records keep it;
+    where the target records them, the prompts beside them are one per completion, shared by each group, each a
+    prompt of the run."""
     check = Check(case.id)
     obs = cache.get(spec_for(REWARDS, run), spy=False)
     if require_records(obs, check) is None:
@@ -115,10 +174,12 @@ def reward_inputs(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         check.fail(found)
     else:
         judge_inputs(check, *found)
+        judge_prompts(check, prompt_problems(obs.ran, obs.spec.num_generations))
     return check.finish()
 
 
 REWARD_INPUT_SCENARIOS = (
     Scenario("reward_inputs", reward_inputs, (),
-             "the advantages run: every completion a reward function was given == the one its row names, from the ids"),
+             "the advantages run: every completion a reward function was given == the one its row names, from the ids; "
+             "the prompts beside them one per group, each of the run"),
 )  # fmt: skip

@@ -169,6 +169,11 @@ def completions_given(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[1]
 
 
+def prompts_given(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The prompts a reward function of the reference trainer is given: its first argument, (N, P) ids."""
+    return args[0]
+
+
 def handed_rewards(spec, world, tap: RewardTap, count_w7):
     """The reward functions as the reference trainer is handed them, in each of the three forms it accepts, so
     that the gate runs each: one function alone; two in a list (named by their `__name__`); a reward model beside
@@ -176,10 +181,10 @@ def handed_rewards(spec, world, tap: RewardTap, count_w7):
     model watched by it, in the order handed over."""
     if spec.reward_model:
         scored = rewards_named(count_w7, "count_w7")
-        return {"count_w7": tap.wrap("count_w7", scored, inputs=completions_given),
+        return {"count_w7": tap.wrap("count_w7", scored, inputs=completions_given, prompts=prompts_given),
                 "reward_model": tap.watch("reward_model", world.reward_model, world.pad_token_id)}  # fmt: skip
     funcs = toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, count_w7)
-    wrapped = [tap.wrap(name, f, inputs=completions_given) for name, f in funcs.items()]
+    wrapped = [tap.wrap(name, f, inputs=completions_given, prompts=prompts_given) for name, f in funcs.items()]
     return wrapped[0] if len(wrapped) == 1 else wrapped
 
 

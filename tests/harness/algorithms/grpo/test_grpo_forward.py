@@ -202,6 +202,51 @@ def test_rewards_given_other_completions_fail_reward_inputs_and_unrecorded_input
     assert not result.passed and "recorded no reward call's inputs" in result.message, result.message
 
 
+def test_rewards_given_no_prompts_or_other_groups_prompts_fail_reward_inputs():
+    """The reference records the prompts beside the completions (RewardTap.wrap's `prompts`): a reward handed None
+    for them, or the prompts rolled by one row (so a group's completions get two prompts), fails; TRL's target
+    records none, which is a note."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    assert "given one prompt per completion, shared by each group" in run_check("reward_inputs", factory).message
+
+    def no_prompts(original):
+        def sequence_scores(reward, queries, *rest):
+            if not callable(reward) or isinstance(reward, torch.nn.Module):
+                return original(reward, queries, *rest)
+            return original(lambda prompts, completions: reward(None, completions), queries, *rest)
+
+        return sequence_scores
+
+    result = run_check("reward_inputs", patched("sequence_scores", no_prompts))
+    assert not result.passed and "0 prompts given beside 16 completions" in result.message, result.message
+
+    def rolled(original):
+        def rewards_per_function(funcs, queries, completions, lengths, pad):
+            return original(funcs, queries.roll(1, 0), completions, lengths, pad)
+
+        return rewards_per_function
+
+    result = run_check("reward_inputs", patched("rewards_per_function", rolled))
+    assert not result.passed and "were given different prompts" in result.message, result.message
+
+    def without_prompts(spec, accelerator=None):
+        run = factory(spec, accelerator)
+        run.rewards.calls = _PromptsDropped(run.rewards.calls)
+        return run
+
+    without_prompts.algorithm = "grpo"
+    result = run_check("reward_inputs", without_prompts)
+    assert result.passed and "recorded no prompts given to its reward functions" in result.message, result.message
+
+
+class _PromptsDropped(list):
+    """A reward tap's list of calls that keeps each call without the prompts it was given."""
+
+    def append(self, call):
+        super().append(dataclasses.replace(call, prompt_ids=None))
+
+
 class _InputsDropped(list):
     """A reward tap's list of calls that keeps each call without the completions it was given."""
 
