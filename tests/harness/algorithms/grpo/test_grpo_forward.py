@@ -180,8 +180,6 @@ def test_a_completion_is_its_tokens_up_to_the_stop_token(ids, tokens):
 
 
 def test_rewards_given_other_completions_fail_reward_inputs_and_unrecorded_inputs_are_not_recomputable():
-    from harness.algorithms.grpo.targets.reference import factory
-
     def rolled(original):
         def rewards_per_function(funcs, queries, completions, lengths, pad):
             return original(funcs, queries, completions.roll(1, 0), lengths.roll(1, 0), pad)
@@ -192,13 +190,7 @@ def test_rewards_given_other_completions_fail_reward_inputs_and_unrecorded_input
     assert not result.passed and "it is completion" in result.message, result.message
     assert "each score is assigned to another completion than it scored" in result.message
 
-    def without_inputs(spec, accelerator=None):
-        run = factory(spec, accelerator)
-        run.rewards.calls = _InputsDropped(run.rewards.calls)
-        return run
-
-    without_inputs.algorithm = "grpo"
-    result = run_check("reward_inputs", without_inputs)
+    result = run_check("reward_inputs", recorded_without("completion_ids"))
     assert not result.passed and "recorded no reward call's inputs" in result.message, result.message
 
 
@@ -230,28 +222,25 @@ def test_rewards_given_no_prompts_or_other_groups_prompts_fail_reward_inputs():
     result = run_check("reward_inputs", patched("rewards_per_function", rolled))
     assert not result.passed and "were given different prompts" in result.message, result.message
 
-    def without_prompts(spec, accelerator=None):
-        run = factory(spec, accelerator)
-        run.rewards.calls = _PromptsDropped(run.rewards.calls)
-        return run
-
-    without_prompts.algorithm = "grpo"
-    result = run_check("reward_inputs", without_prompts)
+    result = run_check("reward_inputs", recorded_without("prompt_ids"))
     assert result.passed and "recorded no prompts given to its reward functions" in result.message, result.message
 
 
-class _PromptsDropped(list):
-    """A reward tap's list of calls that keeps each call without the prompts it was given."""
+def recorded_without(field: str):
+    """The reference GRPO target whose reward tap keeps each call without `field` (what it was given)."""
+    from harness.algorithms.grpo.targets.reference import factory
 
-    def append(self, call):
-        super().append(dataclasses.replace(call, prompt_ids=None))
+    class Dropped(list):
+        def append(self, call):
+            super().append(dataclasses.replace(call, **{field: None}))
 
+    def build(spec, accelerator=None):
+        run = factory(spec, accelerator)
+        run.rewards.calls = Dropped(run.rewards.calls)
+        return run
 
-class _InputsDropped(list):
-    """A reward tap's list of calls that keeps each call without the completions it was given."""
-
-    def append(self, call):
-        super().append(dataclasses.replace(call, completion_ids=None))
+    build.algorithm = "grpo"
+    return build
 
 
 def test_a_sampler_not_handed_the_temperature_fails_sampling():
