@@ -260,7 +260,7 @@ SCENARIOS = (
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_interval", empty_interval, (),
              "logged every one-row micro-batch, pad bias 3.5: an interval with no token logs 0 (vespo's phi 1), "
-             "never NaN or nothing"),
+             "never NaN or another interval's value; its extremes may be left out (a note)"),
     Scenario("no_kl", no_kl, (), "beta 0, one micro-batch per interval: no `kl` logged, the rest pooled == oracle"),
     Scenario("partition", partition, (),
              "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
