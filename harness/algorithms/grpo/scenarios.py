@@ -43,12 +43,12 @@ from .runs import NO_GRADIENT as NO_GRADIENT
 from .spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
 
 
-def pooled_check(obs, check: Check, need=None, declares=(), empty_may_lack=()) -> None:
+def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None:
     """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
-    whether the run showed what the scenario is for (a string naming what is missing, or ''); `declares`: the
-    optional metrics the target declares it logs; `empty_may_lack`: the names an interval with no completion token
-    may leave out (a note, not a failure)."""
-    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check, declares)
+    whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
+    the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
+    token may leave out (a note, not a failure)."""
+    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache))
     per_interval = require_records(obs, check)
     if per_interval is None:
         return
@@ -72,7 +72,7 @@ def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckR
         even = [i.index + 1 for i in per_interval if len(set(i.token_counts())) < 2]
         return f"interval(s) {even} had micro-batches of equal token counts" if even else ""
 
-    pooled_check(obs, check, need, declared(cache))
+    pooled_check(cache, obs, check, need)
     return check.finish()
 
 
@@ -86,7 +86,7 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         spans = any(len({r.generation for r in records if r.window == w}) > 1 for w in range(len(sizes)))
         return "" if len(set(sizes)) > 1 or spans else f"windows of {sizes} micro-batches, none across generations"
 
-    pooled_check(obs, check, need, declared(cache))
+    pooled_check(cache, obs, check, need)
     return check.finish()
 
 
@@ -114,7 +114,7 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
                     return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
         return ""
 
-    pooled_check(obs, check, need, declared(cache))
+    pooled_check(cache, obs, check, need)
     return check.finish()
 
 
@@ -134,14 +134,14 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
                 return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
         return ""
 
-    pooled_check(obs, check, need, declared(cache))
+    pooled_check(cache, obs, check, need)
     return check.finish()
 
 
 def freshness(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Logged every step: each log equals an oracle fed only that interval's records (nothing carried over)."""
     check, obs = Check(case.id), cache.get(spec_for(FRESH, run), spy=False)
-    pooled_check(obs, check, lambda per: "" if len(per) > 1 else "only one interval was logged", declared(cache))
+    pooled_check(cache, obs, check, lambda per: "" if len(per) > 1 else "only one interval was logged")
     return check.finish()
 
 
@@ -153,7 +153,7 @@ def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         counts = [c for interval in per_interval for c in interval.token_counts()]
         return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
 
-    pooled_check(obs, check, need, declared(cache))
+    pooled_check(cache, obs, check, need)
     return check.finish()
 
 
@@ -170,7 +170,7 @@ def empty_interval(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckR
         tokens = [sum(i.token_counts()) for i in per_interval]
         return "" if 0 in tokens else f"no interval without a completion token (tokens per interval {tokens})"
 
-    pooled_check(obs, check, need, declared(cache), EXTREMES)
+    pooled_check(cache, obs, check, need, EXTREMES)
     return check.finish()
 
 
@@ -179,7 +179,7 @@ def no_kl(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     appends it only then), and the other pooled metrics equal the oracle's. One micro-batch per interval."""
     check = Check(case.id)
     obs = cache.get(spec_for(NO_KL, run).with_(beta=0.0), spy=False)
-    pooled_check(obs, check, None, declared(cache))
+    pooled_check(cache, obs, check)
     logs = obs.ran.logs if obs.ran is not None else ()
     with_kl = [i + 1 for i, log in enumerate(logs) if KL in log]
     if with_kl:
