@@ -10,7 +10,9 @@ unexplained part of `.grad`, the norms, the clipping coefficient, the non-finite
 tensors). It keeps a copy of `.grad` itself, and of the contributions' sums, only
 when the recorder is made with `copies=True`: a model-sized tensor per step,
 which only the checks that compare gradients themselves read (`Step.grad`,
-`Step.local_grad`); without the copies those raise `GradCopiesNotKept`.
+`Step.local_grad`); without the copies those raise `GradCopiesNotKept`, and each step
+sums its contributions into the storage of the step before (a fresh model-sized tensor
+per step costs mostly page faults: large blocks are mapped and unmapped each time).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def _max_abs(tensors: list[torch.Tensor]) -> float:
             low, high = torch.aminmax(t.detach())
             peaks.setdefault(t.device, []).append(torch.maximum(-low, high).double())
     return max((torch.stack(group).max().item() for group in peaks.values()), default=0.0)
+
+
+def _same_storage_kind(spare: torch.Tensor, g: torch.Tensor) -> bool:
+    """Whether `g` can be copied into `spare` in place of a clone: the same dense layout, dtype, device and shape."""
+    return (
+        spare.layout == g.layout == torch.strided
+        and (spare.dtype, spare.device, spare.shape, spare.stride()) == (g.dtype, g.device, g.shape, g.stride())
+    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,9 @@ class GradRecorder:
         self._pending = [None] * len(self.params)
         self._pending_ids: list[int] = []
         self._handles: list = []
+        # storage for the pending sums, reused from step to step when the steps keep no copies: a fresh
+        # model-sized tensor each step is mostly page faults (large blocks are mapped and unmapped each time)
+        self._spare: list[torch.Tensor | None] = [None] * len(self.params)
 
     def __enter__(self) -> GradRecorder:
         self._handles.append(torch.autograd.graph.register_multi_grad_hook(self.params, self._on_backward, mode="any"))
@@ -139,6 +152,7 @@ class GradRecorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._spare = [None] * len(self.params)
         return False
 
     def _on_backward(self, grad) -> None:
@@ -149,7 +163,14 @@ class GradRecorder:
         def hook(grad: torch.Tensor) -> None:
             # kept in the gradient's own dtype and device: summed in the order autograd sums `.grad`
             g = grad.detach()
-            self._pending[i] = g.clone() if self._pending[i] is None else self._pending[i].add_(g)
+            if self._pending[i] is not None:
+                self._pending[i].add_(g)
+                return
+            spare = self._spare[i]
+            if spare is not None and _same_storage_kind(spare, g):
+                self._pending[i] = spare.copy_(g)
+            else:
+                self._pending[i] = g.clone()
 
         return hook
 
@@ -181,6 +202,8 @@ class GradRecorder:
         kept, sums = (grads, tuple(local)) if self.copies else (None, None)
         step = Step(self.clock(), list(self._pending_ids), kept, gap / scale, *fit, nonfinite, sums)
         self.steps.append(step)
+        if not self.copies:  # nothing of this step keeps its sums: their storage serves the next step
+            self._spare = [s if e is None else e for s, e in zip(self._spare, self._pending)]
         self._pending = [None] * len(self.params)
         self._pending_ids = []
 
