@@ -189,16 +189,72 @@ time")."""
 def tests(session: nox.Session) -> None:
     """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes), on every CPU.
 
+    Without arguments (what CI runs) two jobs run beside the suite, each from its own start: `example` (both
+    example projects in a fresh venv: `nox -s example`) and the GRPO verdict on TRL's newest release
+    (TRL_NEWEST_TESTS, under this venv with that release put first on PYTHONPATH: it needs nothing else that this
+    venv lacks). Their logs follow the suite's; the session fails if any of the three did.
+
     `nox -Rs tests -- -m "not slow"` is the fast tier for the edit-test loop (the venv reused, nothing installed):
     every module's unit tests and each algorithm's whole reference gate, in process.
     """
     install(session, "test", "trl", "mutation")
+    site = install_trl_newest(session) if not session.posargs else ""
+    if session.run(sys.executable, "-c", "", external=True, silent=True, log=False) is None:
+        return  # nox runs nothing: --install-only
     # the suite's own verify runs hold broken trainers to the gate: keep their tables out of a CI step summary
     env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""}
-    session.run("python", "-m", "pytest", "tests", *PARALLEL, *session.posargs, env=env)
-    if not session.posargs:  # the whole suite (what CI runs): both example projects too, in their own fresh venv
-        session.notify("example")
-        session.notify("trl_newest")  # and the GRPO verdict on TRL's newest release, in a venv of its own
+    beside = [] if session.posargs else [example_beside(session), trl_newest_beside(session, env, site)]
+    try:
+        session.run("python", "-m", "pytest", "tests", *PARALLEL, *session.posargs, env=env)
+    finally:
+        failed = [name for name in (finish_beside(session, job) for job in beside) if name]
+    if failed:
+        session.error(f"beside the suite: {', '.join(failed)} failed (their logs are above)")
+
+
+def start_beside(session: nox.Session, name: str, argv: list[str], env: dict) -> tuple[str, subprocess.Popen, str]:
+    """Start `argv` (a job beside the suite) with its output into a log of its own; (name, process, log)."""
+    # not session.create_tmp(): that also points the session's TMPDIR into the project, where the suite's
+    # tmp_path folders must not be (mutmut refuses to run inside a project; pytester finds its configuration)
+    log = os.path.join(tempfile.mkdtemp(prefix=f"ppo-tests-{name}-"), f"{name}.log")
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
+    session.log(f"started beside the suite: {name} ({' '.join(os.path.basename(a) for a in argv[:4])} ...)")
+    return name, process, log
+
+
+def finish_beside(session: nox.Session, job: tuple[str, subprocess.Popen, str]) -> str:
+    """Wait for a job beside the suite and print its log; its name when it failed, else ""."""
+    name, process, log = job
+    code = process.wait()
+    with open(log, encoding="utf-8", errors="replace") as f:
+        print(f"\n----- {name} (exit {code}) -----\n{f.read()}----- end of {name} -----", flush=True)
+    return name if code else ""
+
+
+def example_beside(session: nox.Session) -> tuple[str, subprocess.Popen, str]:
+    """`nox -s example` in a process of its own (it makes its own venv)."""
+    return start_beside(session, "example", [sys.executable, "-m", "nox", "-f", os.path.join(ROOT, "noxfile.py"),
+                                             "-s", "example"], {})  # fmt: skip
+
+
+def install_trl_newest(session: nox.Session) -> str:
+    """TRL_NEWEST installed without its dependencies (this venv has them all: the pinned stack serves every
+    release from 1.12.0 on) into a folder of the session's venv, for PYTHONPATH; the folder."""
+    site = os.path.join(session.virtualenv.location, f"trl-{TRL_NEWEST}")
+    if not os.path.isdir(os.path.join(site, f"trl-{TRL_NEWEST}.dist-info")):
+        session.install("--quiet", "--no-deps", "--upgrade", "--target", site, f"trl=={TRL_NEWEST}")
+    return site
+
+
+def trl_newest_beside(session: nox.Session, env: dict, site: str) -> tuple[str, subprocess.Popen, str]:
+    """TRL_NEWEST_TESTS under this session's venv with TRL_NEWEST's folder first on PYTHONPATH."""
+    if not os.path.isdir(os.path.join(site, f"trl-{TRL_NEWEST}.dist-info")):  # -R installs nothing
+        session.error(f"trl {TRL_NEWEST} is not installed in {site}: run `nox -s tests` once without -R")
+    python = os.path.join(session.bin, "python")
+    argv = [python, "-m", "pytest", TRL_NEWEST_TESTS, "-p", "no:cacheprovider", "-q"]
+    return start_beside(session, "trl_newest", argv, {**env, "PYTHONPATH": site, "TRL_EXPERIMENTAL_SILENCE": "1"})
 
 
 @nox.session(python=PYTHON, default=False)

@@ -14,8 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def verify(report_dir: Path, *args: str, timeout: float = 1800, pythonpath: Path | None = None
            ) -> tuple[int, dict, str]:  # fmt: skip
     """(exit code, verify.json as data or {} when none was written, stdout and stderr); `pythonpath`: a folder
-    searched before the project (a patched module's package)."""
-    path = os.pathsep.join([*([str(pythonpath)] if pythonpath is not None else []), str(ROOT)])
+    searched before the project (a patched module's package). A PYTHONPATH the tests run under (`nox -s tests`
+    puts TRL's newest release there for its module) comes after the project."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([*([str(pythonpath)] if pythonpath is not None else []), str(ROOT), *inherited])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "GITHUB_STEP_SUMMARY": "",
            "TRL_EXPERIMENTAL_SILENCE": "1"}  # fmt: skip
     proc = subprocess.run(
