@@ -220,6 +220,7 @@ def junit_outcomes(report_dir: Path) -> dict[str, str]:
     return got
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_a_baselined_failure_exits_0_and_is_shown_as_known(tmp_path):
     known = baseline_file(tmp_path, entry("short_window", "entropy logged 0.5 high", "https://example.org/2"))
     written = tmp_path / "rewritten.toml"
@@ -237,6 +238,7 @@ def test_a_baselined_failure_exits_0_and_is_shown_as_known(tmp_path):
     assert load(written, "grpo").entries == (Entry("short_window", "entropy logged 0.5 high", "https://example.org/2"),)
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_a_baselined_check_that_passes_exits_1_saying_remove_it(tmp_path):
     known = baseline_file(tmp_path, entry("short_window", "entropy logged 0.5 high"))
     out = tmp_path / "out"
@@ -248,6 +250,7 @@ def test_a_baselined_check_that_passes_exits_1_saying_remove_it(tmp_path):
     assert report["verdict"] == "fail" and junit_outcomes(out)["test_check[short_window]"] == "failure"
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_a_new_failure_exits_1_and_an_entry_not_run_is_neither(tmp_path):
     known = baseline_file(tmp_path, entry("short_window", "entropy logged 0.5 high") + entry("partition"))
     written = tmp_path / "today.toml"
@@ -279,6 +282,7 @@ def test_known_check_but_another_failure(ppo_cache, ppo_run_spec, ppo_report):
 '''
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_own_tests_under_pytest_fail_only_for_what_is_not_known(tmp_path):
     known = baseline_file(tmp_path, entry("short_window", "entropy logged 0.5 high"))
     (tmp_path / "test_own.py").write_text(OWN_TESTS, encoding="utf-8")

@@ -83,6 +83,7 @@ def test_a_factory_that_names_no_algorithm_is_one_line_and_exit_2():
     assert listed.returncode == 2 and len(listed.stderr.splitlines()) == 1 and "names no algorithm" in listed.stderr
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_a_ppo_declared_factory_returning_a_grpo_run_is_one_line_and_exit_2():
     proc = harness("verify", "--target", f"{HERE}:ppo_declared_grpo_run", "--check", "freshness")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]

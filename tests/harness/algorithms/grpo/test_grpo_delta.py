@@ -7,6 +7,8 @@ did not always show.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.gate_run import verify
 
 CHECK = "logp_gradient[run=delta]"
@@ -37,6 +39,7 @@ def uncapped(spec, accelerator=None):
 uncapped.algorithm = "grpo"
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_the_reference_passes_with_capped_tokens_and_a_cap_left_out_fails(tmp_path):
     code, report, output = verify(tmp_path / "reference", "--target", "reference-grpo", "--check", CHECK)
     (check,) = report["checks"]

@@ -38,6 +38,7 @@ def per_rank_std(spec, accelerator=None):
 per_rank_std.algorithm = "grpo"
 
 
+@pytest.mark.slow  # gate processes: the full tier
 def test_advantages_scaled_by_a_ranks_own_std_fail_across_ranks(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.harness.algorithms.grpo.test_grpo_dist:per_rank_std")
     assert code == 1, output[-3000:]
