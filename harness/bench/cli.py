@@ -19,8 +19,9 @@ wall time of `python -m harness verify` (goal < 60 s). Set OMP_NUM_THREADS=1 for
 numbers on the CPU (nox -s bench does). Exit 0, or 2 for a usage error (e.g. --device cuda
 without a CUDA device).
 
-`--live` measures instead what the live check (harness/live/) costs a GRPO run of the medium model, side by
-side with the bare run (bench/live.py, docs/live.md).
+`--live` also measures, after the gate's figures, what the live check (harness/live/) costs a GRPO run of the
+medium model, side by side with the bare run (bench/live.py, docs/live.md), and ends with one line holding both
+ratios against their goals; the gate's --size is then medium unless given.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m harness.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="default: small (medium with --live)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the spied run that keeps the steps' .grad copies (a third of the timed runs)",
     )
     parser.add_argument(
-        "--live", action="store_true", help="instead: the live check's overhead on the medium GRPO run (bench/live.py)"
+        "--live", action="store_true", help="also: the live check's overhead on the medium GRPO run (bench/live.py)"
     )
     parser.add_argument("--live-every", type=int, default=20, help="with --live: one interval in LIVE_EVERY")
     parser.add_argument(
@@ -264,12 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.live:
-        bench_live = importlib.import_module("harness.bench.targets.live").bench_live  # a target, by name
-
-        bench_live(args.device, args.repeat or 2, args.live_every, args.live_steps)
-        return 0
-    size = SIZES[args.size]
+    size = SIZES[args.size or ("medium" if args.live else "small")]
     if size.meant_for == "cuda" and args.device == "cpu" and not args.force:
         print(
             f"python -m harness.bench: --size {size.name} is meant for CUDA (three 1.1B models: ~50 GB in float32);"
@@ -277,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed, copies=not args.no_copies)
+    gate = bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed, copies=not args.no_copies)
     if size.name == "small":
         small_extras(args.device)
+    if args.live:
+        targets_live = importlib.import_module("harness.bench.targets.live")  # a target, by name
+        print()
+        live = targets_live.bench_live(args.device, args.repeat or 2, args.live_every, args.live_steps)
+        clock = "wall" if args.device == "cuda" else "cpu"
+        print(f"\nboth       gate ({size.name}, ordinary run) {gate[f'ratio_{clock}']:.3f}x {clock} (goal <= "
+              f"{GOALS[size.name]}x) | live, one interval in {args.live_every}: {live['live_ratio']:.4f}x {clock} "
+              f"(goal <= {targets_live.GOAL}x)")  # fmt: skip
     return 0

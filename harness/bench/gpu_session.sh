@@ -68,7 +68,7 @@ step() {
   say ""
   say "== $name: exit $code, wall $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }') s"
   # the lines worth keeping: the bench's figures, the gate's summary lines
-  grep -E '^(bench|model|overhead|  |memory|oracle|profile|wall|note|[0-9]+ (passed|failed))|(passed|failed|skipped|error)' \
+  grep -E '^(bench|model|overhead|interval|live|both|  |memory|oracle|profile|wall|note|[0-9]+ (passed|failed))|(passed|failed|skipped|error)' \
     "$OUT/$name.log" | tail -n 40 | tee -a "$SUMMARY"
 }
 
@@ -78,14 +78,12 @@ step verify_gpu_bfloat16 -s verify_gpu -- --dtype bfloat16 --report-dir "$OUT/ve
   :: -m harness verify --device cuda --dtype bfloat16 --report-dir "$OUT/verify_gpu_bfloat16"
 step bench_large_cuda -s bench -- --size large --device cuda \
   :: -m harness.bench --size large --device cuda
-step bench_medium_cuda -s bench -- --size medium --device cuda \
-  :: -m harness.bench --size medium --device cuda
+step bench_medium_cuda -s bench -- --size medium --live --device cuda \
+  :: -m harness.bench --size medium --live --device cuda
 step verify_dist -s verify_dist -- --report-dir "$OUT/verify_dist" \
   :: -m harness verify-dist --report-dir "$OUT/verify_dist"
 step live_trl_cuda -s live -- --target trl-grpo --device cuda \
   :: -m harness.live --target trl-grpo --device cuda
-step bench_live_cuda -s bench -- --live --device cuda \
-  :: -m harness.bench --live --device cuda
 
 say ""
 say "full logs: $OUT/*.log; verify reports: $OUT/verify_*/verify.json"

@@ -164,8 +164,10 @@ def bench_live(device: str = "cpu", repeat: int = 2, every: int = 20, steps: int
     bare_interval = _median(v for values in bare for v in values)
     extra = _median(pairs)
     ratio = 1 + max(extra, 0.0) / (every * bare_interval)
+    # a negative median pair is noise: the ratio counts it as no cost, and the line says so
+    signed = f"+{_seconds(extra)}" if extra >= 0 else f"-{_seconds(-extra)}, below the noise: counted as 0"
     print(f"interval   bare {_seconds(bare_interval)} {kind} | checked {_seconds(bare_interval + extra)} "
-          f"(+{_seconds(extra)}; of which the check itself {_seconds(_median(checks))} CPU: merge, oracle, "
+          f"({signed}; of which the check itself {_seconds(_median(checks))} CPU: merge, oracle, "
           f"compare, reports; the rest is recording) | median of {len(pairs)} same-interval pairs")  # fmt: skip
     print(
         f"live       one interval in {every}: ratio {ratio:.4f}x {kind} = 1 + extra / ({every} x bare interval) "
