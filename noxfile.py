@@ -187,56 +187,28 @@ time")."""
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The project's own test suite (trainer, harness, TRL verdict, curated mutants, two processes), on every CPU.
+    """The project's own test suite (trainer, harness, TRL verdicts, curated mutants, examples, several processes),
+    on every CPU.
 
-    Without arguments (what CI runs) two jobs run beside the suite, each from its own start: `example` (both
-    example projects in a fresh venv: `nox -s example`) and the GRPO verdict on TRL's newest release
-    (TRL_NEWEST_TESTS, under this venv with that release put first on PYTHONPATH: it needs nothing else that this
-    venv lacks). Their logs follow the suite's; the session fails if any of the three did.
+    The suite's two tests that need more than this venv run in it too, scheduled by pytest-xdist with the rest
+    (so the suite never runs more CPU-bound processes than there are CPUs): the example session
+    (tests/examples/test_example_session.py runs `nox -s example` with this interpreter, named in
+    PPO_HARNESS_NOX), and the GRPO verdict on TRL's newest release (TRL_NEWEST_TESTS, its gate processes with that
+    release first on PYTHONPATH: a folder of this venv, named in PPO_HARNESS_TRL_NEWEST; it needs nothing else
+    that this venv lacks).
 
     `nox -Rs tests -- -m "not slow"` is the fast tier for the edit-test loop (the venv reused, nothing installed):
     every module's unit tests and each algorithm's whole reference gate, in process.
     """
     install(session, "test", "trl", "mutation")
-    site = install_trl_newest(session) if not session.posargs else ""
+    site = install_trl_newest(session)
     if session.run(sys.executable, "-c", "", external=True, silent=True, log=False) is None:
         return  # nox runs nothing: --install-only
+    if not os.path.isdir(os.path.join(site, f"trl-{TRL_NEWEST}.dist-info")):  # -R installs nothing
+        session.error(f"trl {TRL_NEWEST} is not installed in {site}: run `nox -s tests` once without -R")
     # the suite's own verify runs hold broken trainers to the gate: keep their tables out of a CI step summary
-    env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": ""}
-    beside = [] if session.posargs else [example_beside(session), trl_newest_beside(session, env, site)]
-    try:
-        session.run("python", "-m", "pytest", "tests", *PARALLEL, *session.posargs, env=env)
-    finally:
-        failed = [name for name in (finish_beside(session, job) for job in beside) if name]
-    if failed:
-        session.error(f"beside the suite: {', '.join(failed)} failed (their logs are above)")
-
-
-def start_beside(session: nox.Session, name: str, argv: list[str], env: dict) -> tuple[str, subprocess.Popen, str]:
-    """Start `argv` (a job beside the suite) with its output into a log of its own; (name, process, log)."""
-    # not session.create_tmp(): that also points the session's TMPDIR into the project, where the suite's
-    # tmp_path folders must not be (mutmut refuses to run inside a project; pytester finds its configuration)
-    log = os.path.join(tempfile.mkdtemp(prefix=f"ppo-tests-{name}-"), f"{name}.log")
-    with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT)  # fmt: skip
-    session.log(f"started beside the suite: {name} ({' '.join(os.path.basename(a) for a in argv[:4])} ...)")
-    return name, process, log
-
-
-def finish_beside(session: nox.Session, job: tuple[str, subprocess.Popen, str]) -> str:
-    """Wait for a job beside the suite and print its log; its name when it failed, else ""."""
-    name, process, log = job
-    code = process.wait()
-    with open(log, encoding="utf-8", errors="replace") as f:
-        print(f"\n----- {name} (exit {code}) -----\n{f.read()}----- end of {name} -----", flush=True)
-    return name if code else ""
-
-
-def example_beside(session: nox.Session) -> tuple[str, subprocess.Popen, str]:
-    """`nox -s example` in a process of its own (it makes its own venv)."""
-    return start_beside(session, "example", [sys.executable, "-m", "nox", "-f", os.path.join(ROOT, "noxfile.py"),
-                                             "-s", "example"], {})  # fmt: skip
+    env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "PPO_HARNESS_NOX": sys.executable, "PPO_HARNESS_TRL_NEWEST": site}
+    session.run("python", "-m", "pytest", "tests", *PARALLEL, *session.posargs, env=env)
 
 
 def install_trl_newest(session: nox.Session) -> str:
@@ -246,15 +218,6 @@ def install_trl_newest(session: nox.Session) -> str:
     if not os.path.isdir(os.path.join(site, f"trl-{TRL_NEWEST}.dist-info")):
         session.install("--quiet", "--no-deps", "--upgrade", "--target", site, f"trl=={TRL_NEWEST}")
     return site
-
-
-def trl_newest_beside(session: nox.Session, env: dict, site: str) -> tuple[str, subprocess.Popen, str]:
-    """TRL_NEWEST_TESTS under this session's venv with TRL_NEWEST's folder first on PYTHONPATH."""
-    if not os.path.isdir(os.path.join(site, f"trl-{TRL_NEWEST}.dist-info")):  # -R installs nothing
-        session.error(f"trl {TRL_NEWEST} is not installed in {site}: run `nox -s tests` once without -R")
-    python = os.path.join(session.bin, "python")
-    argv = [python, "-m", "pytest", TRL_NEWEST_TESTS, "-p", "no:cacheprovider", "-q"]
-    return start_beside(session, "trl_newest", argv, {**env, "PYTHONPATH": site, "TRL_EXPERIMENTAL_SILENCE": "1"})
 
 
 @nox.session(python=PYTHON, default=False)
@@ -443,8 +406,8 @@ TRL_RELEASES = ("1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
 
 @nox.session(python=PYTHON, default=False)
 def trl_newest(session: nox.Session) -> None:
-    """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): TRL_NEWEST_TESTS, in this session's
-    own venv (the `tests` session's has trl 1.12.0, where that module skips)."""
+    """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): TRL_NEWEST_TESTS alone, in this
+    session's own venv with that release installed (`tests` runs the same module from a folder of its venv)."""
     install(session, "test")
     install_trl(session, f"trl=={TRL_NEWEST}")
     env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}

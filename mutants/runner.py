@@ -132,8 +132,10 @@ def _run_all(
     from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []
-    wanted = {control_name(m.command, m.algorithm) for m in mutants if has_command(m.command)}
-    commands = ["verify"] + [name for name in CONTROLS if name in wanted and name != "verify"]
+    # each algorithm of the selection's whole gate, and the two-process run where a mutant is judged under it
+    wanted = {control_name("verify", m.algorithm) for m in mutants}
+    wanted |= {control_name(m.command, m.algorithm) for m in mutants if has_command(m.command)}
+    commands = [name for name in CONTROLS if name in wanted] or ["verify"]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         control_futures = {pool.submit(run_control, timeout, command, server): command for command in commands}
         futures = {pool.submit(run_mutant, m, full, timeout, keep, server): m for m in mutants}

@@ -2,8 +2,9 @@
 
 Hypothesis: `ci` (derandomized, no deadline, no example database) is loaded when CI is set.
 
-`nox -s tests` runs the suite on every CPU (pytest-xdist, `-n auto`). Its workers take tests in collection
-order, so the modules that cost the most start first and the cheap ones fill in behind them (a module's tests
+`nox -s tests` runs the suite on every CPU (pytest-xdist, `-n auto --dist loadfile`). Its workers take whole
+modules in collection order (pytest_configure turns off xdist's reordering of modules by their number of
+tests), so the modules that cost the most start first and the cheap ones fill in behind them (a module's tests
 stay together and in their order: its module-scoped fixtures are made once). The costs are those measured in
 docs/development.md ("The test suite's time"); a module not listed keeps its place after them.
 """
@@ -17,7 +18,10 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 COSTLY_FIRST = (
-    "test_mutants.py",  # the curated catalogue: about 75 gate processes, 2 at a time
+    "test_curated_ppo.py",  # the curated catalogue, one algorithm's half on each worker: about 45 gates each
+    "test_curated_grpo.py",
+    "test_example_session.py",  # a fresh venv and both example projects' gates and tests
+    "test_trl_newest.py",  # TRL 1.16.0's whole GRPO gate and its baseline's runs
     "test_precision.py",
     "test_trl_verdict.py",
     "test_trl_grpo_verdict.py",
@@ -26,6 +30,13 @@ COSTLY_FIRST = (
     "test_dist.py",
 )
 """Modules by what they cost, the costliest first."""
+
+
+def pytest_configure(config):
+    # pytest-xdist reorders whole modules by their number of tests unless told not to (its default
+    # `--loadscope-reorder`), which hands the one-test modules that cost minutes out last: keep this order
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,8 +3,9 @@
 Fast: the catalogue's patches still apply to the trainer exactly once (no rot),
 its metadata covers the PPO bug classes, the report is valid
 mutation-testing-report-schema v2, and the mutmut plumbing (pragmas, locations,
-triage, score) does what it says. Slow (run in CI): the curated runner kills
-the whole catalogue end to end, and headless Chromium renders mutation.html.
+triage, score) does what it says. Slow (run in CI): headless Chromium renders
+mutation.html. The curated runner kills the whole catalogue end to end in
+test_curated_ppo.py and test_curated_grpo.py, one algorithm each.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from mutants import (
     verdicts,
 )
 from mutants.catalogue import load, patches
-from mutants.controls import GRPO_CONTROL, control_name
+from mutants.controls import control_name
 from mutants.model import (
     ControlResult,
     CuratedResult,
@@ -868,39 +869,13 @@ def test_html_without_the_component_says_so(tmp_path):
 # ---------------------------------------------------------------- end to end (slow)
 
 
-@pytest.mark.slow
-def test_curated_runner_kills_every_catalogued_mutant(tmp_path, capsys):
-    """The whole catalogue, as `nox -s mutation` runs it (about a minute on 2 cores, so CI runs all of it)."""
+def test_the_two_curated_halves_run_the_whole_catalogue():
+    """test_curated_ppo.py and test_curated_grpo.py run the mutants of one algorithm each: between them, every
+    entry of the catalogue (tests/support/curated.py)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == len(list(load.ENTRIES.glob("*.toml")))  # every entry of the catalogue
-    code = runner.run_curated(ids, jobs=2, report_dir=tmp_path)
-    data = json.loads((tmp_path / "curated.json").read_text(encoding="utf-8"))
-    by_id = {r["id"]: r for r in data["mutants"]}
-    assert data["control"]["passed"], data["control"]["reason"]
-    for name in (GRPO_CONTROL, "verify-dist-grpo"):
-        assert data["controls"][name]["passed"], data["controls"][name]["reason"]
-    assert {i: by_id[i]["status"] for i in ids} == {i: "killed" for i in ids}, capsys.readouterr().out
-    assert all(by_id[i]["named_failed"] for i in ids)  # each killed by a check it names
-    assert "lr0_ratio[epochs=1]" in by_id["c02_unwritten_slots_averaged"]["named_failed"]
-    assert by_id["c15_global_accumulation_counter"]["named_failed"] == ["every_microbatch_applied[epochs=2]"]
-    clipped = "settings_sweep[settings=clipped,check=every_microbatch_applied]"
-    assert by_id["c23_clipped_every_microbatch"]["named_failed"] == [clipped]
-    # a global counter steps at the wrong micro-batch in the plain run and in the clipped one alike
-    g15 = ["every_microbatch_applied", "every_microbatch_applied[max_grad_norm=0.05]"]
-    assert by_id["g15_global_accumulation_counter"]["named_failed"] == g15
-    assert by_id["g23_clipped_every_microbatch"]["named_failed"] == ["every_microbatch_applied[max_grad_norm=0.05]"]
-    assert by_id["g44_reward_at_last_padded_position"]["named_failed"] == ["reward_model"]
-    assert by_id["g49_batch_std_for_group"]["named_failed"] == ["advantages[scale_rewards=group]"]
-    for empty in ("g12_empty_microbatch_counts", "g24_nan_gradient_finite_stats"):
-        assert by_id[empty]["named_failed"] == ["all_masked"], by_id[empty]
-    for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch"):
-        assert by_id[dist]["named_failed"] == ["logp_gradient[ranks=2]"], by_id[dist]
-    # the GRPO forms fail the two-process gradient under the default loss type and under grpo's and bnpo's too
-    grpo_ranks = ["logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]",
-                  "logp_gradient[ranks=2,loss_type=bnpo]"]  # fmt: skip
-    for dist in ("g31_no_world_factor", "g33_sync_on_first_microbatch"):
-        assert by_id[dist]["named_failed"] == grpo_ranks, by_id[dist]
-    assert code == 0
+    assert len(ids) == len(set(ids)) == len(list(load.ENTRIES.glob("*.toml")))  # every entry of the catalogue
+    halves = sorted(p.stem.removeprefix("test_curated_") for p in Path(__file__).parent.glob("test_curated_*.py"))
+    assert sorted({m.algorithm for m in catalogue.MUTANTS}) == halves == ["grpo", "ppo"]
 
 
 PROBE = """<script>

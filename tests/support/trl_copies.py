@@ -9,12 +9,17 @@ import warnings
 from pathlib import Path
 
 
-def copy_installed_module(module: str, root: Path, package: str) -> Path:
+def copy_installed_module(module: str, root: Path, package: str, search: Path | None = None) -> Path:
     """The installed `module`'s source as `package/<its file name>` under `root` (an empty `__init__.py` beside
-    it), every relative import made absolute against `module`'s own package; returns `root`."""
-    with warnings.catch_warnings():  # importing trl.experimental warns that it is experimental
-        warnings.simplefilter("ignore")
-        origin = Path(importlib.util.find_spec(module).origin)
+    it), every relative import made absolute against `module`'s own package; returns `root`. `search`: a folder
+    that holds the distribution (a `pip install --target` folder) to take the module from, without importing it,
+    instead of the one this interpreter imports."""
+    if search is not None:
+        origin = search.joinpath(*module.split(".")).with_suffix(".py")
+    else:
+        with warnings.catch_warnings():  # importing trl.experimental warns that it is experimental
+            warnings.simplefilter("ignore")
+            origin = Path(importlib.util.find_spec(module).origin)
     source = origin.read_text()
     parts = module.split(".")[:-1]
     for dots in range(len(parts), 0, -1):  # the longest run of dots first: `...x` before `..x` before `.x`

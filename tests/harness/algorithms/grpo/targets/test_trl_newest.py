@@ -1,9 +1,10 @@
 """The GRPO gate's verdict on TRL's newest pinned release (1.16.0), whose GRPOTrainer computes its log-probs and
 entropies with a fused LM head: the adapter records them at the head's boundary.
 
-Runs where trl 1.16.0 is installed (`nox -s trl_newest`, which `nox -s tests` notifies); skips elsewhere (the
-`tests` session's venv has trl 1.12.0, whose verdict
-tests/harness/algorithms/grpo/targets/test_trl_grpo_verdict.py pins). One
+Runs where trl 1.16.0 is what the gate's processes import: in `nox -s tests`, whose venv has trl 1.12.0 and keeps
+1.16.0 in a folder of its own (`pip install --no-deps --target`, named by PPO_HARNESS_TRL_NEWEST), put first on
+the `PYTHONPATH` of this module's gate processes; and in `nox -s trl_newest`, whose venv has 1.16.0 installed. It
+skips elsewhere (tests/harness/algorithms/grpo/targets/test_trl_grpo_verdict.py pins 1.12.0's verdict). One
 `python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit code, its JSON report), then
 TRL's baseline (baselines/trl-1.16.0-grpo.toml) on it and on two patched copies of its trainer module, through
 `--target trl-grpo:MODULE`: one that adds a bug (a new failure: exit 1) and one that fixes a baselined one (the entry is
@@ -13,6 +14,9 @@ stale: exit 1, naming it).
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from harness.algorithms.grpo.spec import LOSS_TYPES
 from tests.harness.algorithms.grpo.targets.test_trl_grpo_module_target import COPY, copy_trl_grpo_trainer
 from tests.support.gate_run import verify
 
-pytestmark = pytest.mark.trl
+pytestmark = [pytest.mark.trl, pytest.mark.slow]
 
 RELEASE = "1.16.0"
 # The same 18 checks as TRL 1.12.0 (docs/trl-grpo.md, "TRL releases"): its poolings did not change. Its log-probs
@@ -43,18 +47,53 @@ ROOT = Path(__file__).resolve().parents[5]
 BASELINE = ROOT / "baselines" / f"trl-{RELEASE}-grpo.toml"
 
 
+FOLDER = Path(os.environ["PPO_HARNESS_TRL_NEWEST"]) if os.environ.get("PPO_HARNESS_TRL_NEWEST") else None
+"""A folder that holds a TRL release apart from this venv's (`nox -s tests` names it), or None."""
+
+
 def _installed() -> str | None:
+    """The TRL release this module's gate processes import: the folder's when there is one, else the venv's."""
+    if FOLDER is not None:
+        found = [d.version for d in importlib.metadata.distributions(path=[str(FOLDER)]) if d.name == "trl"]
+        return found[0] if found else None
     try:
         return importlib.metadata.version("trl")
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+NOT_HERE = "trl {} is what the gate would import, not " + RELEASE + ": nox -s tests (or trl_newest) runs this module"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def newest_first_on_the_path():
+    """The folder first on the PYTHONPATH of the gate processes this module starts (tests/support/gate_run.py
+    keeps an inherited PYTHONPATH after the project), for this module's tests only."""
+    if FOLDER is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        patch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def newest_verdict(tmp_path_factory):
     if _installed() != RELEASE:
-        pytest.skip(f"trl {_installed()} is installed, not {RELEASE}: nox -s trl_newest runs this module")
+        pytest.skip(NOT_HERE.format(_installed()))
     return verify(tmp_path_factory.mktemp("verify-trl-newest"), "--target", "trl-grpo", timeout=600)
+
+
+def test_the_gate_processes_import_the_newest_release():
+    """What this module's gate processes import is the release it pins (its verdict is 1.12.0's list too)."""
+    if _installed() != RELEASE:
+        pytest.skip(NOT_HERE.format(_installed()))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # as gate_run.verify's
+    probe = "import importlib.metadata as m, trl; print(m.version('trl'), trl.__version__)"
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.stdout.split() == [RELEASE, RELEASE], done.stdout + done.stderr
 
 
 def test_trl_newest_exits_1_and_fails_exactly_the_pinned_checks(newest_verdict):
@@ -84,7 +123,7 @@ def test_trls_baseline_lists_exactly_the_newest_releases_failures(newest_verdict
 
 def patched_copy(root: Path, old: str, new: str) -> Path:
     """TRL's trainer module copied as `patched_trl_grpo.grpo_trainer` under `root`, with `old` replaced by `new`."""
-    copy_trl_grpo_trainer(root)
+    copy_trl_grpo_trainer(root, FOLDER)
     path = root / "patched_trl_grpo" / "grpo_trainer.py"
     text = path.read_text()
     assert text.count(old) == 1, f"TRL {RELEASE}'s trainer no longer has {old!r}"
@@ -101,7 +140,7 @@ GROUP_STD = "is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewar
 @pytest.mark.parametrize("patch", ["none", "adds a bug", "fixes a baselined one"])
 def test_with_trls_baseline_the_gate_fails_only_for_what_changed(tmp_path, patch):
     if _installed() != RELEASE:
-        pytest.skip(f"trl {_installed()} is installed, not {RELEASE}: nox -s trl_newest runs this module")
+        pytest.skip(NOT_HERE.format(_installed()))
     target, root = "trl-grpo", None
     if patch == "adds a bug":  # advantages over a std 0.1 too large: a failure the baseline does not know
         root = patched_copy(tmp_path / "src", "advantages = advantages / (std_rewards + 1e-4)",

@@ -1,0 +1,24 @@
+"""The curated catalogue's GRPO mutants end to end (slow: CI runs it): each killed by a check it names, beside
+the GRPO controls (tests/support/curated.py; the PPO half is test_curated_ppo.py)."""
+
+import pytest
+
+from tests.support.curated import run_algorithm
+
+
+@pytest.mark.slow
+def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
+    by_id = run_algorithm("grpo", tmp_path, capsys)
+    # a global counter steps at the wrong micro-batch in the plain run and in the clipped one alike
+    g15 = ["every_microbatch_applied", "every_microbatch_applied[max_grad_norm=0.05]"]
+    assert by_id["g15_global_accumulation_counter"]["named_failed"] == g15
+    assert by_id["g23_clipped_every_microbatch"]["named_failed"] == ["every_microbatch_applied[max_grad_norm=0.05]"]
+    assert by_id["g44_reward_at_last_padded_position"]["named_failed"] == ["reward_model"]
+    assert by_id["g49_batch_std_for_group"]["named_failed"] == ["advantages[scale_rewards=group]"]
+    for empty in ("g12_empty_microbatch_counts", "g24_nan_gradient_finite_stats"):
+        assert by_id[empty]["named_failed"] == ["all_masked"], by_id[empty]
+    # the GRPO forms fail the two-process gradient under the default loss type and under grpo's and bnpo's too
+    grpo_ranks = ["logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]",
+                  "logp_gradient[ranks=2,loss_type=bnpo]"]  # fmt: skip
+    for dist in ("g31_no_world_factor", "g33_sync_on_first_microbatch"):
+        assert by_id[dist]["named_failed"] == grpo_ranks, by_id[dist]
