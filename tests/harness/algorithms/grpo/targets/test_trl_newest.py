@@ -67,8 +67,11 @@ NOT_HERE = "trl {} is what the gate would import, not " + RELEASE + ": nox -s te
 
 @pytest.fixture(scope="module", autouse=True)
 def newest_first_on_the_path():
-    """The folder first on the PYTHONPATH of the gate processes this module starts (tests/support/gate_run.py
-    keeps an inherited PYTHONPATH after the project), for this module's tests only."""
+    """Every test of this module skips where the gate would import another release; the folder first on the
+    PYTHONPATH of the gate processes this module starts (tests/support/gate_run.py keeps an inherited
+    PYTHONPATH after the project), for this module's tests only."""
+    if _installed() != RELEASE:
+        pytest.skip(NOT_HERE.format(_installed()))
     if FOLDER is None:
         yield
         return
@@ -80,15 +83,11 @@ def newest_first_on_the_path():
 
 @pytest.fixture(scope="module")
 def newest_verdict(tmp_path_factory):
-    if _installed() != RELEASE:
-        pytest.skip(NOT_HERE.format(_installed()))
     return verify(tmp_path_factory.mktemp("verify-trl-newest"), "--target", "trl-grpo", timeout=600)
 
 
 def test_the_gate_processes_import_the_newest_release():
     """What this module's gate processes import is the release it pins (its verdict is 1.12.0's list too)."""
-    if _installed() != RELEASE:
-        pytest.skip(NOT_HERE.format(_installed()))
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # as gate_run.verify's
     probe = "import importlib.metadata as m, trl; print(m.version('trl'), trl.__version__)"
     done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd=ROOT,
@@ -139,8 +138,6 @@ GROUP_STD = "is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewar
 
 @pytest.mark.parametrize("patch", ["none", "adds a bug", "fixes a baselined one"])
 def test_with_trls_baseline_the_gate_fails_only_for_what_changed(tmp_path, patch):
-    if _installed() != RELEASE:
-        pytest.skip(NOT_HERE.format(_installed()))
     target, root = "trl-grpo", None
     if patch == "adds a bug":  # advantages over a std 0.1 too large: a failure the baseline does not know
         root = patched_copy(tmp_path / "src", "advantages = advantages / (std_rewards + 1e-4)",
