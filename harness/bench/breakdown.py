@@ -26,7 +26,8 @@ PIECES = {
     "bind": "binding the call's arguments to the signature",
     "record": "the spy's whole record step (the four above and the record itself)",
     "value_head": "the value head's forward hook (its output copied to float64)",
-    "grad_contribution": "per-parameter gradient hook (clone / add the contribution)",
+    "grad_contribution": "per-parameter gradient hook (clone / add the contribution; a check when tracked)",
+    "grad_accumulated": "per-parameter hook after accumulation (tracked: the .grad, its version, 256 values)",
     "grad_step": "optimizer step pre-hook (the unexplained-gradient check; the .grad copy when kept)",
     "grad_backward": "multi-grad hook counting backward passes",
 }
@@ -87,17 +88,23 @@ def clocked(device: str = "cpu") -> Iterator[Totals]:
         (GradRecorder, "_on_step", "grad_step"),
     ]
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
-    contribution = GradRecorder._contribution
+    makers = {"_contribution": "grad_contribution", "_accumulated": "grad_accumulated"}  # each makes a hook
+    made = {name: GradRecorder.__dict__[name] for name in makers}
 
-    def timed_contribution(self, i):
-        return _timed(contribution(self, i), "grad_contribution", totals, sync)
+    def timed_maker(name: str):
+        def maker(self, i):
+            return _timed(made[name](self, i), makers[name], totals, sync)
+
+        return maker
 
     try:
         for owner, name, piece in patches:
             setattr(owner, name, _timed(owner.__dict__[name], piece, totals, sync))
-        GradRecorder._contribution = timed_contribution
+        for name in makers:
+            setattr(GradRecorder, name, timed_maker(name))
         yield totals
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
-        GradRecorder._contribution = contribution
+        for name, original in made.items():
+            setattr(GradRecorder, name, original)

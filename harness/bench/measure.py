@@ -166,16 +166,16 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: 
     from harness.algorithms.ppo.expect import expected_metrics
     from harness.algorithms.ppo.view import build_view
     from harness.compare import compare
-    from harness.instrument.observe import instrumented
+    from harness.instrument.observe import instrumented, tracks
 
     run = factory(spec)
     before = memory.current()
     memory.reset()
     start = clock.now()
-    with instrumented(run, spy=True, copies=copies) as (spy, grads):
+    with instrumented(run, spy=True, copies=copies, track=tracks(spec, copies)) as (spy, grads):
         logs = run.train()
     trained = clock.now()
-    trace = grads.trace()
+    trace = grads.trace()  # a bench target that lost the tracked sums raises here (observe would train it again)
     records = spy.finished()  # as observe keeps them: with the gradients their backward passes brought
     view = build_view(records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
     problems = tuple(p for update in view.updates for p in update.mask_problems())

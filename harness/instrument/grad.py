@@ -13,10 +13,25 @@ which only the checks that compare gradients themselves read (`Step.grad`,
 `Step.local_grad`); without the copies those raise `GradCopiesNotKept`, and each step
 sums its contributions into the storage of the step before (a fresh model-sized tensor
 per step costs mostly page faults: large blocks are mapped and unmapped each time).
+
+With `track=True` (only without the copies) the recorder does not sum the contributions of
+a step's backward passes where it can prove that `.grad` is that sum: a parameter whose
+`.grad` is None at the step's first contribution gets it from autograd alone, and after
+each accumulation the recorder notes the `.grad` tensor, its version counter (every
+in-place write through it counts) and 256 of its elements at fixed positions. If, at the
+next contribution or at the step, `.grad` is the same tensor with the same version and the
+same 256 values, nothing but autograd wrote it, and it is the contributions' own sum bit for
+bit: the step's summaries are those of a summing recorder, at no model-sized cost per
+backward. Anything else (a `.grad` set to None or replaced between backward passes, an
+in-place write such as clipping's, a write through `.data` that the version counter misses
+but the sampled values show) loses the sum: the trace then raises `GradTrackingLost`, and
+`observe` makes the run again with a summing recorder. A `.grad` that is not None at a
+step's first contribution (a zero_grad that zeroes in place, or none) is summed as before.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +40,17 @@ import torch
 
 class GradCopiesNotKept(RuntimeError):
     """A check read a step's `.grad` copy from a run recorded without the copies (a harness bug, never a pass)."""
+
+
+class GradTrackingLost(RuntimeError):
+    """A tracking recorder saw `.grad` written by something other than autograd: the steps' sums are not known,
+    and the run must be made again with a summing recorder (`observe` does; never a pass)."""
+
+
+SAMPLED = 256
+"""Elements of each parameter's `.grad` a tracking recorder reads after each accumulation (fixed positions)."""
+TRACKED, SUMMED = "tracked", "summed"
+"""How a parameter's contributions to the current step are known: autograd's `.grad` itself, or summed here."""
 
 
 NOT_KEPT = (
@@ -119,12 +145,15 @@ class GradRecorder:
     """Records backward passes and optimizer steps of a run; use as a context manager.
 
     `copies`: keep each step's `.grad` copy and its contributions' sums (see the module's docstring).
+    `track`: prove `.grad` is the contributions' sum instead of summing them, where it is (the module's
+    docstring); ignored with `copies`.
     """
 
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     clock: Callable[[], int] = lambda: 0
     copies: bool = True
+    track: bool = False
     backwards: list[int] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     nonfinite_weights: list[int] = field(default_factory=list)
@@ -139,11 +168,19 @@ class GradRecorder:
         # storage for the pending sums, reused from step to step when the steps keep no copies: a fresh
         # model-sized tensor each step is mostly page faults (large blocks are mapped and unmapped each time)
         self._spare: list[torch.Tensor | None] = [None] * len(self.params)
+        self.track = self.track and not self.copies
+        self._mode: list[str | None] = [None] * len(self.params)
+        self._after: list[tuple | None] = [None] * len(self.params)  # (the .grad, its version, its sampled values)
+        self._positions: list[torch.Tensor | None] = [None] * len(self.params)
+        self.lost = ""
+        """Why the tracked sums were lost ("" while they are not)."""
 
     def __enter__(self) -> GradRecorder:
         self._handles.append(torch.autograd.graph.register_multi_grad_hook(self.params, self._on_backward, mode="any"))
         for i, p in enumerate(self.params):
             self._handles.append(p.register_hook(self._contribution(i)))
+            if self.track:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._accumulated(i)))
         self._handles.append(self.optimizer.register_step_pre_hook(self._on_step))
         self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
         return self
@@ -153,16 +190,57 @@ class GradRecorder:
             handle.remove()
         self._handles.clear()
         self._spare = [None] * len(self.params)
+        self._after = [None] * len(self.params)
         return False
 
     def _on_backward(self, grad) -> None:
         self.backwards.append(self.clock())
         self._pending_ids.append(len(self.backwards) - 1)
 
+    def _sampled(self, i: int, g: torch.Tensor) -> torch.Tensor:
+        """SAMPLED elements of `g` (parameter i's .grad) at positions fixed for the run (all of a small one)."""
+        flat = g.detach().reshape(-1)
+        if self._positions[i] is None or self._positions[i].device != flat.device:
+            count = flat.numel()
+            if count <= SAMPLED:
+                self._positions[i] = torch.arange(count, device=flat.device)
+            else:
+                # drawn, not a permutation's head: a randperm of a 10^7-element tensor costs a second and its memory
+                chosen = torch.randint(count, (SAMPLED,), generator=torch.Generator().manual_seed(i))
+                self._positions[i] = chosen.to(flat.device)
+        return flat[self._positions[i]]
+
+    def _accumulated(self, i: int):
+        def hook(p: torch.Tensor) -> None:
+            if self._mode[i] == TRACKED and p.grad is not None:
+                self._after[i] = (weakref.ref(p.grad), p.grad._version, self._sampled(i, p.grad))
+
+        return hook
+
+    def _untouched(self, i: int, where: str) -> bool:
+        """Whether parameter i's .grad is as autograd left it after its last accumulation (else the sum is lost)."""
+        after, g = self._after[i], self.params[i].grad
+        same = (
+            after is not None
+            and g is not None
+            and after[0]() is g
+            and g._version == after[1]
+            and torch.equal(self._sampled(i, g), after[2])
+        )
+        if not same and not self.lost:
+            self.lost = f"parameter {i}'s .grad was written {where} by something other than autograd's accumulation"
+        return same
+
     def _contribution(self, i: int):
         def hook(grad: torch.Tensor) -> None:
             # kept in the gradient's own dtype and device: summed in the order autograd sums `.grad`
             g = grad.detach()
+            if self._mode[i] is None:  # the step's first contribution: autograd's .grad is the sum where it was None
+                self._mode[i] = TRACKED if self.track and self.params[i].grad is None else SUMMED
+            if self._mode[i] == TRACKED:
+                if self._after[i] is not None:
+                    self._untouched(i, "between two backward passes")
+                return
             if self._pending[i] is not None:
                 self._pending[i].add_(g)
                 return
@@ -182,7 +260,12 @@ class GradRecorder:
         # (only when the step keeps it: the trainer's .grad is only read here) and the difference is taken, in
         # float32 as always, in the pending sum itself, which this step drops. max |x| is max(-min x, max x).
         grads, expected, differing, local = [], [], [], []
-        for p, e in zip(self.params, self._pending):
+        for i, (p, e) in enumerate(zip(self.params, self._pending)):
+            if self._mode[i] == TRACKED and self._untouched(i, "after the step's last backward pass"):
+                g = p.grad.detach()  # the contributions' own sum: nothing but autograd wrote it
+                grads.append(g)
+                expected.append(g)
+                continue
             g = torch.zeros_like(p) if p.grad is None else p.grad.detach()
             same_kind = e is not None and (e.dtype, e.device, e.shape) == (g.dtype, g.device, g.shape)
             if same_kind and torch.equal(e, g):
@@ -206,12 +289,16 @@ class GradRecorder:
             self._spare = [s if e is None else e for s, e in zip(self._spare, self._pending)]
         self._pending = [None] * len(self.params)
         self._pending_ids = []
+        self._mode = [None] * len(self.params)
+        self._after = [None] * len(self.params)
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self.nonfinite_weights.append(sum(1 for p in self.params if not bool(torch.isfinite(p.detach()).all())))
 
     def trace(self) -> GradTrace:
-        """The frozen record of the run so far."""
+        """The frozen record of the run so far (GradTrackingLost where a tracking recorder lost the sums)."""
+        if self.lost:
+            raise GradTrackingLost(f"{self.lost}: the run must be recorded again with a summing recorder")
         return GradTrace(
             tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights), self.copies
         )

@@ -7,7 +7,9 @@ a `HarnessConfigError` is a usage error instead (exit 2).
 
 The gradient recorder keeps each optimizer step's `.grad` copy only for the runs a check asks
 for inside `grad_copies()`: every other run keeps the steps' summaries alone, and reading a
-copy from it raises (`harness.instrument.grad.GradCopiesNotKept`), which fails the check.
+copy from it raises (`harness.instrument.grad.GradCopiesNotKept`), which fails the check. Those
+runs are recorded with a tracking gradient recorder where the spec allows (`tracks`), and again
+with a summing one where the trainer's own writes to `.grad` lost the tracked sums (grad.py).
 """
 
 from __future__ import annotations
@@ -186,12 +188,25 @@ def grad_copies() -> Iterator[None]:
         _GRAD_COPIES.reset(token)
 
 
+def tracks(spec: Any, copies: bool) -> bool:
+    """Whether `observe` first records `spec` with a tracking gradient recorder (grad.py): without the copies,
+    and where the spec asks for no clipping (clipping writes `.grad` in place at every step, which loses the
+    tracked sums: such a run would be made twice), outside a process group (data parallelism writes `.grad`)."""
+    import torch.distributed as dist
+
+    clipped = getattr(spec, "max_grad_norm", None) is not None
+    return not copies and not clipped and not (dist.is_available() and dist.is_initialized())
+
+
 @contextlib.contextmanager
-def instrumented(run: TargetRun, spy: bool = True, copies: bool = False) -> Iterator[tuple[Any, Any]]:
+def instrumented(
+    run: TargetRun, spy: bool = True, copies: bool = False, track: bool = False
+) -> Iterator[tuple[Any, Any]]:
     """Every instrument `observe` trains `run` under, installed for the block: (the Spy or None, the GradRecorder).
 
     Under the spy, also the value head's and the reward model's recorders where the run exposes them;
-    `copies`: the recorder keeps each step's `.grad` copy (grad.py).
+    `copies`: the recorder keeps each step's `.grad` copy; `track`: it proves `.grad` the contributions' sum
+    instead of summing them, where it can (grad.py).
     """
     from .grad import GradRecorder
     from .rewards import RewardRecorder
@@ -199,7 +214,7 @@ def instrumented(run: TargetRun, spy: bool = True, copies: bool = False) -> Iter
     from .values import ValueRecorder
 
     if not spy:
-        with GradRecorder(run.params, run.optimizer, copies=copies) as grads:
+        with GradRecorder(run.params, run.optimizer, copies=copies, track=track) as grads:
             yield None, grads
         return
     head, reward_model = getattr(run, "value_head", None), getattr(run, "reward_model", None)
@@ -207,29 +222,44 @@ def instrumented(run: TargetRun, spy: bool = True, copies: bool = False) -> Iter
         Spy(run.module) as watcher,
         ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
         RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
-        GradRecorder(run.params, run.optimizer, clock=lambda: len(watcher.records), copies=copies) as grads,
+        GradRecorder(run.params, run.optimizer, lambda: len(watcher.records), copies=copies, track=track) as grads,
     ):
         yield watcher, grads
 
 
-def observe(factory: Callable, spec: RunSpec, spy: bool = True, copies: bool = False) -> Observation:
+def observe(
+    factory: Callable, spec: RunSpec, spy: bool = True, copies: bool = False, track: bool | None = None
+) -> Observation:
     """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder,
-    which keeps each step's `.grad` copy when `copies` is set."""
+    which keeps each step's `.grad` copy when `copies` is set.
+
+    `track` (default: `tracks(spec, copies)`): first with a tracking recorder; where the trainer wrote `.grad`
+    itself and so lost the tracked sums, the run is built and trained again with a summing one (the same seed,
+    the same run: only the second is kept)."""
     import torch
+
+    from .grad import GradTrackingLost
+
+    if track is None:
+        track = tracks(spec, copies)
 
     run = build_run(factory, spec)
     networks = pristine_networks(run)
     prompts = getattr(run, "prompts", None)
     prompts = prompts.detach().to("cpu").long().clone() if isinstance(prompts, torch.Tensor) else None
     reward_model = getattr(run, "reward_model", None) if spy else None
-    with instrumented(run, spy, copies) as (watcher, grads):
+    with instrumented(run, spy, copies, track) as (watcher, grads):
         logs = run.train()
+    try:
+        trace = grads.trace()
+    except GradTrackingLost:
+        return observe(factory, spec, spy, copies, track=False)
     records = tuple(watcher.finished()) if spy else ()
     scores = getattr(run, "scores", None)
     outcome = Ran(
         logs=tuple(logs),
         records=records,
-        grads=grads.trace(),
+        grads=trace,
         pad_token_id=run.pad_token_id,
         stop_token_id=run.stop_token_id,
         scores=None if scores is None else tuple(scores),

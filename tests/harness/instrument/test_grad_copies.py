@@ -14,34 +14,43 @@ from harness.algorithms import case
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.spec import ScenarioSpec
-from harness.instrument.grad import GradCopiesNotKept, GradRecorder
-from harness.instrument.observe import ObservationCache, grad_copies, observe
+from harness.instrument.grad import SAMPLED, GradCopiesNotKept, GradRecorder, GradTrackingLost
+from harness.instrument.observe import ObservationCache, grad_copies, observe, tracks
 from tests.support.gates import reference
 
 # ------------------------------------------------------------------ the recorder
 
 
-def _train(copies: bool, tamper: str, dtype=torch.float32) -> tuple[GradRecorder, list[torch.Tensor]]:
+def _train(copies: bool, tamper: str, dtype=torch.float32, track: bool = False, width: int = 4
+           ) -> tuple[GradRecorder, list[torch.Tensor]]:  # fmt: skip
     """Two steps of two backward passes each on a small linear model, `tamper` doing something to .grad
-    before each step; the recorder and the weights after the run."""
+    before each step (or between its backward passes); the recorder and the weights after the run."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3)).to(dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(5, width), torch.nn.Linear(width, 3)).to(dtype)
     spare = torch.nn.Parameter(torch.ones(2, dtype=dtype))  # no backward pass reaches it
     params = [*model.parameters(), spare]
     optimizer = torch.optim.SGD(params, lr=0.1)
     data = torch.randn(4, 2, 5, dtype=dtype)
-    with GradRecorder(params, optimizer, copies=copies) as recorder:
+    with GradRecorder(params, optimizer, copies=copies, track=track) as recorder:
         for step in range(2):
-            for micro in data[2 * step : 2 * step + 2]:
+            for k, micro in enumerate(data[2 * step : 2 * step + 2]):
                 model(micro).square().mean().backward()
+                if k == 0 and tamper == "zeroed_between":  # a zero_grad inside the accumulation loop
+                    optimizer.zero_grad()
+                elif k == 0 and tamper == "halved_between":
+                    params[2].grad.mul_(0.5)
             if tamper == "scaled":
                 params[0].grad.mul_(2)
+            elif tamper == "scaled_through_data":  # an in-place write the version counter does not see
+                params[0].grad.data.mul_(2)
+            elif tamper == "one_element_through_data":
+                params[0].grad.data.view(-1)[-1] += 1.0
             elif tamper == "missing":
                 params[1].grad = None
             elif tamper == "unexplained":
                 spare.grad = torch.full_like(spare, 0.5)
             optimizer.step()
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=tamper != "zeroed_in_place")
     return recorder, [p.detach().clone() for p in params]
 
 
@@ -64,6 +73,94 @@ def test_without_copies_a_step_keeps_the_same_summaries_and_no_copy(tamper, dtyp
     # the recorder only reads the trainer's .grad: the optimizer applied the same steps either way
     for a, b in zip(weights_kept, weights_bare):
         assert torch.equal(a, b)
+
+
+# what the trainer does to .grad -> whether a tracking recorder still knows the contributions' sum
+TAMPERS = {
+    "clean": True,
+    "zeroed_in_place": True,  # a .grad that is there at the first contribution is summed, as without tracking
+    "unexplained": True,  # a .grad no contribution reached: measured as without tracking
+    "scaled": False,
+    "missing": False,
+    "zeroed_between": False,
+    "halved_between": False,
+    "scaled_through_data": False,
+    "one_element_through_data": False,  # in a tensor of SAMPLED elements or fewer every element is read
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPERS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tracking_recorder_keeps_the_same_summaries_or_says_it_lost_them(tamper, dtype):
+    summed, weights_summed = _train(False, tamper, dtype)
+    tracked, weights_tracked = _train(False, tamper, dtype, track=True)
+    if TAMPERS[tamper]:
+        assert not tracked.lost
+        for a, b in zip(summed.trace().steps, tracked.trace().steps, strict=True):
+            assert [getattr(a, f) for f in SUMMARIES] == [getattr(b, f) for f in SUMMARIES]
+            assert a.nonfinite_grads == b.nonfinite_grads
+    else:
+        assert tracked.lost
+        with pytest.raises(GradTrackingLost, match="by something other than autograd"):
+            tracked.trace()
+    assert (summed.steps[0].unexplained > 0) == (tamper not in ("clean", "zeroed_in_place"))
+    for a, b in zip(weights_summed, weights_tracked):  # the recorder only reads .grad, tracking or not
+        assert torch.equal(a, b)
+
+
+def test_tracking_sums_nothing_where_autograd_alone_wrote_grad():
+    """The point of tracking: no pending sum is made for a step whose .grad autograd alone wrote."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    pending = {}
+    for track in (True, False):
+        with GradRecorder(list(model.parameters()), optimizer, copies=False, track=track) as recorder:
+            seen = []
+            for _ in range(3):
+                for _ in range(2):
+                    model(torch.randn(2, 5)).sum().backward()
+                seen.append([t is not None for t in recorder._pending])
+                optimizer.step()
+                optimizer.zero_grad()
+        assert not recorder.lost and len(recorder.trace().steps) == 3
+        pending[track] = seen
+    assert pending == {True: [[False, False]] * 3, False: [[True, True]] * 3}
+    assert tracks(scenarios.LR0, copies=False) and not tracks(scenarios.LR0, copies=True)
+    assert not tracks(scenarios.LR0.with_(max_grad_norm=0.5), copies=False)  # clipping writes .grad every step
+
+
+def test_a_write_through_data_to_a_large_grad_is_seen_in_its_sampled_elements():
+    """Above SAMPLED elements, a scaled .grad changes every sampled value; the version counter missed it."""
+    width = 2 * SAMPLED  # the first layer's weight: 5 x 512 elements
+    recorder, _ = _train(False, "scaled_through_data", track=True, width=width)
+    assert "parameter 0's .grad was written after the step's last backward pass" in recorder.lost
+
+
+def test_observe_records_again_with_a_summing_recorder_where_tracking_lost_the_sums():
+    factory, spec = _toy_factory(), scenarios.LR0.with_(name="grad_tracking_test")
+    built = []
+
+    def writes_its_grad(run_spec):  # a trainer that touches .grad before each step (values unchanged)
+        run = factory(run_spec)
+        built.append(run)
+
+        def touch(optimizer, args, kwargs):
+            for p in run.params:
+                if p.grad is not None:
+                    p.grad.mul_(1.0)
+
+        run.optimizer.register_step_pre_hook(touch)  # before the recorder's, which is registered later
+        return run
+
+    again = observe(writes_its_grad, spec, spy=False)
+    assert len(built) == 2  # trained once tracking, once summing
+    summing = observe(factory, spec, spy=False, track=False)
+    assert [[getattr(s, f) for f in SUMMARIES] for s in again.ran.grads.steps] == [
+        [getattr(s, f) for f in SUMMARIES] for s in summing.ran.grads.steps
+    ]
+    tracked = observe(factory, spec, spy=False)  # the reference writes no .grad: tracking serves it
+    assert [s.unexplained for s in tracked.ran.grads.steps] == [s.unexplained for s in summing.ran.grads.steps]
 
 
 def test_without_copies_each_step_sums_into_the_storage_of_the_one_before():
