@@ -42,6 +42,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     dist.add_argument("--seed", type=int, default=0)
     dist.add_argument("--timeout", type=float, default=300.0)
     dist.add_argument("--report-dir", default="reports")
+    dist.add_argument("--launch", choices=("fork", "torchrun"), default=None,
+                      help="how the ranks start: forked from this process once it has imported the target (the "
+                           "default where the system can fork), or as fresh interpreters by torch.distributed.run "
+                           "(the default elsewhere)")  # fmt: skip
     checks = sub.add_parser("checks", help="list the check ids of a target's algorithm (for --check)")
     checks.add_argument("--target", default="reference")
     checks.add_argument("--markdown", action="store_true", help="a Markdown table with each scenario's summary")

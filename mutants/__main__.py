@@ -41,8 +41,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.add_argument(
             "--no-fork",
             action="store_true",
-            help="run every gate as a fresh `python -m harness` process (slower; by default on Linux each verify "
-            "run is forked from one process that imported torch, transformers, accelerate and the harness once)",
+            help="run every gate as a fresh `python -m harness` process (slower; by default on Linux each run, "
+            "verify or verify-dist, is forked from one process that imported torch, transformers, accelerate and "
+            "the harness once)",
         )
 
     def mutmut_args(p):

@@ -46,14 +46,15 @@ def run_control(timeout: float, command: str = "verify", server: GateServer | No
     two-process run) of its algorithm, against that algorithm's reference target, must pass.
 
     A run in a fresh process is preceded by a probe process that imports the trainer and the harness
-    and must find both in the scratch copy; a run forked from `server` (verify only) lists what it
-    imported itself, and must have imported the trainer from the scratch copy and the harness from
-    the server's copy of the project.
+    and must find both in the scratch copy; a run forked from `server` lists what it imported itself,
+    and must have imported the trainer from the scratch copy and the harness from the server's copy
+    of the project (a verify-dist run imports the copy's trainer before it forks its ranks:
+    harness_run.run_harness).
     """
     command, algorithm = CONTROLS[command]
     target = catalogue.TARGETS[algorithm]
     scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-control-{command}-{algorithm}-"))
-    forked = server is not None and command == "verify"
+    forked = server is not None
     try:
         copy_project(scratch)
         if not forked:

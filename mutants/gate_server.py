@@ -8,10 +8,12 @@ imports every module the config's `preload` names, checks that none of its `forb
 `{"ready": true, "seconds": S}` or `{"error": WHY}`.
 
 Then each line on stdin is one run, `{"id", "root", "module", "args", "log", "timeout", "record",
-"imports"}`, and it forks a child that does what `python -m MODULE ARGS` with cwd and PYTHONPATH
-`root` would: its own process group, stdin from /dev/null, stdout and stderr into `log`, `root`
-in place of the base on sys.path (the root's `reference_trainers` is the one imported, since the
-server never imported one), MODULE run as `__main__`, then the names and files of the modules
+"imports", "preimport"}`, and it forks a child that does what `python -m MODULE ARGS` with cwd and
+PYTHONPATH `root` would: its own process group, stdin from /dev/null, stdout and stderr into `log`,
+`root` in place of the base on sys.path (the root's `reference_trainers` is the one imported, since
+the server never imported one), the `preimport` modules imported from there (one that fails to
+import is left for the run to import, and fail, itself: for the children the run forks, which
+inherit them), MODULE run as `__main__`, then the names and files of the modules
 of the `record` packages it loaded written to `imports` (JSON), and the interpreter's normal
 exit with the module's exit code. A child shares nothing with another: each is forked from the
 server, which never runs a gate itself. When a child ends the server answers
@@ -95,6 +97,11 @@ def child(request: dict, base: str, replies: int) -> int:
     if root not in sys.path:
         sys.path.insert(0, root)
     importlib.invalidate_caches()
+    for name in request.get("preimport", ()):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - the run imports it again and fails there, as a fresh one would
+            continue
     sys.argv = [request["module"], *request["args"]]  # run_module puts the module's file first, as -m does
     try:
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)

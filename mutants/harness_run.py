@@ -7,8 +7,9 @@ A run is a fresh `python -m harness` process, or, given a GateServer (Linux), a 
 from one process that has imported torch, transformers, accelerate, pytest and the harness
 once (gate_server.py), but no trainer: the child imports the scratch copy's
 `reference_trainers` itself, exactly as the fresh process would, and saves each run the
-seconds of those imports. Only `verify` runs are forked; `verify-dist` starts its ranks
-as fresh processes of their own (torch.distributed.run) and keeps its subprocess.
+seconds of those imports. A `verify-dist` run forked so forks its ranks from itself in turn
+(harness/dist.py, `--launch fork`): they share the child's process group, which the server
+kills at the run's timeout.
 """
 
 from __future__ import annotations
@@ -179,9 +180,12 @@ class GateServer:
         return "" if error is None else f"{error}\n{log_tail(self.server_log())}"
 
     def run(
-        self, root: Path, args: list[str], log: Path, timeout: float, imports: Path, module: str = "harness"
-    ) -> tuple[int | None, str]:
-        """`python -m MODULE ARGS` in `root`, forked from the server: (exit code or None, a problem or "")."""
+        self, root: Path, args: list[str], log: Path, timeout: float, imports: Path, module: str = "harness",
+        preimport: tuple[str, ...] = (),
+    ) -> tuple[int | None, str]:  # fmt: skip
+        """`python -m MODULE ARGS` in `root`, forked from the server: (exit code or None, a problem or "").
+
+        `preimport`: modules the child imports from `root` before it runs MODULE (gate_server.py)."""
         why = self.started()
         if why:
             return None, why
@@ -194,6 +198,7 @@ class GateServer:
             "timeout": timeout,
             "record": list(RECORDED),
             "imports": str(imports),
+            "preimport": list(preimport),
         }
         with self._lock:
             if self._gone:
@@ -247,6 +252,15 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux")
 
 
+def trainer_modules(root: Path) -> tuple[str, ...]:
+    """Every module of the trainer packages in the copy under `root`, by name."""
+    return tuple(
+        f"{package}.{path.stem}" if path.stem != "__init__" else package
+        for package in TRAINER_PACKAGES
+        for path in sorted((root / package).glob("*.py"))
+    )
+
+
 def imported_elsewhere(imported: dict[str, str | None], scratch: Path) -> list[str]:
     """Each trainer module of a forked run that was not imported from the scratch copy, with its file."""
     root = scratch.resolve()
@@ -267,7 +281,7 @@ def run_harness(
     target: str = "reference",
     server: GateServer | None = None,
 ) -> RunOutcome:
-    """Run the gate in `scratch` and collect its checks (a `verify` forked from `server` when given one)."""
+    """Run the gate in `scratch` and collect its checks (forked from `server` when given one)."""
     report_dir = scratch / "_report"
     shutil.rmtree(report_dir, ignore_errors=True)
     report_dir.mkdir()
@@ -275,9 +289,12 @@ def run_harness(
     args = harness_command(command, report_dir, selection, target)
     imported: dict[str, str | None] = {}
     start = time.perf_counter()
-    if server is not None and command == "verify":
+    if server is not None:
         imports = scratch / "_imports.json"
-        code, problem = server.run(scratch, args[3:], log_path, timeout, imports)
+        # verify-dist's ranks import the trainer, in children of the forked run that _imports.json cannot list:
+        # the run imports the copy's trainer modules first, which the ranks then inherit, and lists them
+        preimport = trainer_modules(scratch) if command == "verify-dist" else ()
+        code, problem = server.run(scratch, args[3:], log_path, timeout, imports, preimport=preimport)
         if imports.is_file():
             imported = json.loads(imports.read_text(encoding="utf-8"))
         elsewhere = imported_elsewhere(imported, scratch)

@@ -5,10 +5,11 @@ into a fresh temporary folder, apply the patch there, and run
 `python -m harness verify --target reference` in that folder with
 PYTHONPATH pointing at it (so that the scratch copy's `reference_trainers` is the one
 imported; the runner checks this once per session, and after every forked run). On Linux
-each `verify` run is a child forked from one gate server that imported torch,
-transformers, accelerate, pytest and the harness once but no trainer (harness_run.py,
-gate_server.py): the same run, without each run's seconds of imports; `fork=False`
-(`--no-fork`) starts a fresh process for every run instead. The verdict comes from the
+each run (`verify`, and `verify-dist`, whose ranks are forked from it in turn) is a child
+forked from one gate server that imported torch, transformers, accelerate, pytest and the
+harness once but no trainer (harness_run.py, gate_server.py): the same run, without each
+run's seconds of imports; `fork=False` (`--no-fork`) starts a fresh process for every run
+instead. The verdict comes from the
 run's exit code and its `verify.json`:
 
 - killed: exit 1 and at least one check the mutant names (`killed_by`) failed;
@@ -55,7 +56,7 @@ from .verdicts import diagnosed_class, judge
 def run_mutant(
     mutant: Mutant, full: bool, timeout: float, keep: Path | None = None, server: GateServer | None = None
 ) -> CuratedResult:
-    """Copy, patch and verify one mutant (its `verify` forked from `server` when given one)."""
+    """Copy, patch and verify one mutant (its run forked from `server` when given one)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"ppo-mutant-{mutant.id}-"))
     try:
         copy_project(scratch)
@@ -115,7 +116,7 @@ def run_all(
 ) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
     """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls).
 
-    With `fork` (and where harness_run.can_fork), every `verify` run is forked from one gate server.
+    With `fork` (and where harness_run.can_fork), every run is forked from one gate server.
     """
     server = GateServer() if fork and can_fork() else None
     try:
@@ -128,7 +129,7 @@ def run_all(
 def _run_all(
     mutants: list[Mutant], full: bool, jobs: int, timeout: float, keep: Path | None, server: GateServer | None
 ) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
-    """run_all's pool, its verify runs forked from `server` when there is one."""
+    """run_all's pool, its runs forked from `server` when there is one."""
     from tqdm.auto import tqdm  # the progress bar only: the runner's verdicts and records import without it
 
     results: list[CuratedResult] = []

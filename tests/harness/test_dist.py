@@ -1,4 +1,8 @@
-"""verify-dist on 2 CPU processes: passes on the reference trainer, fails on a mean of per-rank means."""
+"""verify-dist on 2 CPU processes: passes on the reference trainer, fails on a mean of per-rank means.
+
+The ranks are forked from verify-dist's process by default; the tests of a failing or hanging rank run under both
+launchers (`--launch fork` and `--launch torchrun`), and one passing run under torch.distributed.run's fresh
+interpreters, whose report must equal the forked run's."""
 
 from __future__ import annotations
 
@@ -73,20 +77,41 @@ def test_mean_of_per_rank_means_fails(tmp_path):
     assert "policy/entropy_avg" in {m["name"] for m in uneven["metrics"] if m["status"] == "fail"}
 
 
+LAUNCHERS = pytest.mark.parametrize("launch", ["fork", "torchrun"])
+
+
 @pytest.mark.slow
-def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path):
-    code, report, output = verify_dist(tmp_path, "tests.support.dist_variants:hangs", "--timeout", "10")
+@LAUNCHERS
+def test_a_run_that_hangs_is_stopped_with_a_clear_error(tmp_path, launch):
+    target = "tests.support.dist_variants:hangs"
+    code, report, output = verify_dist(tmp_path, target, "--timeout", "10", "--launch", launch)
     assert code == 1
     assert "timed out after 10s" in report["checks"][0]["message"]
+    assert not _ranks_left(target), "a rank outlived the run it timed out of"
 
 
 @pytest.mark.slow
-def test_a_rank_that_raises_fails_the_run_and_says_why(tmp_path):
-    code, report, output = verify_dist(tmp_path, "tests.support.dist_variants:rank_one_raises", "--timeout", "120")
+@LAUNCHERS
+def test_a_rank_that_raises_fails_the_run_and_says_why(tmp_path, launch):
+    target = "tests.support.dist_variants:rank_one_raises"
+    code, report, output = verify_dist(tmp_path, target, "--timeout", "120", "--launch", launch)
     assert code == 1, output[-2000:]
     (check,) = report["checks"]
     assert check["id"] == "dist_run" and "timed out" not in check["message"]
     assert "rank 1 broke down" in check["message"]
+    assert not _ranks_left(target), "rank 0, waiting for rank 1 in a collective, was not stopped"
+
+
+def _ranks_left(target: str) -> list[int]:
+    """Processes still running whose command line or parent's names `target` (the ranks of a run that ended)."""
+    import psutil
+
+    mine = os.getpid()
+    left = []
+    for process in psutil.process_iter(["pid", "cmdline", "ppid"]):
+        if process.info["pid"] != mine and target in " ".join(process.info["cmdline"] or ()):
+            left.append(process.info["pid"])
+    return left
 
 
 def test_unknown_target_is_a_usage_error(tmp_path):
@@ -96,7 +121,33 @@ def test_unknown_target_is_a_usage_error(tmp_path):
 
 @pytest.mark.slow
 def test_metrics_outside_the_contract_may_differ_between_ranks(tmp_path):
-    """A per-rank count such as TRL's val/num_eos_tokens is not the contract's: it must not fail the run."""
-    code, report, output = verify_dist(tmp_path, "tests.support.precision_variants:extra_metrics")
+    """A per-rank count such as TRL's val/num_eos_tokens is not the contract's: it must not fail the run; and the
+    ranks started by torch.distributed.run give the report the forked ranks give, to the last digit."""
+    target = "tests.support.precision_variants:extra_metrics"
+    code, report, output = verify_dist(tmp_path / "torchrun", target, "--launch", "torchrun")
     assert code == 0, output[-3000:]
     assert {c["status"] for c in report["checks"]} == {"pass"}
+    code, forked, output = verify_dist(tmp_path / "fork", target, "--launch", "fork")
+    assert code == 0, output[-3000:]
+    assert forked == report
+
+
+def test_launch_fork_where_it_cannot_fork_is_a_usage_error(tmp_path, monkeypatch):
+    """`--launch fork` in a process that runs a second thread: exit 2 and why, no ranks started."""
+    import argparse
+    import threading
+
+    from harness import dist
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="busy")
+    thread.start()
+    try:
+        args = argparse.Namespace(target="reference", processes=2, seed=0, timeout=5.0, launch="fork",
+                                  report_dir=str(tmp_path))  # fmt: skip
+        assert "threads are running" in dist.fork_refused()
+        assert dist.verify_dist(args, []) == 2
+    finally:
+        stop.set()
+        thread.join()
+    assert not (tmp_path / "dist").exists()

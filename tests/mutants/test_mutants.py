@@ -346,6 +346,29 @@ def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tm
     assert server.run(a, ["0"], a / "late.log", 60.0, a / "imports.json", module="fakegate")[0] is None
 
 
+def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(tmp_path):
+    """verify-dist's ranks are children of the forked run: it imports the copy's trainer modules before it forks
+    them (they inherit those), and lists them; one that fails to import is left for the run to import and fail."""
+    a = fake_gate(tmp_path / "a", "a")
+    (a / "reference_trainers").mkdir()
+    (a / "reference_trainers" / "__init__.py").write_text("", encoding="utf-8")
+    (a / "reference_trainers" / "ppo.py").write_text("WHERE = 'a'\n", encoding="utf-8")
+    (a / "reference_trainers" / "broken.py").write_text("raise ImportError('a patch broke it')\n", encoding="utf-8")
+    modules = harness_run.trainer_modules(a)
+    assert modules == ("reference_trainers", "reference_trainers.broken", "reference_trainers.ppo")
+    with harness_run.GateServer(preload=("json",)) as server:
+        code, problem = server.run(a, ["0"], a / "run.log", 60.0, a / "imports.json", module="fakegate",
+                                   preimport=modules)  # fmt: skip
+        assert (code, problem) == (0, ""), (a / "run.log").read_text(encoding="utf-8")
+        imported = json.loads((a / "imports.json").read_text(encoding="utf-8"))
+        assert imported == {
+            "reference_trainers": str(a / "reference_trainers" / "__init__.py"),
+            "reference_trainers.ppo": str(a / "reference_trainers" / "ppo.py"),
+        }
+        server.run(a, ["0"], a / "plain.log", 60.0, a / "imports.json", module="fakegate")
+        assert json.loads((a / "imports.json").read_text(encoding="utf-8")) == {}  # nothing imported unasked
+
+
 def test_the_gate_server_preloads_no_trainer_and_checks_where_each_run_got_it(tmp_path):
     assert not {name.partition(".")[0] for name in harness_run.PRELOAD} & set(harness_run.TRAINER_PACKAGES)
     with harness_run.GateServer(preload=("json", "reference_trainers")) as server:
