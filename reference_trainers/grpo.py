@@ -457,6 +457,10 @@ class GRPOTrainer:
         set_seed(config.seed)
         self.config, self.pad_token_id, self.callbacks = config, pad_token_id, list(callbacks)
         self.accelerator = accelerator or Accelerator()
+        # each optimizer step ends a window this trainer accumulates itself (no_sync, never accelerate's accumulate):
+        # the prepared optimizer steps only while the process's shared GradientState says a window ended, which a
+        # run of another Accelerator in the same process may have left saying it did not (the step skipped)
+        self.accelerator.sync_gradients = True
         device = self.accelerator.device
         self.reward_weights = torch.tensor(weights, dtype=torch.float64, device=device)
         self.ref_policy = ref_policy.to(device).eval() if ref_policy is not None else None
