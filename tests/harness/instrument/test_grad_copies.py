@@ -14,6 +14,7 @@ from harness.algorithms import case
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.spec import ScenarioSpec
+from harness.instrument import grad
 from harness.instrument.grad import SAMPLED, GradCopiesNotKept, GradRecorder, GradTrackingLost
 from harness.instrument.observe import ObservationCache, grad_copies, observe, tracks
 from tests.support.gates import reference
@@ -31,7 +32,7 @@ def _train(copies: bool, tamper: str, dtype=torch.float32, track: bool = False, 
     params = [*model.parameters(), spare]
     optimizer = torch.optim.SGD(params, lr=0.1)
     data = torch.randn(4, 2, 5, dtype=dtype)
-    with GradRecorder(params, optimizer, copies=copies, track=track) as recorder:
+    with GradRecorder(params, optimizer, copies=copies, track=track, track_min=0) as recorder:  # track small ones too
         for step in range(2):
             for k, micro in enumerate(data[2 * step : 2 * step + 2]):
                 model(micro).square().mean().backward()
@@ -115,7 +116,8 @@ def test_tracking_sums_nothing_where_autograd_alone_wrote_grad():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     pending = {}
     for track in (True, False):
-        with GradRecorder(list(model.parameters()), optimizer, copies=False, track=track) as recorder:
+        params = list(model.parameters())
+        with GradRecorder(params, optimizer, copies=False, track=track, track_min=0) as recorder:
             seen = []
             for _ in range(3):
                 for _ in range(2):
@@ -137,7 +139,8 @@ def test_a_write_through_data_to_a_large_grad_is_seen_in_its_sampled_elements():
     assert "parameter 0's .grad was written after the step's last backward pass" in recorder.lost
 
 
-def test_observe_records_again_with_a_summing_recorder_where_tracking_lost_the_sums():
+def test_observe_records_again_with_a_summing_recorder_where_tracking_lost_the_sums(monkeypatch):
+    monkeypatch.setattr(grad, "TRACK_MIN", 0)  # the toy's parameters are below it: track them all
     factory, spec = _toy_factory(), scenarios.LR0.with_(name="grad_tracking_test")
     built = []
 
@@ -296,3 +299,18 @@ def test_the_bench_measures_the_ordinary_run_and_the_one_with_copies():
     assert not ordinary.copies and ordinary.grad_trace_bytes == 0 and ordinary.steps == 2
     assert copied.copies and copied.grad_trace_bytes == 4 * ordinary.params * ordinary.steps
     assert ordinary.statuses == copied.statuses == {"pass": 13}
+
+
+def test_only_parameters_of_track_min_elements_are_tracked():
+    """Below TRACK_MIN elements a parameter is summed (the hooks would cost more than the sum): on the toy model
+    with the default, nothing is tracked and no hook after accumulation is installed."""
+    torch.manual_seed(0)
+    small, large = torch.nn.Linear(4, 4), torch.nn.Linear(512, 512)  # 16 and 262144 weights
+    params = [small.weight, large.weight]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    with GradRecorder(params, optimizer, copies=False, track=True) as recorder:
+        assert recorder._trackable == [False, True]
+        (small(torch.randn(2, 4)).sum() + large(torch.randn(2, 512)).sum()).backward()
+        assert recorder._mode == ["summed", "tracked"]
+        optimizer.step()
+    assert recorder.trace().steps[0].unexplained == 0
