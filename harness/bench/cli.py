@@ -8,7 +8,8 @@ For the size's run (sizes.py), side by side in one process:
    recomputed metric); beside it (unless --no-copies) the same with the .grad copies kept, as
    for the runs of the checks that read them. Bare and spied runs alternate (which goes first
    rotates too), median of --repeat rounds. Goal <= 1.15x on small, <= 1.05x on medium, for
-   the ordinary run.
+   the ordinary run. On the CPU also each arm's minor page faults, which a large run's CPU
+   time follows whatever the arm (docs/bench.md, "Tracking instead of summing").
 2. memory: the bytes the spy's records and the gradient trace keep, against the bare run's peak
    (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied runs' peaks.
 3. the oracle's time (view + expectations + compare) and where the gate's time inside train()
@@ -77,6 +78,10 @@ def machine_line(device: str) -> str:
     return f"{os.cpu_count()} cores, OMP_NUM_THREADS={threads}, torch {torch.__version__} ({torch_threads} threads)"
 
 
+def _count(n: float) -> str:
+    return f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:.0f}"
+
+
 def _median(values) -> float:
     return statistics.median(list(values))
 
@@ -109,6 +114,14 @@ def _overhead(bare: list, gate: list, goal: float | None, cuda: bool, key: str, 
             goal,
         )
         lines.append(line)
+    if not cuda:  # the CPU time follows the page faults: a ratio whose arms faulted unequally is partly theirs
+        faults = [[r.train.faults for r in bare], [g.train.faults for g in gate]]
+        figures[f"faults_bare{key}"], figures[f"faults_spied{key}"] = (_median(f) for f in faults)
+        lines.append(
+            f"faults bare {_count(_median(faults[0]))} | spied {_count(_median(faults[1]))} minor page faults "
+            f"(medians; runs {', '.join(map(_count, faults[0]))} and {', '.join(map(_count, faults[1]))}): a large "
+            "run's CPU time follows them, about 10 us each"
+        )
     return lines
 
 

@@ -86,16 +86,20 @@ def tensor_bytes(value) -> int:
 
 @dataclass(frozen=True)
 class Stamp:
-    """Wall-clock and process CPU seconds; a difference of two stamps is a duration of both."""
+    """Wall-clock and process CPU seconds, and the process's minor page faults; a difference of two stamps is a
+    duration of all three."""
 
     wall: float
     cpu: float
+    faults: int = 0
+    """Minor page faults (getrusage's ru_minflt): on the CPU a large run's time follows them, about 10 us each
+    (docs/bench.md, "Tracking instead of summing"), whatever the arm."""
 
     def __sub__(self, other: Stamp) -> Stamp:
-        return Stamp(self.wall - other.wall, self.cpu - other.cpu)
+        return Stamp(self.wall - other.wall, self.cpu - other.cpu, self.faults - other.faults)
 
     def __add__(self, other: Stamp) -> Stamp:
-        return Stamp(self.wall + other.wall, self.cpu + other.cpu)
+        return Stamp(self.wall + other.wall, self.cpu + other.cpu, self.faults + other.faults)
 
 
 class Clock:
@@ -111,7 +115,7 @@ class Clock:
     def now(self) -> Stamp:
         if self.cuda:
             torch.cuda.synchronize()
-        return Stamp(time.perf_counter(), time.process_time())
+        return Stamp(time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 @dataclass(frozen=True)
