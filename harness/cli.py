@@ -170,14 +170,21 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     from .errors import HarnessConfigError
-    from .preflight import preflight
+    from .heap import frozen
+    from .preflight import built, preflight
 
-    try:
-        preflight(args.target, args.seed, args.device, args.dtype, args.settings, args.check, baseline=args.baseline)
-    except HarnessConfigError as exc:
+    def config_error(exc: HarnessConfigError) -> int:
         print(f"error: {exc}", file=sys.stderr)
         write_config_error(args, str(exc))
         return 2
+
+    try:
+        configured = preflight(
+            args.target, args.seed, args.device, args.dtype, args.settings, args.check, build=False,
+            baseline=args.baseline,
+        )  # fmt: skip
+    except HarnessConfigError as exc:
+        return config_error(exc)
     pytest_args = [
         "--pyargs",
         SUITE,
@@ -202,7 +209,14 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         "ignore::pytest.PytestAssertRewriteWarning",
         *extra,
     ]
-    return pytest_exit_code(pytest.main(pytest_args))
+    # what the imports left (torch, transformers, the target's modules) frozen before anything is built: the
+    # collections of the checks' runs and pytest's own skip it (harness/heap.py)
+    with frozen():
+        try:
+            built(configured.target.factory, configured.run_spec, configured.algorithm, args.target)
+        except HarnessConfigError as exc:
+            return config_error(exc)
+        return pytest_exit_code(pytest.main(pytest_args))
 
 
 def write_config_error(args: argparse.Namespace, message: str) -> None:
@@ -221,6 +235,9 @@ def write_config_error(args: argparse.Namespace, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .heap import no_teardown_walk
+
+    no_teardown_walk()  # a gate process's teardown would walk torch's and transformers' objects (harness/heap.py)
     args, extra = parse(sys.argv[1:] if argv is None else argv)
     if args.command == "verify" and args.seeds is not None:
         return verify_seeds(args, list(sys.argv[1:] if argv is None else argv))

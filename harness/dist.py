@@ -169,6 +169,8 @@ def launch_forked(args: argparse.Namespace, out: Path) -> tuple[int, str]:
     import time
     from multiprocessing.connection import wait
 
+    from .heap import frozen
+
     world = str(args.processes)
     env = {"WORLD_SIZE": world, "LOCAL_WORLD_SIZE": world, "ROLE_WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}  # fmt: skip
@@ -180,8 +182,9 @@ def launch_forked(args: argparse.Namespace, out: Path) -> tuple[int, str]:
     ]
     sys.stdout.flush()  # what this process buffered is its own to write, not each rank's
     sys.stderr.flush()
-    for process in ranks:
-        process.start()
+    with frozen():  # each rank's collections skip what it inherits (harness/heap.py)
+        for process in ranks:
+            process.start()
     deadline = time.monotonic() + args.timeout
     failed: list[str] = []
     timed_out = False
@@ -333,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    from .heap import no_teardown_walk
+
+    no_teardown_walk()  # a rank's teardown would walk torch's and transformers' objects (harness/heap.py)
     return worker(args.target, args.seed, args.out)
 
 

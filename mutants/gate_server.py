@@ -14,16 +14,20 @@ PYTHONPATH `root` would: its own process group, stdin from /dev/null, stdout and
 the server never imported one), the `preimport` modules imported from there (one that fails to
 import is left for the run to import, and fail, itself: for the children the run forks, which
 inherit them), MODULE run as `__main__`, then the names and files of the modules
-of the `record` packages it loaded written to `imports` (JSON), and the interpreter's normal
-exit with the module's exit code. A child shares nothing with another: each is forked from the
-server, which never runs a gate itself. When a child ends the server answers
-`{"id", "returncode"}` (negative: killed by that signal, as subprocess says it); one still
-running after `timeout` seconds has its group killed (SIGKILL) and is answered
-`{"id", "timed_out": true}`. At the end of stdin it kills what still runs and exits.
+of the `record` packages it loaded written to `imports` (JSON), its exit handlers (atexit) run and
+its standard streams flushed, and `os._exit` with the module's exit code (the teardown of the modules
+the server preloaded is not the run's; the server froze them, `gc.freeze`, so that the collections
+of each run skip them too, as a `python -m harness` process's skip its imports: harness/heap.py).
+A child shares nothing with another: each is forked from the server, which never runs a gate itself.
+When a child ends the server answers `{"id", "returncode"}` (negative: killed by that signal, as
+subprocess says it); one still running after `timeout` seconds has its group killed (SIGKILL) and
+is answered `{"id", "timed_out": true}`. At the end of stdin it kills what still runs and exits.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import json
 import os
@@ -34,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import NoReturn
 
 POLL = 0.1
 """Seconds between looks at the children while no request arrives (reaping and deadlines)."""
@@ -78,8 +83,8 @@ def exit_code(code: object) -> int:
     return 1
 
 
-def child(request: dict, base: str, replies: int) -> int:
-    """In the forked child: the run of `python -m MODULE ARGS` in `root`; its exit code."""
+def child(request: dict, base: str, replies: int) -> NoReturn:
+    """In the forked child: the run of `python -m MODULE ARGS` in `root`, ending the child with its exit code."""
     os.setpgid(0, 0)
     os.close(replies)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
@@ -119,7 +124,14 @@ def child(request: dict, base: str, replies: int) -> int:
     }
     with open(request["imports"], "w", encoding="utf-8") as out:
         json.dump(imported, out, indent=1, sort_keys=True)
-    return code
+    # as a forked child ends (os.fork's documentation; multiprocessing's children end so): the run's exit
+    # handlers and buffered output, then os._exit, without the teardown of every module the server
+    # preloaded, which is not the run's and took 1 to 1.5 s (docs/development.md, "The collector and the
+    # imported heap")
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def kill(pid: int) -> None:
@@ -142,6 +154,9 @@ def serve(modules: list[str], forbidden: list[str]) -> int:
     if why:
         send(replies, {"error": why})
         return 2
+    # every child's collections skip what the preloading left, and so does its teardown at exit (the harness's
+    # heap.py says why: some 2 s of a run that may train for less than one)
+    gc.freeze()
     send(replies, {"ready": True, "seconds": round(time.perf_counter() - started, 3)})
     base = os.environ.get("PYTHONPATH", "")
     running: dict[int, tuple[int, float]] = {}  # pid -> (request id, deadline)
@@ -162,7 +177,7 @@ def serve(modules: list[str], forbidden: list[str]) -> int:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    return child(request, base, replies)
+                    child(request, base, replies)
                 try:
                     os.setpgid(pid, pid)  # also here: a kill before the child's own setpgid must reach it
                 except (ProcessLookupError, PermissionError):

@@ -294,12 +294,14 @@ def test_curated_statuses_say_which_pass_and_how_mutation_json_shows_them():
 # ---------------------------------------------------------------- the gate server (forked runs)
 
 FAKE_GATE = """
-import json, os, signal, sys, time
+import atexit, json, os, signal, sys, time
 
 import own  # the run's own folder: first on sys.path, as PYTHONPATH puts a scratch copy
 print("own", own.VALUE, "leak", getattr(json, "LEAK", None), "cwd", os.getcwd(), "path", os.environ["PYTHONPATH"])
 print("stdin", repr(sys.stdin.read()), "argv", sys.argv[1:], flush=True)
 json.LEAK = own.VALUE  # a preloaded module changed in this run must be unchanged in the next
+atexit.register(lambda: print("exit handler ran", end=""))  # the child ends with os._exit: after these,
+print("buffered", end=" ")  # and after what is still buffered (a file: nothing is flushed by a newline)
 how = sys.argv[1]
 if how == "sleep":
     time.sleep(600)
@@ -333,6 +335,7 @@ def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tm
         code, problem, log = run(a, "3")
         assert (code, problem) == (3, "")
         assert f"own a leak None cwd {a} path {a}" in log and "stdin '' argv ['3']" in log
+        assert log.endswith("buffered exit handler ran"), log  # its exit handlers ran, its buffers were flushed
         assert run(b, "0")[:2] == (0, "") and "own b leak None" in run(b, "0")[2]  # nothing of a's run in b's
         assert json.loads((a / "imports.json").read_text(encoding="utf-8")) == {}  # it imported no trainer
         code, problem, log = run(a, "crash")

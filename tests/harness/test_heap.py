@@ -1,0 +1,65 @@
+"""harness/heap.py: the collector kept off the imported heap, and the heap handed back to an in-process caller."""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import subprocess
+import sys
+
+from harness import heap
+
+
+def test_frozen_freezes_for_the_block_and_hands_everything_back_after():
+    assert gc.get_freeze_count() == 0
+    kept = [object() for _ in range(10)]
+    with heap.frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        young = [[] for _ in range(5)]
+        assert gc.get_freeze_count() == frozen and young  # what the block makes is not frozen
+    assert gc.get_freeze_count() == 0  # an in-process caller's objects are collectable again
+
+
+def test_an_outer_freeze_stays_frozen_after_the_block():
+    gc.freeze()
+    try:
+        outer = gc.get_freeze_count()
+        with heap.frozen():
+            pass
+        assert gc.get_freeze_count() >= outer  # unfreezing would have handed the outer freeze's objects back
+    finally:
+        gc.unfreeze()
+
+
+def test_garbage_made_inside_the_block_is_still_collected():
+    class Node:
+        pass
+
+    with heap.frozen():
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        del a, b
+        assert gc.collect() >= 2
+
+
+def test_the_exit_freeze_is_registered_once():
+    before = atexit._ncallbacks()
+    heap.no_teardown_walk()
+    heap.no_teardown_walk()
+    assert atexit._ncallbacks() - before <= 1
+    assert heap._registered
+
+
+def test_a_gate_process_exits_with_its_code_and_its_output_after_the_exit_freeze():
+    code = (
+        "import atexit, sys\n"
+        "from harness.heap import no_teardown_walk\n"
+        "no_teardown_walk()\n"
+        "atexit.register(lambda: print('handler after', flush=True))\n"
+        "print('out', end='')\n"
+        "sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stdout == "outhandler after\n"
