@@ -25,11 +25,21 @@ CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
 
 
 def install(session: nox.Session, *extras: str) -> None:
-    """Install the project with extras under constraints.txt (torch pinned there), then print the stack."""
-    session.install("-c", CONSTRAINTS, "--upgrade", "pip", silent=True)
+    """Install the project with extras under constraints.txt (torch pinned there), then print the stack.
+
+    With uv (`pip install 'nox[uv]'`, as the README's lines do) uv installs into the session's venv, which keeps
+    its pip; without it, pip. No bytecode is compiled at install: the session's commands write the .pyc of what
+    they import (docs/development.md, "The install")."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-c", CONSTRAINTS, "--no-compile", "-e", spec)
-    compile_bytecode(session)
+    uv = uv_binary()
+    if uv:
+        python = os.path.join(session.bin, "python")
+        session.run_install(uv, "pip", "install", "--quiet", "--python", python, *uv_find_links(), "-c", CONSTRAINTS,
+                            "-e", spec, external=True)  # fmt: skip
+    else:
+        session.install("-c", CONSTRAINTS, "--upgrade", "pip", silent=True)
+        session.install("-c", CONSTRAINTS, "--no-compile", "-e", spec)
+    session.env.update(WRITE_BYTECODE)
     session.run(
         "python",
         "-c",
@@ -38,22 +48,45 @@ def install(session: nox.Session, *extras: str) -> None:
     )
 
 
-def compile_bytecode(session: nox.Session) -> None:
-    """The venv's .pyc files, compiled on every CPU (`compileall -j 0`) rather than one file at a time as pip
-    does: the same files, the install about 23 s shorter on 2 cores (docs/development.md, "The install").
-    Skipped where nothing is installed (-R). Exit code 1 is compileall's for a file that does not compile
-    here (torch ships one for Python 3.12 only); pip leaves those out too."""
-    session.run_install(
-        "python", "-m", "compileall", "-q", "-j", "0", os.path.join(session.virtualenv.location, "lib"),
-        silent=True, success_codes=[0, 1],
-    )  # fmt: skip
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+"""For a session's commands: each module's .pyc written the first time a command imports it (an empty value is
+off), whatever the caller's environment says, so that no process compiles the stack again."""
+
+
+def uv_binary() -> str | None:
+    """uv's executable: the one installed beside nox (`pip install 'nox[uv]'`), else one on PATH; None without
+    uv (pip then does the installs)."""
+    try:
+        import uv
+    except ImportError:
+        return shutil.which("uv")
+    try:
+        return uv.find_uv_bin()
+    except FileNotFoundError:
+        return shutil.which("uv")
+
+
+def uv_find_links() -> list[str]:
+    """`--find-links` for each of pip's configured find-links (its config files and PIP_FIND_LINKS): uv reads no
+    pip configuration, and a CPU build of torch that pip would take from such a folder must be the one uv takes."""
+    try:
+        listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                                timeout=60).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found: list[str] = []
+    for line in listed.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.endswith(".find-links"):
+            found += [link for link in value.strip().strip("'\"").split() if link not in found]
+    return [arg for link in found for arg in ("--find-links", link)]
 
 
 def harness_code(session: nox.Session, *args: str, env: dict | None = None) -> int:
     """Run a harness command in the session; its exit code (0 pass, 1 fail, 2 usage)."""
     python = os.path.join(session.bin, "python")
     session.log(" ".join(["python", *args]))
-    return subprocess.call([python, *args], env={**os.environ, **CPU_THREADS, **(env or {})})
+    return subprocess.call([python, *args], env={**os.environ, **CPU_THREADS, **WRITE_BYTECODE, **(env or {})})
 
 
 def exit_with(session: nox.Session, code: int) -> None:
@@ -327,17 +360,22 @@ def example(session: nox.Session) -> None:
         session.log(f"built {os.path.basename(wheel)}")
 
         venv = os.path.join(scratch, "venv")
-        session.run(sys.executable, "-m", "venv", venv, external=True)
         python, bin_dir = os.path.join(venv, "bin", "python"), os.path.join(venv, "bin")
         # no bytecode compiled at install (pip compiles every file of torch and transformers, some 40 s of CPU):
         # the commands below write the .pyc of what they import, once (PYTHONDONTWRITEBYTECODE emptied for them)
-        pip = (python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", CONSTRAINTS)
-        session.run(*pip, "--upgrade", "pip", external=True)
+        uv = uv_binary()
+        if uv:  # a venv as `python -m venv` makes it, without the pip that uv does not need
+            session.run(sys.executable, "-m", "venv", "--without-pip", venv, external=True)
+            pip = (uv, "pip", "install", "--quiet", "--python", python, *uv_find_links(), "-c", CONSTRAINTS)
+        else:
+            session.run(sys.executable, "-m", "venv", venv, external=True)
+            pip = (python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", CONSTRAINTS)
+            session.run(*pip, "--upgrade", "pip", external=True)
         session.run(*pip, "torch", external=True)  # the trainer's torch is there first
         session.run(*pip, wheel, *(f"{project}[test]" for project in projects), external=True)
 
         # nothing from this work tree on the path (every command runs outside it): the harness comes from the wheel
-        env = {**CPU_THREADS, "PYTHONPATH": "", "GITHUB_STEP_SUMMARY": "", "PYTHONDONTWRITEBYTECODE": ""}
+        env = {**CPU_THREADS, **WRITE_BYTECODE, "PYTHONPATH": "", "GITHUB_STEP_SUMMARY": ""}
         modules = ["harness", *(package for _, package, *_ in EXAMPLES)]
         files = ", ".join(f"{m}.__file__" for m in modules)
         probe = f"import torch, {', '.join(modules)}; print(torch.__version__, {files})"
