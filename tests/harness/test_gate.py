@@ -229,6 +229,17 @@ def test_nan_for_an_update_with_no_response_token_fails():
     assert not result.passed and "non-finite logged values loss/policy_avg=nan" in result.message
 
 
+def test_a_weight_left_non_finite_by_a_step_fails_whatever_was_logged():
+    from tests.support.gate_variants import nan_weight_at_the_last_step
+
+    cache = observations(nan_weight_at_the_last_step)
+    for check_id in ("uneven_split[epochs=1]", "freshness"):
+        result = check(check_id, cache)
+        assert not result.passed, check_id
+        assert "non-finite weights in 1 parameter tensor(s)" in result.message, result.message
+        assert "non-finite gradient" not in result.message and "non-finite logged" not in result.message
+
+
 def test_ppo_verify_script_is_the_verify_command(capsys):
     from harness.cli import verify_main
 

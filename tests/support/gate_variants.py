@@ -79,6 +79,22 @@ def nan_when_nothing_to_average(spec):
     return swapped_during_training(run, "pooled_stats", replacement)
 
 
+def nan_weight_at_the_last_step(spec):
+    """A weight left NaN by the run's last optimizer step, as an overflowing optimizer leaves it: every number the
+    run logged came before that step and is finite, and so is every gradient."""
+    run = reference_factory(spec)
+    last, taken = spec.total_updates * spec.steps_per_update, []
+
+    def poison(optimizer, args, kwargs):
+        taken.append(len(taken))
+        if len(taken) == last:
+            with torch.no_grad():
+                run.params[0].view(-1)[0] = float("nan")
+
+    run.optimizer.register_step_pre_hook(poison)
+    return run
+
+
 def no_spy_functions(spec):
     """An adapter whose trainer module has neither masked_mean nor selective_log_softmax."""
     run = reference_factory(spec)

@@ -7,6 +7,8 @@ copies; a check that reads copies from a run that kept none fails, naming why, a
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -50,6 +52,8 @@ def _train(copies: bool, tamper: str, dtype=torch.float32, track: bool = False, 
                 params[1].grad = None
             elif tamper == "unexplained":
                 spare.grad = torch.full_like(spare, 0.5)
+            if tamper == "nan_input" and step == 0:  # a NaN in the data: autograd itself makes NaN gradients
+                data[2:] = float("nan")
             optimizer.step()
             optimizer.zero_grad(set_to_none=tamper != "zeroed_in_place")
     return recorder, [p.detach().clone() for p in params]
@@ -107,6 +111,37 @@ def test_a_tracking_recorder_keeps_the_same_summaries_or_says_it_lost_them(tampe
     assert (summed.steps[0].unexplained > 0) == (tamper not in ("clean", "zeroed_in_place"))
     for a, b in zip(weights_summed, weights_tracked):  # the recorder only reads .grad, tracking or not
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("track", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_non_finite_gradients_and_the_weights_they_make_are_counted_at_each_step(track, dtype):
+    """A NaN that reaches the gradients through the data: the first step is clean, the second sees a NaN .grad
+    in each tensor its backward passes reach (not the spare), leaves those weights NaN, and its unexplained part
+    is NaN, never 0, whether the recorder summed the contributions or tracked autograd's own sum."""
+    recorder, weights = _train(False, "nan_input", dtype, track=track)
+    trace = recorder.trace()
+    first, second = trace.steps
+    reached = len(weights) - 1
+    assert (first.nonfinite_grads, second.nonfinite_grads) == (0, reached)
+    assert trace.nonfinite_weights == (0, reached)
+    assert first.unexplained == 0.0 and math.isnan(second.unexplained)
+    assert sum(not bool(torch.isfinite(w).all()) for w in weights) == reached
+
+
+def test_nonfinite_counts_tensors_holding_a_nan_or_an_inf_and_not_a_sum_that_overflows():
+    big = torch.full((4,), 3e38)  # finite values whose float32 sum is inf
+    cases = {
+        "finite": ([torch.randn(3, 5)], 0),
+        "overflowing sum": ([big, -big.bfloat16()], 0),
+        "nan": ([torch.tensor([1.0, float("nan")])], 1),
+        "inf": ([torch.tensor([float("inf"), 1.0])], 1),
+        "inf and -inf": ([torch.tensor([float("inf"), -float("inf")]).bfloat16()], 1),
+        "empty": ([torch.empty(0)], 0),
+        "several": ([torch.ones(2), torch.tensor([float("nan")]), big, torch.tensor([-float("inf")])], 2),
+    }
+    for name, (tensors, count) in cases.items():
+        assert grad._nonfinite(tensors) == count, name
 
 
 def test_tracking_sums_nothing_where_autograd_alone_wrote_grad():
