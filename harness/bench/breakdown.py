@@ -2,8 +2,8 @@
 
 While `clocked()` is active, the spy's recorder (and within it the per-token entropy over the
 vocabulary, the float64 copies, the call-site naming, the argument binding), the value head's
-forward hook and the gradient recorder's three hooks (backward counter, per-parameter
-contribution, step check) are wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
+forward hook and the gradient recorder's hooks (backward counter, per-parameter contribution and
+accumulation, the step's check before it and the weights' after it) are wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
 what they time. On the CPU they read the process's CPU time (steadier than wall time on a shared
 machine); on CUDA wall time, and each one synchronises the device, so that the time is the piece's own.
 The oracle's pieces (view, expectations, compare) are timed by `measure.gate_run` itself.
@@ -29,6 +29,7 @@ PIECES = {
     "grad_contribution": "per-parameter gradient hook (clone / add the contribution; a check when tracked)",
     "grad_accumulated": "per-parameter hook after accumulation (tracked: the .grad, its version, 256 values)",
     "grad_step": "optimizer step pre-hook (the unexplained-gradient check; the .grad copy when kept)",
+    "grad_after_step": "optimizer step post-hook (weights holding a NaN or an inf)",
     "grad_backward": "multi-grad hook counting backward passes",
 }
 
@@ -86,6 +87,7 @@ def clocked(device: str = "cpu") -> Iterator[Totals]:
         (ValueRecorder, "_hook", "value_head"),
         (GradRecorder, "_on_backward", "grad_backward"),
         (GradRecorder, "_on_step", "grad_step"),
+        (GradRecorder, "_after_step", "grad_after_step"),
     ]
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     makers = {"_contribution": "grad_contribution", "_accumulated": "grad_accumulated"}  # each makes a hook

@@ -9,9 +9,13 @@ For the size's run (sizes.py), side by side in one process:
    for the runs of the checks that read them. Bare and spied runs alternate (which goes first
    rotates too), median of --repeat rounds. Goal <= 1.15x on small, <= 1.05x on medium, for
    the ordinary run. On the CPU also each arm's minor page faults, which a large run's CPU
-   time follows whatever the arm (docs/bench.md, "Tracking instead of summing").
+   time follows whatever the arm (docs/bench.md, "Tracking instead of summing"): the timed
+   rounds run under a steady heap (measure.steady_heap: glibc's malloc maps nothing of its own
+   and gives nothing back), so that after the first round no run faults.
 2. memory: the bytes the spy's records and the gradient trace keep, against the bare run's peak
-   (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied runs' peaks.
+   (RSS high-water on the CPU, torch.cuda.max_memory_allocated on CUDA) and the spied runs' peaks,
+   from one untimed run of each arm before the timed rounds (the steady heap holds the
+   high-water mark up).
 3. the oracle's time (view + expectations + compare) and where the gate's time inside train()
    goes (breakdown.py), from an untimed spied run first, which also warms the process up.
 
@@ -116,13 +120,18 @@ def _overhead(bare: list, gate: list, goal: float | None, cuda: bool, key: str, 
         lines.append(line)
     if not cuda:  # the CPU time follows the page faults: a ratio whose arms faulted unequally is partly theirs
         faults = [[r.train.faults for r in bare], [g.train.faults for g in gate]]
+        cpu = [[r.train.cpu for r in bare], [g.train.cpu for g in gate]]
         figures[f"faults_bare{key}"], figures[f"faults_spied{key}"] = (_median(f) for f in faults)
         lines.append(
             f"faults bare {_count(_median(faults[0]))} | spied {_count(_median(faults[1]))} minor page faults "
-            f"(medians; runs {', '.join(map(_count, faults[0]))} and {', '.join(map(_count, faults[1]))}): a large "
-            "run's CPU time follows them, about 10 us each"
+            f"(medians; runs {_runs(cpu[0], faults[0])} and {_runs(cpu[1], faults[1])}, CPU s/faults): a large "
+            "run's CPU time follows them, whatever the arm"
         )
     return lines
+
+
+def _runs(cpu: list[float], faults: list[int]) -> str:
+    return ", ".join(f"{c:.2f} s/{_count(f)}" for c, f in zip(cpu, faults))
 
 
 def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: bool = True) -> dict:
@@ -133,7 +142,7 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     from harness.targets import resolve
 
     from .breakdown import PIECES, clocked
-    from .measure import Clock, PeakMemory, bare_run, gate_run
+    from .measure import Clock, PeakMemory, bare_run, gate_run, steady_heap
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -166,6 +175,11 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
         "spied": lambda: gate_run(factory, spec, memory, clock),
         **({"copies": lambda: gate_run(factory, spec, memory, clock, copies=True)} if copies else {}),
     }
+    # memory: one untimed run of each arm (the profiled run is the spied one) under the allocator's own settings,
+    # before the steady heap below keeps what every run frees and so holds the process's high-water mark up
+    weighed = {"spied": profiled, **{name: arms[name]() for name in arms if name != "spied"}}
+    if not cuda:
+        print(steady_heap())
     runs: dict[str, list] = {name: [] for name in arms}
     names = list(arms)
     for i in range(repeat):  # one run of each arm per round; which goes first rotates from round to round
@@ -186,19 +200,19 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     print(f"           median of {repeat} rounds, the runs of a round in rotating order ({arms_said})")
 
     last = gate[-1]
-    bare_peak = _median(r.peak for r in bare)
-    bare_before = _median(r.before for r in bare)
+    bare_peak, bare_before = weighed["bare"].peak, weighed["bare"].before
 
-    def peak(of: list) -> str:
-        high = _median(r.peak for r in of)
+    def peak(name: str) -> str:
+        high = weighed[name].peak
         return f"{_bytes(high)} ({(high - bare_peak) / max(bare_peak, 1):+.1%})"
 
-    kept = f", {_bytes(runs['copies'][-1].grad_trace_bytes)} with them" if copies else ""
+    kept = f", {_bytes(weighed['copies'].grad_trace_bytes)} with them" if copies else ""
     print(
         f"memory     spy records {_bytes(last.record_bytes)} ({last.records} records)"
         f" + gradient trace {_bytes(last.grad_trace_bytes)} without the .grad copies{kept} ({last.steps} steps)"
         f" | bare peak {_bytes(bare_peak)} ({memory.what}; {_bytes(bare_peak - bare_before)} above the"
-        f" built run) | spied peak {peak(gate)}" + (f" | with the copies {peak(runs['copies'])}" if copies else "")
+        f" built run) | spied peak {peak('spied')}" + (f" | with the copies {peak('copies')}" if copies else "")
+        + " (one untimed run each, before the steady heap)"
     )
     clock_of = (lambda stamp: stamp.wall) if cuda else (lambda stamp: stamp.cpu)
     kind = "wall" if cuda else "CPU"
@@ -223,7 +237,7 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
         print(f"  {piece:<18}{_seconds(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
     total = pieces.gate_train_s() + clock_of(profiled.oracle)
     print(f"  {'total':<18}{_seconds(total):>10} {total / b:7.2%}")
-    print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + 1 + len(names) * repeat} runs")
+    print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + len(names) + len(names) * repeat} runs")
     return figures
 
 

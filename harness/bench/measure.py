@@ -84,6 +84,42 @@ def tensor_bytes(value) -> int:
     return 0
 
 
+HEAP_SETTINGS = {"M_MMAP_MAX": (-4, 0), "M_TRIM_THRESHOLD": (-1, -1), "M_TOP_PAD": (-2, 256 << 20)}
+"""glibc's mallopt parameters (number, value) that `steady_heap` sets: no block is mapped on its own (every one comes
+from the heap), the heap's top is never given back (-1: mallopt(3)'s "disables trimming completely"), and the heap
+grows 256 MiB beyond each request."""
+
+
+def steady_heap() -> str:
+    """From now on keep every byte the process frees for its next allocations (glibc's malloc); a line saying what
+    was set, or why nothing was.
+
+    By default glibc maps each block over its mmap threshold (at most 32 MiB; a medium run's logits and embedding
+    gradients are 37-131 MB) on its own and unmaps it when freed, moves that threshold with each free and trims
+    the heap's top, so each run faults in part of its memory afresh: 0 to 1.7 million minor page faults a medium
+    run, some seconds of its CPU time, whatever the arm (docs/bench.md, "The step's hooks and a steady heap").
+    With nothing mapped on its own and nothing given back, the heap grows over the first runs to hold what the
+    largest needs, and later runs fault nothing. It also holds the process's RSS high-water mark up, which is why
+    the bench weighs each arm's memory in runs before this. Set before the timed rounds, for every arm alike."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return f"heap       left as it is: no glibc mallopt here ({name or 'no C library found'})"
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    refused = [key for key, (number, value) in HEAP_SETTINGS.items() if mallopt(number, value) != 1]
+    if refused:
+        return f"heap       glibc refused mallopt {', '.join(refused)}: runs may fault unequally"
+    return (
+        "heap       steady for the timed rounds (glibc mallopt: no block mapped on its own, nothing trimmed, top pad "
+        "256 MiB): what a run frees serves the next, so that no arm's runs fault more than another's"
+    )
+
+
 @dataclass(frozen=True)
 class Stamp:
     """Wall-clock and process CPU seconds, and the process's minor page faults; a difference of two stamps is a

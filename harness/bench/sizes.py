@@ -72,8 +72,8 @@ MEDIUM = Size(
     "medium",
     "harness.bench.targets.scaled:medium",
     _SCALED.with_(name="bench_medium"),
-    repeat=3,
-    warmup=0,  # the profiled run warms the process up; a second ~25 s run would buy nothing
+    repeat=5,  # rounds of 16-20 s runs on 2 cores: three left the median to one round's page faults
+    warmup=0,  # the profiled run warms the process up; a second ~20 s run would buy nothing
     shape=ModelShape(hidden_size=1024, layers=4, intermediate_size=2816, heads=16, kv_heads=4),
 )
 
