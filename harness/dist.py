@@ -50,6 +50,14 @@ def algorithm_of(target: str):
     return get(resolve(target).algorithm)
 
 
+def declared_of(target: str) -> tuple[str, ...]:
+    """The contract's optional metrics `target` declares it logs (its factory's `optional_metrics`), for the ranks'
+    checks as for one process's (the target's module is imported already: algorithm_of resolved it)."""
+    from .targets import declared_metrics, resolve
+
+    return declared_metrics(resolve(target).factory)
+
+
 # ---------------------------------------------------------------- worker side
 
 
@@ -274,7 +282,7 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"error: verify-dist does not take {' '.join(extra)}", file=sys.stderr)
         return 2
     try:
-        algorithm = algorithm_of(args.target)
+        algorithm, declares = algorithm_of(args.target), declared_of(args.target)
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -294,7 +302,7 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
             print(output[-4000:], file=sys.stderr)
         else:
             runs = {name: load_ranks(Path(tmp), name, args.processes) for name in algorithm.rank_specs(args.seed)}
-            for result in algorithm.rank_checks(runs):
+            for result in algorithm.rank_checks(runs, declares):
                 report.add(result)
     return finish(report, args.report_dir)
 

@@ -102,8 +102,10 @@ class Algorithm(Protocol):
         """`spec` as rank `rank` of `world_size` runs it."""
         ...
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Any]]) -> list:
-        """The checks of `verify-dist` on every rank's runs (`Ran`s by run name)."""
+    def rank_checks(self, runs: Mapping[str, Sequence[Any]], declares: Sequence[str] = ()) -> list:
+        """The checks of `verify-dist` on every rank's runs (`Ran`s by run name); `declares`: the contract's
+        optional metrics the target declares it logs (its factory's `optional_metrics`), held to as on one
+        process."""
         ...
 
 

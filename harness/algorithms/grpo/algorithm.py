@@ -84,11 +84,11 @@ class GRPOAlgorithm:
         """Every rank runs the same spec (the trainer reads its rank from the process group)."""
         return spec
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]]) -> list[CheckResult]:
-        """The checks of `verify-dist` on every rank's runs."""
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
+        """The checks of `verify-dist` on every rank's runs; a declared optional metric must be logged there too."""
         from . import ranks
 
-        return ranks.rank_checks(dict(runs))
+        return ranks.rank_checks(dict(runs), tuple(declares))
 
 
 @functools.lru_cache(maxsize=1)

@@ -94,23 +94,28 @@ def declared(cache) -> tuple[str, ...]:
     return declared_metrics(getattr(cache, "factory", None))
 
 
-def logged_names(obs: Observation, names: Sequence[str], check: Check, declares: Sequence[str] = ()) -> tuple[str, ...]:
-    """`names` less `policy_loss` when no log has it (TRL logs it only with an entropy bonus), said in a note; a
-    failure instead when the target declares it logs it (`declares`, the factory's `optional_metrics`), and for a
-    declared name the contract does not make optional."""
+def logged_names(logs: Sequence[Mapping[str, float]], names: Sequence[str], check: Check, declares: Sequence[str] = (),
+                 where: str = "") -> tuple[str, ...]:  # fmt: skip
+    """`names` less `policy_loss` when none of `logs` has it (TRL logs it only with an entropy bonus), said in a
+    note; a failure instead when the target declares it logs it (`declares`, the factory's `optional_metrics`), and
+    for a declared name the contract does not make optional. `where` names the run(s) the logs come from."""
     unknown = [n for n in declares if n not in OPTIONAL]
     if unknown:
         check.fail(f"the target declares {', '.join(unknown)} among its optional metrics; the contract's optional "
                    f"metrics are {', '.join(OPTIONAL)}")  # fmt: skip
-    logs = obs.ran.logs if obs.ran is not None else ()
     if POLICY_LOSS in names and logs and not any(POLICY_LOSS in log for log in logs):
         if POLICY_LOSS in declares:
             check.fail(f"{POLICY_LOSS} is declared (the target's `optional_metrics`) but no log has it "
-                       f"({obs.spec.split_label}; logged: {', '.join(sorted(logs[0]))})")  # fmt: skip
+                       f"({where}; logged: {', '.join(sorted(logs[0]))})")  # fmt: skip
         else:
-            check.note(f"{POLICY_LOSS} is not logged by this trainer ({obs.spec.split_label}): not checked")
+            check.note(f"{POLICY_LOSS} is not logged by this trainer ({where}): not checked")
         return tuple(n for n in names if n != POLICY_LOSS)
     return tuple(names)
+
+
+def run_logs(obs: Observation) -> tuple[Mapping[str, float], ...]:
+    """What the observed run logged; () where it did not finish."""
+    return tuple(obs.ran.logs) if obs.ran is not None else ()
 
 
 def compare_interval(obs: Observation, interval: IntervalView, check: Check, names: Sequence[str]) -> None:

@@ -27,7 +27,8 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
 from . import gradients, masks, reward_inputs, rewards
-from .contract import POLICY_LOSS, pooled_names
+from .checks import logged_names
+from .contract import pooled_names
 from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
 from .runs import UNEVEN
@@ -60,13 +61,14 @@ def rank_specs(seed: int) -> dict[str, GRPOSpec]:
     return {**runs, **{f"logp_gradient_{t}": loss_type_run(t).with_(seed=seed) for t in GRADIENT_LOSS_TYPES}}
 
 
-def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
-    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank; logp_gradient on every
-    rank's recorded gradients, against the formula with every rank's counts and the world factor."""
+def rank_checks(runs: dict[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
+    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank (`declares`: the optional
+    metrics the target declares it logs); logp_gradient on every rank's recorded gradients, against the formula
+    with every rank's counts and the world factor."""
     ranks = runs["uneven_lengths"]
     spec = UNEVEN
     return [
-        *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)))
+        *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)), declares)
           for index, name in enumerate(("uneven_lengths", "freshness"))),
         logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", (("ranks", len(ranks)),))),
         *(logp_gradient_across_ranks(runs[f"logp_gradient_{t}"], loss_type_run(t),
@@ -99,15 +101,15 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
     return check.finish()
 
 
-def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_id: CheckId) -> CheckResult:
-    """Log `index` of every rank against the oracle fed every rank's records of that interval."""
+def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_id: CheckId,
+                        declares: Sequence[str] = ()) -> CheckResult:  # fmt: skip
+    """Log `index` of every rank against the oracle fed every rank's records of that interval; the optional metrics
+    as on one process (checks.logged_names: left out, said in a note, where no log has them and the target does not
+    declare them; a failure where it does)."""
     check = Check(check_id)
-    names = pooled_names(spec.beta, spec.loss_type)
     logs = [r.logs for r in ranks]
-    if POLICY_LOSS in names and not any(POLICY_LOSS in log for each in logs for log in each):
-        # optional in the contract, as on one process (TRL logs it only with an entropy bonus)
-        check.note(f"{POLICY_LOSS} is not logged by this trainer: not checked")
-        names = tuple(n for n in names if n != POLICY_LOSS)
+    names = logged_names([log for each in logs for log in each], pooled_names(spec.beta, spec.loss_type), check,
+                         declares, "every rank")  # fmt: skip
     if any(len(log) != spec.total_logs for log in logs):
         check.fail(f"ranks logged {[len(log) for log in logs]} intervals, expected {spec.total_logs} each")
         return check.finish()

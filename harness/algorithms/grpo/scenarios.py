@@ -18,7 +18,7 @@ from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
-from .checks import compare_interval, declared, logged_names, require_logs, require_records, window_sizes
+from .checks import compare_interval, declared, logged_names, require_logs, require_records, run_logs, window_sizes
 from .contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
 from .gradient_scenarios import CLIP_NORM, every_microbatch_applied, gradient_partition
 from .runs import (
@@ -48,7 +48,8 @@ def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None
     whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
     the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
     token may leave out (a note, not a failure)."""
-    names = logged_names(obs, pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache))
+    names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
+                         obs.spec.split_label)  # fmt: skip
     per_interval = require_records(obs, check)
     if per_interval is None:
         return
@@ -203,7 +204,8 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         windows = len(spec.window_sizes)
         specs.append(spec.with_(max_steps=windows, logging_steps=windows))
     observed = [cache.get(spec, spy=False) for spec in specs]
-    names = logged_names(observed[0], partition_names(base.beta, base.loss_type), check, declared(cache))
+    names = logged_names(run_logs(observed[0]), partition_names(base.beta, base.loss_type), check, declared(cache),
+                         observed[0].spec.split_label)  # fmt: skip
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]

@@ -79,8 +79,8 @@ class PPOAlgorithm:
         """PPO's specs vary the padding by rank."""
         return spec.with_(rank=rank, world_size=world_size)
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]]) -> list[CheckResult]:
-        """The checks of `verify-dist` on every rank's runs."""
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
+        """The checks of `verify-dist` on every rank's runs (the PPO contract has no optional metric to declare)."""
         from . import ranks
 
         return ranks.rank_checks(dict(runs))

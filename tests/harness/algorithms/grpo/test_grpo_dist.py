@@ -38,6 +38,20 @@ def per_rank_std(spec, accelerator=None):
 per_rank_std.algorithm = "grpo"
 
 
+def policy_loss_dropped(spec, accelerator=None):
+    """The reference GRPO trainer, which declares `policy_loss` (`optional_metrics`), with it left out of every log."""
+    from harness.algorithms.grpo.targets.reference import factory
+
+    run = factory(spec, accelerator)
+    train = run.train
+    run.train = lambda: [{k: v for k, v in log.items() if k != "policy_loss"} for log in train()]
+    return run
+
+
+policy_loss_dropped.algorithm = "grpo"
+policy_loss_dropped.optional_metrics = ("policy_loss",)
+
+
 @pytest.mark.slow  # gate processes: the full tier
 def test_advantages_scaled_by_a_ranks_own_std_fail_across_ranks(tmp_path):
     code, report, output = verify_dist(tmp_path, "tests.harness.algorithms.grpo.test_grpo_dist:per_rank_std")
@@ -68,3 +82,18 @@ def test_trl_grpo_across_two_processes_fails_its_pooling_alone(tmp_path):
         if check["id"] in fails:
             assert "entropy" in check["message"] and "clip_ratio/high_max" in check["message"]
             assert "policy_loss is not logged" in check["message"]
+
+
+@pytest.mark.slow
+def test_a_declared_policy_loss_missing_on_every_rank_fails_the_pooled_checks(tmp_path):
+    """As on one process: a metric the target declares it logs is held to across ranks too, and its absence is a
+    failure, not the note a target that declares nothing gets; the checks that do not read the logs pass."""
+    code, report, output = verify_dist(tmp_path, "tests.harness.algorithms.grpo.test_grpo_dist:policy_loss_dropped")
+    assert code == 1, output[-3000:]
+    checks = {c["id"]: c for c in report["checks"]}
+    failed = {i for i, c in checks.items() if c["status"] == "fail"}
+    assert failed == {"uneven_lengths[ranks=2]", "freshness[ranks=2]"}, failed
+    for check_id in failed:
+        assert "policy_loss is declared (the target's `optional_metrics`) but no log has it (every rank;" in (
+            checks[check_id]["message"]
+        )

@@ -139,7 +139,7 @@ class TokenMeanAlgorithm:
     def for_rank(self, spec: TokenMeanSpec, rank: int, world_size: int) -> TokenMeanSpec:
         return spec
 
-    def rank_checks(self, runs: Mapping[str, Sequence]) -> list:
+    def rank_checks(self, runs: Mapping[str, Sequence], declares: Sequence[str] = ()) -> list:
         return []
 
 
