@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import reference_trainers
+import reference_trainers.grpo  # noqa: F401 (the attribute `patched` replaces, then restores, must be there first)
 from harness.algorithms import case
 from harness.algorithms.grpo import gradient_scenarios, scenarios
 from harness.algorithms.grpo.reward_scenarios import REWARDS
