@@ -9,6 +9,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow  # a bench process, and the verify gate it times: the full tier
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_the_small_bench_weighs_memory_first_then_times_its_rounds_under_the_steady_heap():
     """One round of the toy size, as `nox -s bench -- --repeat 1` runs it: the memory line says where its peaks
