@@ -3,9 +3,10 @@
 While `clocked()` is active, the spy's recorder (and within it the per-token entropy over the
 vocabulary, the float64 copies, the call-site naming, the argument binding), the value head's
 forward hook and the gradient recorder's hooks (backward counter, per-parameter contribution and
-accumulation, the step's check before it and the weights' after it) are wrapped in timers. The wrappers cost about a microsecond a call, which is nothing next to
-what they time. On the CPU they read the process's CPU time (steadier than wall time on a shared
-machine); on CUDA wall time, and each one synchronises the device, so that the time is the piece's own.
+accumulation, the step's check before it and the weights' after it) are wrapped in timers. The
+wrappers cost about a microsecond a call, which is nothing next to what they time. On the CPU they
+read the process's CPU time (steadier than wall time on a shared machine); on CUDA wall time, and
+each one synchronises the device, so that the time is the piece's own.
 The oracle's pieces (view, expectations, compare) are timed by `measure.gate_run` itself.
 """
 

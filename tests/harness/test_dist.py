@@ -6,29 +6,15 @@ interpreters, whose report must equal the forked run's."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.gate_run import verify_dist
+
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir", str(tmp_path), *extra],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-    )
-    path = tmp_path / "dist" / "verify.json"
-    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from mutants.mutmut_algorithms import (
     named_target,
     scratch_config,
 )
-from tests.mutants.test_mutmut_selection import record
+from tests.support.mutmut_records import record
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = ALGORITHMS["grpo"]

@@ -16,30 +16,10 @@ import pytest
 from mutants import __main__ as cli
 from mutants import markdown, mutmut_collect, mutmut_run, report, scoring, selection
 from mutants.model import MutantRecord, MutmutResults, TriageEntry, TriageVerdict
+from tests.support.mutmut_records import record
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {path: (ROOT / path).read_text(encoding="utf-8") for path in mutmut_run.MUTATED_FILES}
-
-
-def record(name: str, status: str, function: str, file: str = "reference_trainers/ppo.py") -> MutantRecord:
-    """A mutmut record of `function` of `file` as mutmut_results.json holds it."""
-    module = file.removesuffix(".py").replace("/", ".")
-    return MutantRecord.from_dict(
-        {
-            "name": f"{module}.{name}",
-            "function": function,
-            "status": status,
-            "exit_code": 0,
-            "seconds": 0.5,
-            "location": {"start": {"line": 1, "column": 1}, "end": {"line": 1, "column": 2}},
-            "line": "x = 0",
-            "original": "0",
-            "replacement": "1",
-            "mutator": "NumberLiteral",
-            "diff": "",
-            "file": file,
-        }
-    )
 
 
 def test_function_names_become_globs_of_exactly_their_mutants():

@@ -30,3 +30,18 @@ def verify(report_dir: Path, *args: str, timeout: float = 1800, pythonpath: Path
     )
     path = report_dir / "verify.json"
     return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
+
+
+def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
+    """`python -m harness verify-dist --target TARGET ARGS` from the project's root: (exit code, dist/verify.json as
+    data or {} when none was written, stdout and stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    path = tmp_path / "dist" / "verify.json"
+    return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr

@@ -31,3 +31,13 @@ def copy_installed_module(module: str, root: Path, package: str, search: Path | 
     (folder / "__init__.py").write_text("")
     (folder / origin.name).write_text(source)
     return root
+
+
+COPY = "patched_trl_grpo.grpo_trainer"
+"""The module name of the copy `copy_trl_grpo_trainer` makes."""
+
+
+def copy_trl_grpo_trainer(root: Path, search: Path | None = None) -> Path:
+    """TRL's grpo_trainer.py as `patched_trl_grpo/grpo_trainer.py` under `root`, its relative imports made absolute
+    (`search`: the folder of another TRL release to copy it from, as copy_installed_module)."""
+    return copy_installed_module("trl.trainer.grpo_trainer", root, "patched_trl_grpo", search)

@@ -14,8 +14,9 @@ import pytest
 def test_the_small_bench_weighs_memory_first_then_times_its_rounds_under_the_steady_heap():
     """One round of the toy size, as `nox -s bench -- --repeat 1` runs it: the memory line says where its peaks
     come from, the heap line comes before the overhead's, and each arm's faults are shown run by run."""
-    proc = subprocess.run([sys.executable, "-m", "harness.bench", "--repeat", "1", "--no-copies"],
-                          capture_output=True, text=True, timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": ""})  # fmt: skip
+    command = [sys.executable, "-m", "harness.bench", "--repeat", "1", "--no-copies"]
+    env = {"OMP_NUM_THREADS": "1", "PATH": ""}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     first = {key: next(i for i, line in enumerate(lines) if line.startswith(key)) for key in ("heap", "overhead")}

@@ -28,7 +28,7 @@ from harness.instrument.observe import Observation, ObservationCache
 from harness.report import Report
 from harness.report.terminal import render_terminal
 from mutants.catalogue.patches import apply_to_text, read_diff
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache
+from tests.support.grpo_doubles import FixedCache
 
 ROOT = Path(__file__).resolve().parents[4]
 ENTRIES = ROOT / "mutants" / "catalogue" / "entries"

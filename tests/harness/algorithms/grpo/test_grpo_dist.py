@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.harness.test_dist import verify_dist
+from tests.support.gate_run import verify_dist
 
 pytestmark = pytest.mark.dist
 

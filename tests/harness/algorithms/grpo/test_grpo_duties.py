@@ -16,7 +16,7 @@ from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import Observation, ObservationCache
 from harness.report import Report
 from harness.report.terminal import render_terminal
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache
+from tests.support.grpo_doubles import FixedCache
 
 
 @pytest.fixture(scope="module")

@@ -11,35 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.algorithms import case, cases
+from harness.algorithms import cases
 from harness.algorithms.grpo import scenarios
 from harness.algorithms.grpo.expect import expected_metrics, intervals, record_problems
 from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
 from harness.errors import HarnessConfigError
-from harness.instrument.grad import GradTrace
-from harness.instrument.loss import LossRecord
-from harness.instrument.observe import Crashed, Observation, ObservationCache, Ran
+from harness.instrument.observe import Crashed, Observation, ObservationCache
 from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
+from tests.support.grpo_doubles import FixedCache, grpo_check, ran, record
 
 ROOT = Path(__file__).resolve().parents[4]
-
-
-def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0):
-    """A loss record from nested lists (float64, as the interface says)."""
-    mask = torch.tensor(mask, dtype=torch.bool)
-    as64 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    return LossRecord(
-        generation=0,
-        window=window,
-        rank=0,
-        completion_mask=mask,
-        logps=as64(logps),
-        old_logps=as64(old),
-        ref_logps=as64(ref),
-        advantages=as64(advantages),
-        entropies=as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
-    )
 
 
 def values(expected):
@@ -143,32 +125,9 @@ def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
 # ---------------------------------------------------------------- failing loudly on what it did not see
 
 
-class FixedCache:
-    """Every spec gets the same observation (with the spec asked for)."""
-
-    def __init__(self, make):
-        self.make = make
-
-    def get(self, spec, spy=True):
-        return self.make(spec)
-
-    @classmethod
-    def of(cls, obs):
-        """The same observation whatever the spec."""
-        return cls(lambda spec: obs)
-
-
-def ran(logs, loss_inputs=None, steps=()):
-    return Ran(tuple(logs), (), GradTrace(steps=tuple(steps)), 0, 2, loss_inputs=loss_inputs)
-
-
 GOOD = {"entropy": 1.0, "kl": 0.1, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
         "clip_ratio/region_mean": 0.0, "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0,
         "policy_loss": 0.0}  # fmt: skip
-
-
-def grpo_check(check_id, cache):
-    return case(check_id, "grpo").run(cache, GRPOSpec())
 
 
 def test_no_loss_records_fail_every_pooled_check():

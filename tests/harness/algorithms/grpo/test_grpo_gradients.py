@@ -13,8 +13,8 @@ from harness.algorithms.grpo import gradient_scenarios, gradients
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Observation
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache, ran, record
 from tests.support.gates import reference
+from tests.support.grpo_doubles import FixedCache, ran, record
 
 
 def formula(records, spec, world=1):

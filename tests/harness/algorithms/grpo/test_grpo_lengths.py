@@ -13,8 +13,8 @@ from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache
 from tests.support.gates import reference
+from tests.support.grpo_doubles import FixedCache
 
 STOP, PAD = 1, 0
 CHECK = "completion_lengths"

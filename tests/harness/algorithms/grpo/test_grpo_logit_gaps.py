@@ -13,8 +13,8 @@ from harness.algorithms.grpo.expect import intervals
 from harness.algorithms.grpo.logit_gaps import LogitGaps, entropy_f64, logps_f64
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import Observation
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache, grpo_check, ran
 from tests.support.gates import reference
+from tests.support.grpo_doubles import FixedCache, grpo_check, ran
 
 
 def log_softmax_f32(logits, index):

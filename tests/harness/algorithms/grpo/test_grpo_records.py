@@ -17,7 +17,7 @@ from harness.errors import HarnessConfigError
 from harness.instrument.loss import LogitGapRecord, LossRecord, RewardCall, loss_records
 from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.observe import Observation, ObservationCache
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache, grpo_check, ran, record
+from tests.support.grpo_doubles import FixedCache, grpo_check, ran, record
 
 # ---------------------------------------------------------------- records, and dicts turned into records
 

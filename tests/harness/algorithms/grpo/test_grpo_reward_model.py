@@ -15,8 +15,8 @@ from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.grpo.targets import reference as grpo_reference
 from harness.errors import HarnessConfigError
 from harness.instrument.observe import Observation, ObservationCache
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache
 from tests.support.gates import reference
+from tests.support.grpo_doubles import FixedCache
 
 STOP, PAD = 1, 0
 PROMPTS = [(5, 6, 7)]

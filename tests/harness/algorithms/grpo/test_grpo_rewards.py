@@ -16,8 +16,8 @@ from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import RewardCall, reward_calls
 from harness.instrument.observe import Observation
-from tests.harness.algorithms.grpo.test_grpo_gate import FixedCache
 from tests.support.gates import reference
+from tests.support.grpo_doubles import FixedCache
 
 NAN = math.nan
 

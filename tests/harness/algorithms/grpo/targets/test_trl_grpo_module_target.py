@@ -18,17 +18,10 @@ from harness.algorithms.grpo.runs import UNEVEN
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
 from tests.support import gate_run
-from tests.support.trl_copies import copy_installed_module
+from tests.support.trl_copies import COPY, copy_trl_grpo_trainer
 
-COPY = "patched_trl_grpo.grpo_trainer"
 CHECKS = ("reward_stats[scale_rewards=batch]", "logit_recompute")
 needs_trl = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed")
-
-
-def copy_trl_grpo_trainer(root: Path, search: Path | None = None) -> Path:
-    """TRL's grpo_trainer.py as `patched_trl_grpo/grpo_trainer.py` under `root`, its relative imports made absolute
-    (`search`: the folder of another TRL release to copy it from, as copy_installed_module)."""
-    return copy_installed_module("trl.trainer.grpo_trainer", root, "patched_trl_grpo", search)
 
 
 def verify(target: str, out: Path, pythonpath: Path) -> tuple[int, dict, str]:

@@ -23,8 +23,8 @@ import pytest
 
 from harness.algorithms import cases
 from harness.algorithms.grpo.spec import LOSS_TYPES
-from tests.harness.algorithms.grpo.targets.test_trl_grpo_module_target import COPY, copy_trl_grpo_trainer
 from tests.support.gate_run import verify
+from tests.support.trl_copies import COPY, copy_trl_grpo_trainer
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
 

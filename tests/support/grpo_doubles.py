@@ -1,0 +1,52 @@
+"""Doubles for the GRPO gate's tests: hand-made loss records, a finished run, an observation cache that hands
+every spec the same observation, and one check of the GRPO gate run on such a cache."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.algorithms import case
+from harness.algorithms.grpo.spec import GRPOSpec
+from harness.instrument.grad import GradTrace
+from harness.instrument.loss import LossRecord
+from harness.instrument.observe import Ran
+
+
+def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0):
+    """A loss record from nested lists (float64, as the interface says)."""
+    mask = torch.tensor(mask, dtype=torch.bool)
+    as64 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return LossRecord(
+        generation=0,
+        window=window,
+        rank=0,
+        completion_mask=mask,
+        logps=as64(logps),
+        old_logps=as64(old),
+        ref_logps=as64(ref),
+        advantages=as64(advantages),
+        entropies=as64(entropies) if entropies is not None else torch.ones(mask.shape, dtype=torch.float64),
+    )
+
+
+class FixedCache:
+    """Every spec gets the same observation (with the spec asked for)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def get(self, spec, spy=True):
+        return self.make(spec)
+
+    @classmethod
+    def of(cls, obs):
+        """The same observation whatever the spec."""
+        return cls(lambda spec: obs)
+
+
+def ran(logs, loss_inputs=None, steps=()):
+    return Ran(tuple(logs), (), GradTrace(steps=tuple(steps)), 0, 2, loss_inputs=loss_inputs)
+
+
+def grpo_check(check_id, cache):
+    return case(check_id, "grpo").run(cache, GRPOSpec())
