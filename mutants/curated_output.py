@@ -15,7 +15,7 @@ def table(results: list[CuratedResult]) -> str:
     """A plain-text table for the terminal: each mutant, its status and the named checks that killed it."""
     rows = [("mutant", "class", "diagnosed", "status", "killed by (failed named checks)", "s")]
     for r in results:
-        diagnosed = "-" if r.diagnosed_class is None else str(r.diagnosed_class)
+        diagnosed = r.diagnosed
         rows.append(
             (r.id, str(r.mutant.bug_class), diagnosed, r.status.text, ", ".join(r.named_failed) or "-",
              f"{r.seconds:.1f}")
@@ -33,8 +33,8 @@ def print_summary(results: list[CuratedResult], controls: dict[str, ControlResul
         what = "full suite" if command == "verify" else command
         print(f"\ncontrol ({what}, unmodified copy): {'pass' if c.passed else 'FAIL'} in {c.seconds:.1f} s")
     print(f"curated run: {len(results)} mutant(s), {jobs} job(s), {wall:.1f} s wall")
-    own = sum(1 for r in results if r.diagnosed_class == r.mutant.bug_class)
-    wrong = [f"{r.id} diagnosed as class {r.diagnosed_class}" for r in results if r.misdiagnosed]
+    own = sum(1 for r in results if r.own_class_named)
+    wrong = [f"{r.id} diagnosed as class {r.diagnosed}" for r in results if r.misdiagnosed]
     print(f"diagnosed as their own class: {own} of {len(results)}; misdiagnosed: {', '.join(wrong) or 'none'}")
     for r in results:
         if not r.passed or r.status is CuratedStatus.NOT_RUN:

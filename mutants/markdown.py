@@ -89,17 +89,18 @@ def curated_section(curated: CuratedRun) -> list[str]:
         killed = ", ".join(r.named_failed) or "-"
         if other:
             killed += f" (also: {', '.join(other)})"
-        diagnosed = "-" if r.diagnosed_class is None else str(r.diagnosed_class)
+        diagnosed = r.diagnosed
         out.append(
             f"| `{m.id}` | {m.bug_class} | {diagnosed} | {md_cell(m.source)} | {md_cell(', '.join(m.killed_by))} "
             f"| {md_cell(killed)} | {r.status.text} | {r.seconds:.1f} |"
         )
-    own = sum(1 for r in curated.mutants if r.diagnosed_class == r.mutant.bug_class)
-    wrong = [f"`{r.id}` as class {r.diagnosed_class}" for r in curated.mutants if r.misdiagnosed]
+    own = sum(1 for r in curated.mutants if r.own_class_named)
+    wrong = [f"`{r.id}` as class {r.diagnosed}" for r in curated.mutants if r.misdiagnosed]
     out += [
         "",
-        f"The gate's diagnosis (the class its failing metrics and notes name most often) is the mutant's own class "
-        f"for {own} of {len(curated.mutants)}; misdiagnosed: {', '.join(wrong) or 'none'}.",
+        f"The gate's diagnosis (the class its failing metrics and notes name most often; two joined by + where one "
+        f"combined diagnosis names both) names the mutant's own class for {own} of {len(curated.mutants)}; "
+        f"misdiagnosed: {', '.join(wrong) or 'none'}.",
     ]
     for item in curated.not_applicable:
         out.append(f"\nBug class {item.bug_class} cannot arise in the reference trainer: {item.reason}")

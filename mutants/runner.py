@@ -50,7 +50,7 @@ from .curated_output import print_summary, write_curated_json
 from .harness_run import TRAINER_PACKAGES, GateServer, can_fork, log_tail, run_harness
 from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus
 from .project import ROOT, copy_project
-from .verdicts import diagnosed_class, judge
+from .verdicts import diagnosed_classes, judge
 
 
 def run_mutant(
@@ -84,7 +84,7 @@ def run_mutant(
             seconds=outcome.seconds,
             reason=verdict.reason + log,
             diff=diff,
-            diagnosed_class=diagnosed_class(outcome.checks),
+            diagnosed_classes=diagnosed_classes(outcome.checks),
         )
     finally:
         if keep is not None:

@@ -20,11 +20,14 @@ NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
 """A check note's diagnosis: "...: <what it is> (class N)", at the end of a note."""
 
 
-def diagnosed_class(checks: list[dict]) -> int | None:
-    """The class named most often by the diagnoses of the failing metrics in `checks` (verify.json), or None.
+def diagnosed_classes(checks: list[dict]) -> tuple[int, ...]:
+    """The classes named most often by the diagnoses of the failing metrics in `checks` (verify.json), in order; ()
+    for none.
 
-    Each class a diagnosis names counts once (a combination counts for both); ties go to the smaller number.
-    A failed check whose message carries a diagnosis note ending "(class N)" (the gradient checks') votes too.
+    Each class a diagnosis names counts once (a combination counts for both), so a run whose every diagnosis is one
+    combination names its classes together (a tie is kept, not broken: `nansum` over the reward functions both drops
+    their weights and rewards an unscorable completion 0, classes 50 and 51). A failed check whose message carries
+    a diagnosis note ending "(class N)" (the gradient checks') votes too.
     """
     votes: Counter[int] = Counter()
     for check in checks:
@@ -34,8 +37,9 @@ def diagnosed_class(checks: list[dict]) -> int | None:
         if check.get("status") == "fail":
             votes.update({int(n) for n in NOTED_CLASS.findall(check.get("message") or "")})
     if not votes:
-        return None
-    return min(votes, key=lambda c: (-votes[c], c))
+        return ()
+    most = max(votes.values())
+    return tuple(sorted(c for c, n in votes.items() if n == most))
 
 
 def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:

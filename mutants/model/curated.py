@@ -54,13 +54,24 @@ class CuratedResult:
     seconds: float = 0.0
     reason: str = ""
     diff: str = ""
-    diagnosed_class: int | None = None
-    """The bug class the gate's diagnoses of the run's failing metrics name most often (None: no diagnosis)."""
+    diagnosed_classes: tuple[int, ...] = ()
+    """The bug classes the gate's diagnoses of the run's failing metrics name most often, in order (several where
+    they tie, as one combined diagnosis names them; (): no diagnosis)."""
+
+    @property
+    def diagnosed(self) -> str:
+        """The diagnosed classes as the reports show them: `16`, `50+51`, or `-` for none."""
+        return "+".join(map(str, self.diagnosed_classes)) or "-"
+
+    @property
+    def own_class_named(self) -> bool:
+        """True when the mutant's own class is among the classes the gate named most often."""
+        return self.mutant.bug_class in self.diagnosed_classes
 
     @property
     def misdiagnosed(self) -> bool:
-        """True when the gate named a class, and not the mutant's own."""
-        return self.diagnosed_class is not None and self.diagnosed_class != self.mutant.bug_class
+        """True when the gate named classes, and not the mutant's own among them."""
+        return bool(self.diagnosed_classes) and not self.own_class_named
 
     @property
     def id(self) -> str:
@@ -94,7 +105,7 @@ class CuratedResult:
             "reason": self.reason,
             "diff": self.diff,
             "command": m.command,
-            "diagnosed_class": self.diagnosed_class,
+            "diagnosed_classes": list(self.diagnosed_classes),
         }
 
     @classmethod
@@ -124,8 +135,17 @@ class CuratedResult:
             data.get("seconds", 0),
             data.get("reason", ""),
             data.get("diff", ""),
-            data.get("diagnosed_class"),
+            _diagnosed(data),
         )
+
+
+def _diagnosed(data: dict) -> tuple[int, ...]:
+    """A result's diagnosed classes as curated.json holds them; a file written before they were kept as a list
+    holds one `diagnosed_class` (null for none)."""
+    if "diagnosed_classes" in data:
+        return tuple(data["diagnosed_classes"])
+    one = data.get("diagnosed_class")
+    return () if one is None else (one,)
 
 
 @dataclass(frozen=True)

@@ -255,13 +255,18 @@ def test_running_accumulation_counter_is_named():
     assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) == ""  # off them, but no counter of 3
 
 
-def test_diagnosed_class_reads_check_notes():
-    from mutants.runner import diagnosed_class
+def test_diagnosed_classes_read_check_notes_and_keep_a_combinations_tie():
+    from mutants.runner import diagnosed_classes
 
     note = "3 backward passes; steps after micro-batches 3 and 6 ...: an accumulation counter (class 15)"
-    assert diagnosed_class([{"status": "fail", "message": note, "metrics": []}]) == 15
-    assert diagnosed_class([{"status": "pass", "message": note, "metrics": []}]) is None
-    assert diagnosed_class([{"status": "fail", "message": "class 15 of the catalogue", "metrics": []}]) is None
+    assert diagnosed_classes([{"status": "fail", "message": note, "metrics": []}]) == (15,)
+    assert diagnosed_classes([{"status": "pass", "message": note, "metrics": []}]) == ()
+    assert diagnosed_classes([{"status": "fail", "message": "class 15 of the catalogue", "metrics": []}]) == ()
     metric = {"failed": True, "diagnosis": {"classes": [12]}}
-    assert diagnosed_class([{"status": "fail", "message": "", "metrics": [metric, metric]},
-                            {"status": "fail", "message": note, "metrics": []}]) == 12  # fmt: skip
+    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [metric, metric]},
+                              {"status": "fail", "message": note, "metrics": []}]) == (12,)  # fmt: skip
+    both = {"failed": True, "diagnosis": {"classes": [51, 50]}}  # one combined formula: both classes, neither first
+    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [both, both]}]) == (50, 51)
+    passing = {**both, "failed": False}  # a diagnosis of a metric that passed is no vote
+    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [both, both, metric, passing]}]) == (50, 51)
+    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [both, metric, passing]}]) == (12, 50, 51)

@@ -751,7 +751,7 @@ def test_curated_json_reads_back_as_results_about_the_catalogue_mutants(tmp_path
         "reason": "",
         "diff": "",
         "command": "verify",
-        "diagnosed_class": None,
+        "diagnosed_classes": [],
     }
     back = CuratedRun.from_dict(data)
     assert back == run and back.mutants[0].mutant == m  # the catalogue's mutant, patch included
@@ -1021,12 +1021,26 @@ def test_mutation_md_shows_the_diagnosed_class_beside_the_true_one():
 
     right = catalogue.by_id(["c01_mean_of_microbatch_means"])[0]
     wrong = catalogue.by_id(["c05_plain_mean_over_pads"])[0]
+    combined = catalogue.by_id(["g51_logged_reward_unweighted"])[0]  # class 51; its nansum is class 50's too
     results = (
-        CuratedResult(right, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_class=1),
-        CuratedResult(wrong, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_class=2),
+        CuratedResult(right, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_classes=(1,)),
+        CuratedResult(wrong, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_classes=(2,)),
+        CuratedResult(combined, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_classes=(50, 51)),
     )
     run = CuratedRun({"verify": ControlResult(True, 1.0, 3)}, results, False, 1, 2.0, "2026-01-01T00:00:00+0000")
     text = "\n".join(curated_section(run))
     assert "| mutant | bug class | diagnosed |" in text
     assert "| `c01_mean_of_microbatch_means` | 1 | 1 |" in text and "| `c05_plain_mean_over_pads` | 5 | 2 |" in text
-    assert "own class for 1 of 2; misdiagnosed: `c05_plain_mean_over_pads` as class 2." in text
+    assert "| `g51_logged_reward_unweighted` | 51 | 50+51 |" in text
+    assert "names the mutant's own class for 2 of 3; misdiagnosed: `c05_plain_mean_over_pads` as class 2." in text
+
+
+def test_a_curated_json_of_one_diagnosed_class_reads_back_as_its_list():
+    """curated.json written before the classes were kept as a list holds one `diagnosed_class` (null for none)."""
+    mutant = catalogue.by_id(["c05_plain_mean_over_pads"])[0]
+    data = CuratedResult(mutant, CuratedStatus.KILLED, ("x",), ("x",), "s", 1.0, diagnosed_classes=(2,)).to_dict()
+    assert data["diagnosed_classes"] == [2]
+    assert CuratedResult.from_dict(data).diagnosed_classes == (2,)
+    old = {k: v for k, v in data.items() if k != "diagnosed_classes"}
+    assert CuratedResult.from_dict({**old, "diagnosed_class": 2}).misdiagnosed
+    assert CuratedResult.from_dict({**old, "diagnosed_class": None}).diagnosed == "-"
