@@ -42,20 +42,14 @@ DIST_RUN = "dist_run"
 """The id of the check that stands for the launch itself (it fails when the ranks do not finish)."""
 
 
-def algorithm_of(target: str):
-    """The algorithm object of `target` (its `rank_specs` and `rank_checks` drive the run)."""
+def resolved(target: str):
+    """(`target`'s factory, its algorithm object), the target resolved once: the algorithm's `rank_specs` and
+    `rank_checks` drive the run."""
     from .algorithms import get
     from .targets import resolve
 
-    return get(resolve(target).algorithm)
-
-
-def declared_of(target: str) -> tuple[str, ...]:
-    """The contract's optional metrics `target` declares it logs (its factory's `optional_metrics`), for the ranks'
-    checks as for one process's (the target's module is imported already: algorithm_of resolved it)."""
-    from .targets import declared_metrics, resolve
-
-    return declared_metrics(resolve(target).factory)
+    found = resolve(target)
+    return found.factory, get(found.algorithm)
 
 
 # ---------------------------------------------------------------- worker side
@@ -66,12 +60,10 @@ def worker(target: str, seed: int, out: Path) -> int:
     import torch
 
     from .instrument.observe import observe
-    from .targets import resolve
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     try:
-        factory = resolve(target).factory
-        algorithm = algorithm_of(target)
+        factory, algorithm = resolved(target)
         for name, spec in algorithm.rank_specs(seed).items():
             # with the steps' .grad copies: the check across ranks compares them (gradient_ranks.py)
             obs = observe(factory, algorithm.for_rank(spec, rank, world), spy=algorithm.spy, copies=True)
@@ -274,6 +266,7 @@ def load_ranks(out: Path, name: str, processes: int) -> list:
 def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
     """Launch, pool, check, report. 0 pass, 1 a check failed (or the run failed), 2 usage/config."""
     from .report import Report
+    from .targets import declared_metrics
 
     if args.processes < 2:
         print("error: --processes must be at least 2", file=sys.stderr)
@@ -282,7 +275,8 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"error: verify-dist does not take {' '.join(extra)}", file=sys.stderr)
         return 2
     try:
-        algorithm, declares = algorithm_of(args.target), declared_of(args.target)
+        factory, algorithm = resolved(args.target)
+        declares = declared_metrics(factory)  # the optional metrics the ranks' checks hold it to, as on one process
     except HarnessConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
