@@ -18,10 +18,10 @@ from typing import Any
 
 from harness.algorithms.grpo.live import IntervalResult, Summary, check_interval, expected_key, merge_ranks
 
-from .session import LiveCheckFailed, LiveSession
+from .session import LiveCheckFailed, LiveConfigError, LiveSession
 
-__all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveSession", "Summary", "check_interval",
-           "expected_key", "live_reference", "merge_ranks"]  # fmt: skip
+__all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveConfigError", "LiveSession", "Summary",
+           "check_interval", "expected_key", "live_reference", "merge_ranks"]  # fmt: skip
 
 
 ADAPTERS = {"LiveCheck": "harness.live.targets.trl", "live_reference": "harness.live.targets.reference"}

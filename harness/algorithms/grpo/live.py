@@ -35,6 +35,10 @@ CONTRACT = frozenset(n for beta in (0.0, 1.0) for t in LOSS_TYPES for n in poole
 EXPECTED_PREFIX = "live/"
 EXPECTED_SUFFIX = "_expected"
 """A checked metric's expected value is logged as `live/<name>_expected`, beside the trainer's `<name>`."""
+GAP_SUFFIX = "_gap"
+PASS_SUFFIX = "_pass"
+PASS_KEY = f"{EXPECTED_PREFIX}pass"
+"""The interval's verdict on the dashboard: 1.0 when every verdict of the interval passed, else 0.0."""
 
 
 def expected_key(name: str) -> str:
@@ -42,12 +46,23 @@ def expected_key(name: str) -> str:
     return f"{EXPECTED_PREFIX}{name}{EXPECTED_SUFFIX}"
 
 
+def gap_key(name: str) -> str:
+    """`live/entropy_gap` for `entropy`: |logged - expected|, the gap the verdict judged."""
+    return f"{EXPECTED_PREFIX}{name}{GAP_SUFFIX}"
+
+
+def pass_key(name: str) -> str:
+    """`live/entropy_pass` for `entropy`: 1.0 for a pass, 0.0 for a fail."""
+    return f"{EXPECTED_PREFIX}{name}{PASS_SUFFIX}"
+
+
 @dataclass(frozen=True)
 class IntervalResult:
     """What the live check found for one logging interval."""
 
     interval: int
-    """0-based logging interval of the run."""
+    """The run's logging interval as the oracle indexes it, from 0 (`log - 1`); everything the live check shows a
+    user counts logs from 1 (`log`)."""
     step: int
     """The optimizer steps done when the trainer logged it."""
     micro_batches: int
@@ -65,6 +80,12 @@ class IntervalResult:
     """Wall time of the check itself (merging, oracle, comparison, diagnosis)."""
     cpu_seconds: float = 0.0
     """Process CPU time of the check itself."""
+
+    @property
+    def log(self) -> int:
+        """The interval's place among the run's logs, counted from 1 (`log 1` is the first log): the counting of
+        every line, report and option (`first`) of the live check."""
+        return self.interval + 1
 
     @property
     def failed(self) -> bool:
@@ -86,10 +107,26 @@ class IntervalResult:
                     out.append(c)
         return out
 
+    def dashboard(self) -> dict[str, float]:
+        """What the trainer's loggers get for this interval, beside what it logged: per checked metric of the
+        contract `live/<name>_expected`, `live/<name>_gap` (|logged - expected|) and `live/<name>_pass` (1.0 or
+        0.0), and `live/pass` for the whole interval (the gradient and logit-gap verdicts included)."""
+        out: dict[str, float] = {}
+        for v in self.verdicts:
+            if v.name not in CONTRACT:
+                continue
+            if v.expected is not None:
+                out[expected_key(v.name)] = float(v.expected)
+            if v.abs_err is not None:
+                out[gap_key(v.name)] = float(v.abs_err)
+            out[pass_key(v.name)] = 0.0 if v.failed else 1.0
+        out[PASS_KEY] = 0.0 if self.failed else 1.0
+        return out
+
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for the interval's JSON report."""
+        """Plain data for the interval's JSON report (`log-0001.json` for log 1)."""
         return {
-            "interval": self.interval,
+            "log": self.log,
             "step": self.step,
             "status": "fail" if self.failed else "pass",
             "micro_batches": self.micro_batches,
@@ -240,7 +277,8 @@ def failing(result: IntervalResult) -> list[MetricVerdict]:
 
 @dataclass
 class Summary:
-    """Intervals checked, passed and failed over the run, and what the checks cost."""
+    """Intervals checked, passed and failed over the run, those that could not be checked, and what the checks
+    cost. Logs are counted from 1, as in every line of the live check."""
 
     checked: int = 0
     passed: int = 0
@@ -250,13 +288,17 @@ class Summary:
     seconds: float = 0.0
     record_seconds: float = 0.0
     """CPU time spent recording (copies of the loss's inputs and outputs) in the checked intervals."""
-    failed_intervals: list[int] = field(default_factory=list)
+    failed_logs: list[int] = field(default_factory=list)
+    unchecked_logs: list[int] = field(default_factory=list)
+    """Sampled logs that could not be checked (an error of the live check itself, said in a WARNING line)."""
+    stopped_at_log: int | None = None
+    """The log after which `raise_on_failure` stopped the run, or None."""
 
     def add(self, result: IntervalResult) -> None:
         self.checked += 1
         if result.failed:
             self.failed += 1
-            self.failed_intervals.append(result.interval)
+            self.failed_logs.append(result.log)
         else:
             self.passed += 1
         for c in result.classes():
@@ -265,19 +307,29 @@ class Summary:
         self.cpu_seconds += result.cpu_seconds
         self.seconds += result.seconds
 
+    def unchecked(self, log: int) -> None:
+        """Log `log` (from 1) was sampled but could not be checked."""
+        if log not in self.unchecked_logs:
+            self.unchecked_logs.append(log)
+
     def line(self) -> str:
-        """`live check: 3 intervals checked, 1 passed, 2 failed (class 16)`."""
+        """`live check: 3 interval(s) checked, 1 passed, 2 failed (class 16), failed: logs 1, 21; ...`."""
         named = f" (class {', '.join(map(str, self.classes))})" if self.classes else ""
-        failed = f", failed: logs {', '.join(str(i + 1) for i in self.failed_intervals)}" if self.failed else ""
+        failed = f", failed: logs {', '.join(map(str, self.failed_logs))}" if self.failed else ""
+        unchecked = (f", not checked: logs {', '.join(map(str, self.unchecked_logs))} (errors of the check, "
+                     "above)") if self.unchecked_logs else ""  # fmt: skip
+        stopped = f", run stopped after log {self.stopped_at_log} (raise_on_failure)" if self.stopped_at_log else ""
         return (f"live check: {self.checked} interval(s) checked, {self.passed} passed, {self.failed} failed"
-                f"{named}{failed}; check cost {self.cpu_seconds:.3f} s CPU")  # fmt: skip
+                f"{named}{failed}{unchecked}{stopped}; check cost {self.cpu_seconds:.3f} s CPU")  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked,
             "passed": self.passed,
             "failed": self.failed,
-            "failed_intervals": list(self.failed_intervals),
+            "failed_logs": list(self.failed_logs),
+            "unchecked_logs": list(self.unchecked_logs),
+            "stopped_at_log": self.stopped_at_log,
             "classes": list(self.classes),
             "check_cpu_seconds": self.cpu_seconds,
             "check_seconds": self.seconds,

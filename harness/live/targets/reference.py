@@ -9,8 +9,10 @@ While it is open, the trainer's `window_step` (one optimizer step) is wrapped: b
 sampled logging interval it installs the gate's loss recorder (harness/instrument/loss_recorder.py) on
 `micro_step` and on the module-level `selective_log_softmax` and `entropy_from_logits` of the trainer's module, as
 the gate's reference target does; a callback put first in the trainer's `callbacks` takes the recorder off at the
-interval's log, checks the records (every rank's) against the logged metrics and adds `live/<name>_expected` to
-them, so that the other callbacks and accelerate's trackers log both. Everything is put back on leaving.
+interval's log, checks the records (every rank's) against the logged metrics and adds the verdict to them
+(`live/<name>_expected`, `_gap`, `_pass`, `live/pass`), so that the other callbacks and accelerate's trackers log
+both. Everything is put back on leaving. An error of the check is one WARNING line, never an exception in the
+trainer's loop.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class ReferenceLive:
                                  int(config.num_iterations))  # fmt: skip
         self.module = sys.modules[type(trainer).__module__]
         self.recorder: LossRecorder | None = None
+        self.broken = ""
+        """Why the recorder of the current sampled interval could not be installed ('' when it was)."""
+        self.max_steps: int | None = None
+        """The config's `max_steps` before `raise_on_failure` ended the run (None: it did not)."""
         self.rank = int(trainer.accelerator.process_index)
 
     @property
@@ -58,6 +64,15 @@ class ReferenceLive:
     def results(self):
         return self.session.results
 
+    @property
+    def failed(self) -> bool:
+        """Whether a checked interval failed."""
+        return self.session.failed
+
+    def raise_if_failed(self) -> None:
+        """Raise `LiveCheckFailed` for the first failing interval (after the run), if any."""
+        self.session.raise_if_failed()
+
     def _fields(self, batch, rows, denominator) -> dict[str, Any]:
         return micro_step_fields(batch, rows, int(self.trainer.step), self.rank)
 
@@ -66,9 +81,16 @@ class ReferenceLive:
 
     def window_step(self, window_step):
         def live_window_step(batch, micro_batches):
-            if self.recorder is None and self.session.sampled(self.interval_of(int(self.trainer.step))):
-                self.recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields)
-                self.recorder.__enter__()
+            if self.recorder is None and not self.broken:
+                interval = self.interval_of(int(self.trainer.step))
+                if self.session.sampled(interval):
+                    try:
+                        recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields)
+                        recorder.__enter__()
+                    except Exception as why:  # noqa: BLE001 - the interval goes unchecked, the run goes on
+                        self.broken = f"the recorder could not be installed: {type(why).__name__}: {why}"
+                    else:
+                        self.recorder = recorder
             return window_step(batch, micro_batches)
 
         return live_window_step
@@ -81,18 +103,38 @@ class ReferenceLive:
         return recorder.records
 
     def callback(self, metrics, step) -> None:
-        """The trainer's callback, `callback(metrics, step)`, first of its callbacks."""
-        records = self.stop()
-        if records is not None:
-            self.session.check(records, metrics, self.settings, self.interval_of(int(step) - 1), int(step),
-                               geometry=self.geometry)  # fmt: skip
+        """The trainer's callback, `callback(metrics, step)`, first of its callbacks; it never raises."""
+        broken, self.broken = self.broken, ""
+        records, why = None, broken
+        try:
+            records = self.stop()
+        except Exception as error:  # noqa: BLE001
+            why = why or f"the recorder could not be taken off: {type(error).__name__}: {error}"
+        if records is None and not why:
+            return
+        result = self.session.check(records or (), metrics, self.settings, self.interval_of(int(step) - 1),
+                                    int(step), geometry=self.geometry, unusable=why)  # fmt: skip
+        if self.session.stop_for(result):
+            self.end_run()
+
+    def end_run(self) -> None:
+        """End the run after this step through the trainer's own control: its loop runs while `step <
+        config.max_steps`, so `max_steps` becomes the steps done (put back when the context closes)."""
+        config = self.trainer.config
+        if self.max_steps is None:
+            self.max_steps = config.max_steps
+        config.max_steps = min(int(config.max_steps), int(self.trainer.step))
 
 
 @contextlib.contextmanager
 def live_reference(trainer: Any, every: int = 20, **session: Any) -> Iterator[ReferenceLive]:
     """Check one logging interval in `every` of `trainer`'s run while the context is open (module docstring);
-    `session`: LiveSession's other settings. The summary is logged on leaving."""
+    `session`: LiveSession's other settings (validated here). The summary is logged on leaving. With
+    `raise_on_failure`, a failing interval ends `trainer.train()` after its step (its loop's own bound,
+    `config.max_steps`, lowered to the steps done until the context closes): `train()` returns, `live.failed` is
+    True and `live.raise_if_failed()` raises `LiveCheckFailed`."""
     live = ReferenceLive(trainer, LiveSession(every, **session))
+    live.session.arm(live.settings, f"{type(trainer).__name__} (reference loop)")
     previous = trainer.__dict__.get("window_step")
     trainer.window_step = live.window_step(trainer.window_step)
     trainer.callbacks.insert(0, live.callback)
@@ -101,11 +143,14 @@ def live_reference(trainer: Any, every: int = 20, **session: Any) -> Iterator[Re
         yield live
         finished = True
     finally:
-        live.stop()
+        with contextlib.suppress(Exception):
+            live.stop()
         trainer.callbacks.remove(live.callback)
         if previous is None:
             del trainer.window_step
         else:
             trainer.window_step = previous
+        if live.max_steps is not None:
+            trainer.config.max_steps = live.max_steps
         if finished:
             live.session.finish()

@@ -9,13 +9,15 @@ At the start of each sampled logging interval the callback installs the gate's l
 `_get_per_token_logps_and_entropies`, and `_generate_and_score_completions`), which records each micro-batch's
 inputs and outputs as the gate's TRL adapter does, without the float64 recompute of the logits; at the
 interval's log it takes the recorder off, checks the records (every rank's) against what TRL logged, and adds
-`live/<name>_expected` to the logs before any callback or tracker sees them. Outside the sampled intervals
-nothing of the trainer is wrapped. The recorder's wrappers call TRL's own methods with the same arguments and
-return what they return.
+the verdict (`live/<name>_expected`, `_gap`, `_pass`, `live/pass`) to the logs before any callback or tracker
+(`report_to`) sees them. Outside the sampled intervals nothing of the trainer is wrapped. The recorder's wrappers
+call TRL's own methods with the same arguments and return what they return; an error of the check is one WARNING
+line, never an exception in the training loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import types
@@ -30,7 +32,7 @@ from harness.errors import HarnessConfigError
 from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
 
-from ..session import LiveCheckFailed, LiveSession, logger
+from ..session import LiveConfigError, LiveSession, logger
 
 
 def find_trainer(callback: Any) -> Any:
@@ -121,23 +123,55 @@ def live_recorder(trainer: Any, module: types.ModuleType, logit_gaps: bool = Fal
     return loss
 
 
+def _saves(args: Any) -> bool:
+    """Whether the trainer saves checkpoints at all (its `save_strategy` is not "no")."""
+    strategy = getattr(args, "save_strategy", "no")
+    return str(getattr(strategy, "value", strategy)) != "no"
+
+
 class LiveCheck(TrainerCallback):
     """A transformers callback that checks one logging interval in `every` of a TRL GRPO run while it trains.
 
-    `trainer`: the trainer (found from the training loop when not given). `logit_gaps`: also compare the
-    log-probs and entropies with their float64 recompute at the release's functions (the gate's
-    `logit_recompute`; a float64 pass over the logits per micro-batch). The rest are `LiveSession`'s:
-    `first`, `report_dir`, `raise_on_failure`, `log_expected`, `max_intervals`. After training, `summary` says
-    how many intervals were checked, passed and failed, and `results` holds each one's verdicts.
+    `every`, `first` (counted from 1: the logs `first`, `first + every`, ...), `report_dir`, `raise_on_failure`,
+    `log_expected`, `max_intervals`: `LiveSession`'s, validated here (LiveConfigError naming the option).
+    `trainer`: the trainer (found from the training loop when not given). `logit_gaps`: also compare the log-probs
+    and entropies with their float64 recompute at the release's functions (the gate's `logit_recompute`; a float64
+    pass over the logits per micro-batch).
+
+    It never harms the run: an error of the check is one WARNING line and the run goes on. With
+    `raise_on_failure`, a failing interval ends the run through transformers' own control
+    (`control.should_training_stop`, and `should_save` when the run saves checkpoints): the step ends, the trainer
+    saves, every callback's `on_train_end` runs and `train()` returns; `failed` is then True, and
+    `raise_if_failed()` raises `LiveCheckFailed` for a script that should end with an error. After training,
+    `summary` says how many intervals were checked, passed and failed, and `results` holds each one's verdicts.
     """
 
-    def __init__(self, every: int = 20, *, trainer: Any = None, logit_gaps: bool = False, **session: Any) -> None:
-        self.session = LiveSession(every, **session)
+    def __init__(
+        self,
+        every: int = 20,
+        *,
+        first: int = 1,
+        report_dir: Any = None,
+        raise_on_failure: bool = False,
+        log_expected: bool = True,
+        max_intervals: int | None = None,
+        trainer: Any = None,
+        logit_gaps: bool = False,
+    ) -> None:
+        if not isinstance(logit_gaps, bool):
+            raise LiveConfigError(f"live check: logit_gaps={logit_gaps!r} must be True or False")
+        if trainer is not None and not hasattr(trainer, "callback_handler"):
+            raise LiveConfigError(f"live check: trainer={type(trainer).__name__} is not a transformers Trainer "
+                                  "(it has no callback_handler)")  # fmt: skip
+        self.session = LiveSession(every, first=first, report_dir=report_dir, raise_on_failure=raise_on_failure,
+                                   log_expected=log_expected, max_intervals=max_intervals)  # fmt: skip
         self.trainer, self.logit_gaps = trainer, logit_gaps
         self.settings: Settings | None = None
         self.geometry: Geometry | None = None
         self._module: types.ModuleType | None = None
         self._recorder: LossRecorder | None = None
+        self._broken = ""
+        """Why the recorder of the current sampled interval could not be installed ('' when it was)."""
         self._interval = 0
         self._handler_on_log = None
         self._disabled = ""
@@ -150,9 +184,27 @@ class LiveCheck(TrainerCallback):
     def results(self):
         return self.session.results
 
+    @property
+    def failed(self) -> bool:
+        """Whether a checked interval failed."""
+        return self.session.failed
+
+    def raise_if_failed(self) -> None:
+        """Raise `LiveCheckFailed` for the first failing interval (after `train()`), if any."""
+        self.session.raise_if_failed()
+
     # -- transformers' events ------------------------------------------------
 
     def on_train_begin(self, args, state, control, **kwargs):
+        try:
+            self._begin(args, state)
+        except Exception as why:  # noqa: BLE001 - a run the check cannot hold trains unchecked
+            self._disabled = f"{type(why).__name__}: {why}"
+            with contextlib.suppress(Exception):
+                self._detach()
+            logger.warning("live check off for this run: %s", self._disabled)
+
+    def _begin(self, args, state) -> None:
         trainer = self.trainer = self.trainer or find_trainer(self)
         self._module, _ = trainer_module(trainer)
         self.settings = trl_settings(trainer)
@@ -167,16 +219,21 @@ class LiveCheck(TrainerCallback):
         original = handler.on_log
 
         def on_log(args, state, control, logs):
-            self._at_log(state, logs)
+            if self.session.stop_for(self._at_log(state, logs)):
+                control.should_training_stop = True
+                if _saves(args):
+                    control.should_save = True  # the last checkpoint, as at the end of training
             return original(args, state, control, logs)
 
         handler.on_log, self._handler_on_log = on_log, original
         every_steps = getattr(state, "logging_steps", None) or args.logging_steps  # a ratio resolved to steps
         self._interval = state.global_step // max(int(every_steps), 1)
-        self._start(self._interval)
+        self.session.arm(self.settings, f"{type(trainer).__name__} (TRL)")
+        self._start(self._interval, state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._detach()
+        with contextlib.suppress(Exception):
+            self._detach()
         if not self._disabled:
             self.session.finish()
 
@@ -189,10 +246,19 @@ class LiveCheck(TrainerCallback):
 
     # -- the intervals -------------------------------------------------------
 
-    def _start(self, interval: int) -> None:
-        if self.session.sampled(interval) and self._recorder is None:
-            self._recorder = live_recorder(self.trainer, self._module, self.logit_gaps)
-            self._recorder.__enter__()
+    def _start(self, interval: int, step: int) -> None:
+        """Install the recorder when log `interval + 1` is sampled; when that fails, the interval is not checked
+        (the log says so at its check, on every rank alike)."""
+        self._broken = ""
+        if not self.session.sampled(interval) or self._recorder is not None:
+            return
+        try:
+            recorder = live_recorder(self.trainer, self._module, self.logit_gaps)
+            recorder.__enter__()
+        except Exception as why:  # noqa: BLE001 - the interval goes unchecked, the run goes on
+            self._broken = f"the recorder could not be installed: {type(why).__name__}: {why}"
+            return
+        self._recorder = recorder
 
     def _stop(self):
         recorder, self._recorder = self._recorder, None
@@ -201,20 +267,25 @@ class LiveCheck(TrainerCallback):
         recorder.__exit__(None, None, None)
         return recorder.records
 
-    def _at_log(self, state, logs) -> None:
+    def _at_log(self, state, logs):
+        """At a training log: check the interval if it was sampled, and install the recorder for the next one. The
+        interval's result, or None; it never raises."""
         if not logs or "train_runtime" in logs or any(str(k).startswith("eval_") for k in logs):
-            return
+            return None
         if not self.trainer.model.training:
-            return
+            return None
         interval, self._interval = self._interval, self._interval + 1
-        sampled = self._recorder is not None
-        records = self._stop()
+        step = int(state.global_step)
+        sampled, broken = self._recorder is not None or bool(self._broken), self._broken
+        result = None
         if sampled:
-            history = state.log_history[-1] if state.log_history else None
+            records, why = (), broken
             try:
-                self.session.check(records, logs, self.settings, interval, int(state.global_step), history,
-                                   self.geometry)  # fmt: skip
-            except LiveCheckFailed:
-                self._detach()  # the run stops here: leave the trainer as it was
-                raise
-        self._start(self._interval)
+                records = self._stop()
+            except Exception as error:  # noqa: BLE001
+                why = why or f"the recorder could not be taken off: {type(error).__name__}: {error}"
+            history = state.log_history[-1] if state.log_history else None
+            result = self.session.check(records, logs, self.settings, interval, step, history, self.geometry,
+                                        unusable=why)  # fmt: skip
+        self._start(self._interval, step)
+        return result

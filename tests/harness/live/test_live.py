@@ -9,35 +9,25 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
 
 from harness.algorithms.grpo.expect import Settings
+from harness.algorithms.grpo.live import PASS_KEY, gap_key, pass_key
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval, expected_key, live_reference, merge_ranks
+from tests.harness.live import runs
+from tests.harness.live.runs import TIMINGS, train_trl
 
 SPEC = GRPOSpec(max_steps=4, gradient_accumulation_steps=2, logging_steps=1, beta=0.04)
 """Two micro-batches of uneven lengths per logged interval, four intervals."""
-TIMINGS = ("step_time",)
-"""What TRL logs of the wall clock (seconds per step), the one logged value a run does not repeat."""
 
 
-def trl_run(spec=SPEC):
-    pytest.importorskip("trl")
-    pytest.importorskip("trl.trainer.grpo_trainer", reason="TRL's GRPO trainer does not import (it needs `requests`)")
-    from harness.algorithms.grpo.targets import trl as trl_grpo
-
-    return trl_grpo.build(spec)
-
-
-def train_trl(run) -> list[dict]:
-    from harness.targets.hf import quiet
-
-    with quiet():
-        run.trainer.train()
-    return [dict(m) for m in run._metrics]
+def trl_run(spec=SPEC, extra=None):
+    return runs.trl_run(spec, extra)
 
 
 class Gradients:
@@ -64,9 +54,9 @@ def test_trl_flat_mean_is_flagged_with_class_16(tmp_path, caplog):
     run = trl_run()
     live = LiveCheck(every=2, report_dir=tmp_path, logit_gaps=True)
     run.trainer.add_callback(live)  # the one line a user adds
-    with caplog.at_level(logging.WARNING, logger="harness.live"):
+    with caplog.at_level(logging.INFO, logger="harness.live"):
         logs = train_trl(run)
-    assert [r.interval for r in live.results] == [0, 2]
+    assert [r.log for r in live.results] == [1, 3]  # logs count from 1: first=1, every=2
     assert live.summary.checked == 2 and live.summary.failed == 2
     assert 16 in live.summary.classes
     entropy = {v.name: v for v in live.results[0].verdicts}["entropy"]
@@ -78,28 +68,60 @@ def test_trl_flat_mean_is_flagged_with_class_16(tmp_path, caplog):
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("class 16" in line and "entropy" in line for line in warned)
     assert any(line.startswith("live check: 2 interval(s) checked, 0 passed, 2 failed") for line in warned)
-    # the expected values sit next to the logged ones, in the logs callbacks and trackers see, at checked logs only
+    said = [r.getMessage() for r in caplog.records]
+    (armed,) = [line for line in said if line.startswith("live check armed")]
+    assert "one logging interval in 2 (logs 1, 3, 5, ...)" in armed and "float32" in armed and str(tmp_path) in armed
+    assert [line.split(":")[0] for line in said if line.startswith("live check log")] == [
+        "live check log 1 (step 1)",
+        "live check log 3 (step 3)",
+    ]  # one line per checked interval
+    # the verdict sits next to the logged values, in the logs callbacks and trackers see, at checked logs only
     assert logs[0][expected_key("entropy")] == pytest.approx(entropy.expected)
-    assert expected_key("entropy") not in logs[1]
+    assert logs[0][gap_key("entropy")] == pytest.approx(abs(logs[0]["entropy"] - entropy.expected))
+    assert logs[0][pass_key("entropy")] == 0.0 and logs[0][pass_key("clip_ratio/low_mean")] == 1.0
+    assert logs[0][PASS_KEY] == 0.0
+    assert not any(k.startswith("live/") for k in logs[1])
     history = [h for h in run.trainer.state.log_history if "entropy" in h]
     assert expected_key("entropy") in history[0] and expected_key("entropy") not in history[1]
-    report = json.loads((tmp_path / "interval-0000.json").read_text())
-    assert report["status"] == "fail" and report["classes"][0] == 16
+    assert history[0][PASS_KEY] == 0.0
+    report = json.loads((tmp_path / "log-0001.json").read_text())
+    assert report["log"] == 1 and report["status"] == "fail" and report["classes"][0] == 16
     assert {m["name"] for m in report["metrics"]} >= {"entropy", "kl", "clip_ratio/low_mean"}
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["checked"] == 2 and summary["failed"] == 2 and summary["intervals"] == [0, 2]
+    assert summary["checked"] == 2 and summary["failed"] == 2 and summary["logs"] == [1, 3]
+    assert summary["failed_logs"] == [1, 3] and summary["unchecked_logs"] == []
     # nothing of the trainer stays wrapped
     assert "_compute_loss" not in vars(run.trainer) and "on_log" not in vars(run.trainer.callback_handler)
 
 
 @pytest.mark.trl
-def test_trl_raise_option_stops_the_run_unwrapped():
+def test_trl_raise_option_ends_the_run_through_the_trainers_control(caplog):
+    """raise_on_failure ends the run after the failing step as transformers ends a run: the trainer saves its
+    checkpoint, every callback's on_train_end runs, train() returns; then raise_if_failed() raises."""
+    from transformers import TrainerCallback
+
     from harness.live import LiveCheck, LiveCheckFailed
 
-    run = trl_run()
-    run.trainer.add_callback(LiveCheck(every=1, raise_on_failure=True))
+    run = trl_run(extra={"save_strategy": "steps", "save_steps": 100})
+    ended = []
+
+    class Ended(TrainerCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            ended.append(state.global_step)
+
+    live = LiveCheck(every=1, raise_on_failure=True)
+    run.trainer.add_callback(live)
+    run.trainer.add_callback(Ended())
+    with caplog.at_level(logging.INFO, logger="harness.live"):
+        logs = train_trl(run)  # returns: no exception in the trainer's loop
+    assert len(logs) == 1 and ended == [1] and run.trainer.state.global_step == 1
+    assert live.failed and live.summary.stopped_at_log == 1 and live.summary.checked == 1
+    output = Path(run.trainer.args.output_dir)
+    assert (output / "checkpoint-1").is_dir()  # the last checkpoint, written by the trainer's save
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["live check log 1 (step 1) failed: ending the run after this step (raise_on_failure=True)"]
     with pytest.raises(LiveCheckFailed, match="class 16"):
-        train_trl(run)
+        live.raise_if_failed()
     assert "_compute_loss" not in vars(run.trainer)
     assert "_get_per_token_logps_and_entropies" not in vars(run.trainer)
     assert "on_log" not in vars(run.trainer.callback_handler)
@@ -149,8 +171,10 @@ def test_reference_passes(tmp_path):
     names = {"entropy", "kl", "policy_loss", "logit_gap/logps", "gradient/logp_relative"}
     assert {v.name for v in live.results[0].verdicts} >= names
     assert not any(k.startswith("live/logit_gap") for m in history for k in m)
+    assert all(m[PASS_KEY] == 1.0 and m[pass_key("entropy")] == 1.0 for m in history)
     assert "micro_step" not in vars(run.trainer) and "window_step" not in vars(run.trainer)
-    assert len(list(tmp_path.glob("interval-*.json"))) == SPEC.total_logs
+    assert sorted(p.name for p in tmp_path.glob("log-*.json")) == [f"log-{i:04d}.json" for i in
+                                                                   range(1, SPEC.total_logs + 1)]  # fmt: skip
 
 
 def test_reference_live_check_changes_nothing():
@@ -199,9 +223,9 @@ def test_merge_ranks_pools_each_micro_batch_across_ranks():
 def test_sampling_schedule():
     from harness.live import LiveSession
 
-    session = LiveSession(every=20)
+    session = LiveSession(every=20)  # logs 1, 21, 41, 61: the 0-based interval indexes 0, 20, 40, 60
     assert [i for i in range(61) if session.sampled(i)] == [0, 20, 40, 60]
-    later = LiveSession(every=3, first=2, max_intervals=2)
-    assert [i for i in range(12) if later.sampled(i)] == [2, 5, 8, 11]  # max_intervals counts checked ones
+    later = LiveSession(every=3, first=3, max_intervals=2)
+    assert [i + 1 for i in range(12) if later.sampled(i)] == [3, 6, 9, 12]  # max_intervals counts checked ones
     with pytest.raises(ValueError):
         LiveSession(every=0)
