@@ -4,7 +4,8 @@ records of an interval, as the trainers gather their metrics.
 The reference GRPO trainer logs metrics pooled over both ranks: the live check passes on them, and a check of one
 rank's records alone would fail (the ranks' token counts differ). TRL's GRPOTrainer reduces each micro-batch over
 the ranks, then takes a flat mean of the micro-batches: the live check fails it, diagnosed as class 16 from the
-ranks' micro-batches merged position by position.
+ranks' micro-batches merged position by position. A rank whose records cannot be sent leaves that log unchecked on
+every rank alike, and the run goes on (no rank waits for another).
 
 `python tests/harness/live/test_live_dist.py --worker OUT` is one rank (the test launches two).
 """
@@ -53,6 +54,19 @@ def test_reference_passes_pooled_across_ranks(ranks):
             assert interval["tokens"] == sum(interval["rank_tokens"])
             assert interval["gradient"] == ["pass"]  # each rank's gradient: the formula over both ranks' tokens
         assert any(len(set(i["rank_tokens"])) == 2 and i["own_failed"] for i in intervals), (rank, intervals)
+
+
+def test_a_rank_whose_records_cannot_be_sent_leaves_the_log_unchecked_on_every_rank(ranks):
+    """Rank 1's records of log 1 fail to serialise: it still takes part in the gather (sending why), so rank 0
+    does not wait for it; both skip log 1, check the others, and train as without the fault. One WARNING line,
+    rank 0's."""
+    for rank, seen in enumerate(ranks):
+        fault = seen["gather_fault"]
+        assert fault["unchecked"] == [1] and fault["checked"] == 2 and fault["same_history"], (rank, fault)
+    (warning,) = ranks[0]["gather_fault"]["warned"]
+    assert warning.startswith("live check log 1 (step 1): not checked (the check: GatherFailed: rank 1: its records "
+                              "could not be sent (RuntimeError: this rank's records do not pickle))")  # fmt: skip
+    assert ranks[1]["gather_fault"]["warned"] == []
 
 
 def test_trl_flagged_with_class_16_across_ranks(ranks):
@@ -114,6 +128,45 @@ def _summaries(live, seen, rank: int) -> list[dict]:
     return out
 
 
+def _gather_fault(spec, rank: int, checked: list[dict]) -> dict:
+    """The reference run again, rank 1's records of the first log failing to serialise: what each rank saw."""
+    import logging
+
+    import harness.live.session as session
+    from harness.algorithms.grpo.targets.reference import factory
+    from harness.live import live_reference
+
+    payload, calls, warned = session._payload, [], []
+
+    def failing(records):
+        calls.append(1)
+        if rank == 1 and len(calls) == 1:
+            raise RuntimeError("this rank's records do not pickle")
+        return payload(records)
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                warned.append(record.getMessage())
+
+    keep = Keep()
+    session.logger.addHandler(keep)
+    session._payload = failing
+    try:
+        run = factory(spec)
+        with live_reference(run.trainer, every=1) as live:
+            history = run.trainer.train()
+    finally:
+        session._payload = payload
+        session.logger.removeHandler(keep)
+
+    def trimmed(logs):
+        return [{k: v for k, v in m.items() if not k.startswith("live/")} for m in logs]
+
+    return {"unchecked": list(live.summary.unchecked_logs), "checked": live.summary.checked, "warned": warned,
+            "same_history": trimmed(history) == trimmed(checked)}  # fmt: skip
+
+
 def worker(out: Path) -> int:
     import torch
 
@@ -128,8 +181,10 @@ def worker(out: Path) -> int:
     seen = _spy_gathered()
     run = factory(spec)
     with live_reference(run.trainer, every=1) as live:
-        run.trainer.train()
+        checked = run.trainer.train()
     saved["reference"] = _summaries(live, seen, rank)
+    seen.clear()
+    saved["gather_fault"] = _gather_fault(spec, rank, checked)
     seen.clear()
     try:
         import trl.trainer.grpo_trainer  # noqa: F401
