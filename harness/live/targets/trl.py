@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import sys
 import types
 from typing import Any
@@ -202,7 +203,7 @@ class LiveCheck(TrainerCallback):
             self._disabled = f"{type(why).__name__}: {why}"
             with contextlib.suppress(Exception):
                 self._detach()
-            logger.warning("live check off for this run: %s", self._disabled)
+            self._off()
 
     def _begin(self, args, state) -> None:
         trainer = self.trainer = self.trainer or find_trainer(self)
@@ -213,7 +214,7 @@ class LiveCheck(TrainerCallback):
         reasons = unsupported(trainer)
         if reasons:
             self._disabled = "; ".join(reasons)
-            logger.warning("live check off for this run: %s", self._disabled)
+            self._off()
             return
         handler = trainer.callback_handler
         original = handler.on_log
@@ -230,6 +231,11 @@ class LiveCheck(TrainerCallback):
         self._interval = state.global_step // max(int(every_steps), 1)
         self.session.arm(self.settings, f"{type(trainer).__name__} (TRL)")
         self._start(self._interval, state.global_step)
+
+    def _off(self) -> None:
+        """Say once (the main process) that this run trains unchecked, and why."""
+        main = self.session._main()
+        logger.log(logging.WARNING if main else logging.DEBUG, "live check off for this run: %s", self._disabled)
 
     def on_train_end(self, args, state, control, **kwargs):
         with contextlib.suppress(Exception):
