@@ -21,7 +21,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify.add_argument("--seeds", default=None, metavar="LIST",
                         help="one run per seed, e.g. 0,1,2 or 0-4: a verdict each and one overall")  # fmt: skip
     verify.add_argument("--device", default="cpu")
-    verify.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
+    verify.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
+                        help="the dtype the target builds its models in (default float32); the tolerance of each "
+                        "pooled statistic is derived from the dtype its recorded terms were held in, whatever this is")
     verify.add_argument("--report-dir", default="reports")
     verify.add_argument("--check", action="append", default=[], metavar="ID",
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip

@@ -1,7 +1,9 @@
 """Compare logged metrics with expectations: a `MetricVerdict` each, never prose about why.
 
-A metric missing from the log, or logged as NaN or inf, is never a pass. The tolerance is
-the metric's own row of `tolerances.py` for the run's dtype.
+A metric missing from the log, or logged as NaN or inf, is never a pass. The tolerance is derived from
+the arithmetic behind the expected value where the oracle knows it (`Expectation.precision`: the dtype the
+trainer held the pooled terms in, their number and size; harness/oracle/precision.py), else the metric's own
+row of `tolerances.py` for the run's dtype; each verdict says which (`tol_source`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from .oracle.expectation import Expectation
 from .oracle.numbers import as_float
-from .tolerances import Tolerance, close, tolerance
+from .tolerances import Tolerance, close, dtype_name, tolerance
 from .verdict import MetricStatus, MetricVerdict
 
 
@@ -25,9 +27,16 @@ def as_expectation(metric: str, want: Expectation | float) -> Expectation:
 
 
 def compare_one(
-    metric: str, logged: Mapping[str, Any], want: Expectation, tol: Tolerance, kind: str, where: str | None
+    metric: str,
+    logged: Mapping[str, Any],
+    want: Expectation,
+    tol: Tolerance,
+    kind: str,
+    where: str | None,
+    dtype: Any = "",
 ) -> MetricVerdict:
-    """One metric's verdict; `kind` names what it is compared with (oracle, identity, partition)."""
+    """One metric's verdict; `kind` names what it is compared with (oracle, identity, partition); `tol` is the
+    table's row (of `dtype`), used where `want` carries no precision."""
     base = {"name": metric, "expected": want.value, "where": where, "required": want.required}
     if metric not in logged:
         return MetricVerdict(status=MetricStatus.MISSING, reason=f"{metric} is not in the logged metrics", **base)
@@ -43,8 +52,12 @@ def compare_one(
         return MetricVerdict(status=MetricStatus.NAN, logged=value, reason=reason, **base)
     gap = abs(value - want.value)
     rel = gap / abs(want.value) if want.value != 0 else (0.0 if gap == 0 else math.inf)
-    allowed = tol.allowed(want.value, want.scale)
-    ok = close(value, want.value, tol, want.scale)
+    if want.precision is not None:
+        allowed, source = want.precision.bound(want.value), want.precision.describe()
+        ok = gap <= allowed
+    else:
+        allowed, source = tol.allowed(want.value, want.scale), f"the {dtype_name(dtype)} row of {metric}"
+        ok = close(value, want.value, tol, want.scale)
     return MetricVerdict(
         status=MetricStatus.PASS if ok else MetricStatus.FAIL,
         logged=value,
@@ -53,6 +66,8 @@ def compare_one(
         tol=allowed,
         scale=want.scale,
         reason="" if ok else f"{kind}: gap {gap:.3g} exceeds tolerance {allowed:.3g}",
+        tol_source=source,
+        precision=want.precision,
         **base,
     )
 
@@ -66,6 +81,6 @@ def compare(
 ) -> list[MetricVerdict]:
     """Each expected metric (an `Expectation` or a number) against the logged one, in `expected`'s order."""
     return [
-        compare_one(metric, logged, as_expectation(metric, want), tolerance(metric, dtype), kind, where)
+        compare_one(metric, logged, as_expectation(metric, want), tolerance(metric, dtype), kind, where, dtype)
         for metric, want in expected.items()
     ]

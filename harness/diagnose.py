@@ -3,9 +3,15 @@
 Algorithm-neutral. An algorithm computes, from the same records as its oracle, what each
 known wrong way of pooling would have logged (`Candidate`s: classes of docs/bug-catalogue.md,
 a one-line formula, the value); `diagnose` picks the candidate that reproduces the logged
-value within the metric's own tolerance (`tolerances.py`), or says that none does. It never
+value within the metric's own tolerance (the one its comparison used: derived from the recorded
+terms, harness/oracle/precision.py, or the table's row), or says that none does. It never
 guesses: among the reproducing candidates with the fewest departures from the correct
 pooling, all must name the same classes, else there is no diagnosis.
+
+A pass is diagnosed too where its tolerance was derived: when a known wrong formula reproduces the
+logged value within one honest rounding and the contract's value misses it by several
+(`precision.fits_better`), the metric fails with that formula named, however wide the tolerance is.
+A pass is then never a case that a known bug explains better than the contract.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from .oracle.precision import FIT_RATIO, fits_better
 from .tolerances import tolerance
 from .verdict import Diagnosis, MetricStatus, MetricVerdict
 
@@ -39,14 +46,21 @@ def diagnose(verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str
     """(the candidate that reproduces `verdict.logged`, '') or (None, why not)."""
     if verdict.status is not MetricStatus.FAIL or verdict.logged is None or not math.isfinite(verdict.logged):
         return None, ""
-    tol = tolerance(verdict.name, dtype)
+    if verdict.precision is not None:
+        allowed = verdict.precision.bound
+    else:
+        tol = tolerance(verdict.name, dtype)
+        allowed = lambda value: tol.allowed(value, verdict.scale)  # noqa: E731
     matches = [
         c
         for c in candidates
-        if c.value is not None
-        and math.isfinite(c.value)
-        and abs(verdict.logged - c.value) <= tol.allowed(c.value, verdict.scale)
+        if c.value is not None and math.isfinite(c.value) and abs(verdict.logged - c.value) <= allowed(c.value)
     ]
+    return pick(verdict, matches)
+
+
+def pick(verdict: MetricVerdict, matches: Sequence[Candidate]) -> tuple[Diagnosis | None, str]:
+    """The simplest of the reproducing candidates `matches`, when they name one set of classes; else why none."""
     if not matches:
         return None, NO_MATCH
     fewest = min(c.departures for c in matches)
@@ -55,8 +69,34 @@ def diagnose(verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str
     if len(named) > 1:
         listed = " / ".join(f"{c.formula}" for c in best)
         return None, f"{NO_MATCH} unambiguously ({listed} all do)"
-    pick = min(best, key=lambda c: abs(verdict.logged - c.value))
-    return Diagnosis(pick.classes, pick.formula, pick.value, abs(verdict.logged - pick.value), pick.source), ""
+    chosen = min(best, key=lambda c: abs(verdict.logged - c.value))
+    return Diagnosis(chosen.classes, chosen.formula, chosen.value, abs(verdict.logged - chosen.value), chosen.source), ""
+
+
+def worth_a_look(verdict: MetricVerdict) -> bool:
+    """Whether a passing verdict's gap is wide enough for a wrong formula to fit it better (`fits_better`): its
+    tolerance was derived, and the contract's value misses the logged one by more than FIT_RATIO roundings."""
+    p = verdict.precision
+    if verdict.status is not MetricStatus.PASS or p is None or verdict.logged is None or verdict.expected is None:
+        return False
+    return abs(verdict.logged - verdict.expected) > FIT_RATIO * p.resolution(verdict.expected)
+
+
+def better_fit(verdict: MetricVerdict, candidates: Iterable[Candidate]) -> MetricVerdict:
+    """A passing `verdict` turned into a failure when a known wrong formula explains its logged value and the
+    contract's value does not (`fits_better`); unchanged otherwise."""
+    fitting = [
+        c
+        for c in candidates
+        if c.value is not None and fits_better(verdict.precision, verdict.logged, verdict.expected, c.value)
+    ]
+    diagnosis, _ = pick(verdict, fitting)
+    if diagnosis is None:
+        return verdict
+    right = abs(verdict.logged - verdict.expected)
+    reason = (f"fit: within tolerance {verdict.tol:.3g}, but the contract's value misses the logged one by "
+              f"{right:.3g} and a known wrong formula reproduces it to {diagnosis.gap:.3g}")  # fmt: skip
+    return replace(verdict, status=MetricStatus.FAIL, reason=reason, diagnosis=diagnosis)
 
 
 def diagnosed(
@@ -64,7 +104,8 @@ def diagnosed(
     candidates: Mapping[str, Callable[[], Sequence[Candidate]]],
     dtype: str,
 ) -> list[MetricVerdict]:
-    """`verdicts` with a diagnosis (or the reason for none) on each plain fail that has a candidate list.
+    """`verdicts` with a diagnosis (or the reason for none) on each plain fail that has a candidate list, and
+    each pass that a candidate explains better failed and diagnosed (`better_fit`).
 
     `candidates` maps a metric name to a function computing its candidates (called only when it failed).
     A metric without an entry is left as it is.
@@ -72,13 +113,17 @@ def diagnosed(
     out = []
     for verdict in verdicts:
         make = candidates.get(verdict.name)
-        if make is None or verdict.status is not MetricStatus.FAIL:
+        look = worth_a_look(verdict)
+        if make is None or not (verdict.status is MetricStatus.FAIL or look):
             out.append(verdict)
             continue
         try:
             found = list(make())
         except Exception as why:  # noqa: BLE001 - a diagnosis never turns a verdict into an error
             out.append(replace(verdict, diagnosis_reason=f"not diagnosed: {type(why).__name__}: {why}"))
+            continue
+        if look:
+            out.append(better_fit(verdict, found))
             continue
         diagnosis, reason = diagnose(verdict, found, dtype)
         out.append(replace(verdict, diagnosis=diagnosis, diagnosis_reason=reason))

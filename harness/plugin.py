@@ -32,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--ppo-seed", type=int, default=0, help="seed of every scenario run (default 0)")
     group.addoption("--ppo-device", default="cpu", help="cpu or cuda")
-    group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64 or bfloat16")
+    group.addoption("--ppo-dtype", default="float32", help="float32 (default), float64, bfloat16 or float16")
     group.addoption("--ppo-report-dir", default=None, help="write verify.json and verify.md here")
     group.addoption("--ppo-check", action="append", default=[], help="run only this check id (repeatable)")
     group.addoption("--ppo-set", action="append", default=[], help="a trainer setting KEY=VALUE (repeatable)")

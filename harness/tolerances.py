@@ -38,11 +38,16 @@ class Tolerance(NamedTuple):
         return self.abs_tol + self.rel_tol * abs(expected) + self.scale_tol * (scale or 0.0)
 
 
-DTYPES = ("float64", "float32", "bfloat16")
+DTYPES = ("float64", "float32", "bfloat16", "float16")
 DEFAULT = "*"
 """Row used for a metric that has no row of its own."""
 
-# metric: ((abs, rel, scale) for float64, float32, bfloat16).
+# Where the oracle pools values the trainer held (or redoes a per-token formula from them), the tolerance is not
+# read from these rows: it is derived from the dtype the trainer held them in, their number and their size
+# (harness/oracle/precision.py; docs/tolerances.md). The rows serve the comparisons the oracle makes otherwise:
+# identities, one run's log against another's, recomputes from the networks, gradients.
+#
+# metric: ((abs, rel, scale) for float64, float32, bfloat16[, float16: the bfloat16 entry when not given]).
 # scale_tol 1e-6 (float64 and float32): measured gap / scale on correct trainers, seeds 0-9, every
 #   check: at most 9.2e-8 at float32 (reference trainer, loss/value_avg), 5.2e-8 at float64 (the
 #   clip fractions and scores pass through float32 even there); ten times that, rounded up.
@@ -106,7 +111,13 @@ log-probs at 1 gives Z of -8.4 to -10.2 (seeds 0-3); greedy decoding -12 to -17.
 
 
 def _rows_of(rows: dict) -> dict[str, dict[str, Tolerance]]:
-    return {metric: {dtype: Tolerance(*row[i]) for i, dtype in enumerate(DTYPES)} for metric, row in rows.items()}
+    """metric -> dtype -> Tolerance of rows given for (float64, float32, bfloat16[, float16]). A row without a
+    float16 entry takes its bfloat16 one: float16 keeps 11 bits of significand to bfloat16's 8, so whatever
+    rounding a bfloat16 row allows bounds float16's (its range is smaller, which rounding does not widen)."""
+    return {
+        metric: {dtype: Tolerance(*row[min(i, len(row) - 1)]) for i, dtype in enumerate(DTYPES)}
+        for metric, row in rows.items()
+    }
 
 
 SHARED: dict[str, dict[str, Tolerance]] = _rows_of(_ROWS)

@@ -7,6 +7,7 @@ report, the suite and the mutant runner read. Nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -138,6 +139,12 @@ class MetricVerdict:
     """For a failing metric: the known wrong pooling that reproduces the logged value, when one does."""
     diagnosis_reason: str = ""
     """Why `diagnosis` is None for a failing metric that was diagnosed (e.g. no known pooling reproduces it)."""
+    tol_source: str = ""
+    """Where `tol` comes from: `derived: ...` from the recorded terms (harness/oracle/precision.py), or the
+    tolerance table's `row <metric> at <dtype>`."""
+    precision: Any = None
+    """The `Precision` the tolerance was derived from (None for a table row): the diagnosis judges candidates by
+    it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", MetricStatus(self.status))  # ValueError for an unknown status
@@ -173,6 +180,8 @@ class MetricVerdict:
             "failed": self.failed,
             "diagnosis": self.diagnosis.as_dict() if self.diagnosis else None,
             "diagnosis_reason": self.diagnosis_reason,
+            "tol_source": self.tol_source,
+            "precision": dataclasses.asdict(self.precision) if self.precision is not None else None,
         }
 
     @classmethod
@@ -187,6 +196,7 @@ class MetricVerdict:
             required=not (data["status"] == MetricStatus.NOT_RECOMPUTABLE.value and data.get("failed") is False),
             diagnosis=Diagnosis.from_dict(data.get("diagnosis")),
             diagnosis_reason=data.get("diagnosis_reason") or "",
+            tol_source=data.get("tol_source") or "",
             **numbers,
         )
 

@@ -66,6 +66,10 @@ class LossRecord:
     checks are not recomputable without it)."""
     completion_ids: torch.Tensor | None = None
     """(B, T) int64: the rows' token ids (the length check is not recomputable without them)."""
+    held: Mapping[str, str] | None = None
+    """The dtype the trainer held each tensor field in, by name ('float32', 'bfloat16'), before the recorder's
+    float64 copy: what the tolerances are derived from (harness/oracle/precision.py). None: the tensors' own
+    dtypes say it (a record made from a target's dict keeps the target's tensors)."""
 
     DTYPES: ClassVar[Mapping[str, str]] = {
         "completion_mask": "bool", "logps": "float64", "old_logps": "float64", "ref_logps": "float64",
@@ -73,6 +77,14 @@ class LossRecord:
         "completion_ids": "int64",
     }  # fmt: skip
     """The dtype of each tensor field in a record the harness's recorder makes."""
+
+    def held_dtype(self, name: str) -> str | None:
+        """The dtype the trainer held tensor field `name` in (`held`, else the tensor's own); None without it."""
+        if self.held and name in self.held:
+            return str(self.held[name])
+        value = getattr(self, name)
+        dtype = getattr(value, "dtype", None)
+        return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True, eq=False)

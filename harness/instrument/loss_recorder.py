@@ -36,7 +36,7 @@ import torch
 
 from .logits import LogitGaps
 from .loss import LogitGapRecord, LossRecord
-from .tensors import _copy
+from .tensors import _copy, _dtype_name
 
 _ABSENT = object()
 
@@ -51,19 +51,40 @@ class _Draft:
     logit_gaps: LogitGapRecord | None = None
     logp_grad: torch.Tensor | None = None
     fields: dict[str, Any] = field(default_factory=dict)
+    held: dict[str, str] = field(default_factory=dict)
+    """The dtype of each tensor as the trainer held it, before its float64 copy (`LossRecord.held`)."""
+    faults: list[str] | None = None
+    """Where the recorder is tolerant: the list its failures go to (the gradient hook's included), else None."""
 
     def keep_logps(self, logps: torch.Tensor) -> None:
         """Copy the log-probs of the loss, and hook the gradient that will reach them."""
+        self.hold("logps", logps)
         self.logps = _copy(logps, torch.float64)
         if logps.requires_grad:
             logps.register_hook(self._keep_grad)
 
     def _keep_grad(self, grad: torch.Tensor) -> None:
-        self.logp_grad = _copy(grad, torch.float64)
+        try:
+            self.logp_grad = _copy(grad, torch.float64)
+        except Exception as why:
+            if self.faults is None:
+                raise
+            self.faults.append(f"copying the gradient at the log-probs: {type(why).__name__}: {why}")
+
+    def hold(self, name: str, value: Any) -> None:
+        """Note the dtype `value` (a field `name` of the record) was held in, when it is a tensor."""
+        dtype = _dtype_name(value)
+        if dtype is not None:
+            self.held[name] = dtype
+
+    def keep_entropies(self, entropies: Any) -> None:
+        """Copy the per-token entropies of the loss."""
+        self.hold("entropies", entropies)
+        self.entropies = _copy(entropies, torch.float64)
 
     def frozen(self) -> LossRecord:
         return LossRecord(**self.fields, logps=self.logps, entropies=self.entropies, logit_gaps=self.logit_gaps,
-                          logp_grad=self.logp_grad)  # fmt: skip
+                          logp_grad=self.logp_grad, held=dict(self.held))  # fmt: skip
 
 
 KINDS = ("log_softmax", "entropy", "joint", "head")
@@ -102,10 +123,13 @@ class LossRecorder:
         outputs: str | None = None,
         keep: Callable[[], bool] | None = None,
         logits: Sequence[tuple[Any, str, str]] | None = None,
+        tolerant: bool = False,
     ) -> None:
         """`keep()`, asked after each loss call: whether to record it (e.g. only in training mode; default: all).
         `logits`: the functions compared with their float64 formulas, `(owner, name, kind)` each (module
-        docstring; default: `module`'s `selective_log_softmax` and `entropy_from_logits`)."""
+        docstring; default: `module`'s `selective_log_softmax` and `entropy_from_logits`). `tolerant` (live mode):
+        an error of the recorder's own (copying, checking a record) never reaches the trainer: it goes to
+        `faults` and the micro-batch is not recorded; the trainer's own errors still propagate."""
         self.owner, self.loss, self.module, self.fields = owner, loss, module, fields
         self.outputs, self.keep = outputs, keep
         if logits is None:
@@ -118,6 +142,8 @@ class LossRecorder:
         if "head" in kinds and outputs is None:
             raise ValueError("a fused head's outputs are not the loss's log-probs: name the method that returns them")
         self._drafts: list[_Draft] = []
+        self.faults: list[str] | None = [] if tolerant else None
+        """The recorder's own failures while tolerant (None when not tolerant: they raise)."""
         self._live: _Live | None = None
         self._extra: list[tuple[Any, str, Callable[[Callable], Callable]]] = []
         self._undo: list[tuple[Any, str, Any]] | None = None
@@ -170,16 +196,26 @@ class LossRecorder:
 
         def recorded_loss(*args, **kwargs):
             gaps = LogitGaps()
-            live = self._live = _Live(_Draft(), _gap_wrappers(gaps, kinds, originals), gaps)
+            live = self._live = _Live(_Draft(faults=self.faults), _gap_wrappers(gaps, kinds, originals), gaps)
             try:
                 result = loss(*args, **kwargs)
             finally:
                 self._live = None
-            if self.keep is None or self.keep():
-                self._keep(live, args, kwargs)
+            self._guard("recording a micro-batch", lambda: (self.keep is None or self.keep()) and
+                        self._keep(live, args, kwargs))  # fmt: skip
             return result
 
         return recorded_loss
+
+    def _guard(self, what: str, action: Callable[[], Any]) -> None:
+        """Run the recorder's own `action`; while tolerant, a failure goes to `faults` instead of the trainer."""
+        if self.faults is None:
+            action()
+            return
+        try:
+            action()
+        except Exception as why:  # noqa: BLE001 - live mode: the trainer never meets the recorder's errors
+            self.faults.append(f"{what}: {type(why).__name__}: {why}")
 
     def _keep(self, live: _Live, args: tuple, kwargs: dict) -> None:
         draft = live.draft
@@ -189,7 +225,11 @@ class LossRecorder:
                 f"micro-batch ({self.outputs}), not once"
             )
         draft.logit_gaps = live.gaps.record()
-        draft.fields = {name: self._copied(name, value) for name, value in self.fields(*args, **kwargs).items()}
+        given = self.fields(*args, **kwargs)
+        for name, value in given.items():
+            if name in LossRecord.DTYPES:
+                draft.hold(name, value)
+        draft.fields = {name: self._copied(name, value) for name, value in given.items()}
         self._drafts.append(draft)
 
     @staticmethod
@@ -204,17 +244,20 @@ class LossRecorder:
                 return original(*args, **kwargs)
             out = live.calls[place](*args, **kwargs)
             if self.outputs is None:
-                draft = live.draft
-                split = {"log_softmax": lambda: (out, None), "entropy": lambda: (None, out)}
-                logps, entropies = split.get(kind, lambda: out[:2])()
-                if logps is not None and draft.logps is None:
-                    draft.keep_logps(logps)
-                if entropies is not None and draft.entropies is None:
-                    draft.entropies = _copy(entropies, torch.float64)
+                self._guard("copying the log-probs and entropies", lambda: self._keep_site(live.draft, kind, out))
             return out
 
         recorded_function.__name__ = getattr(original, "__name__", kind)
         return recorded_function
+
+    @staticmethod
+    def _keep_site(draft: _Draft, kind: str, out: Any) -> None:
+        split = {"log_softmax": lambda: (out, None), "entropy": lambda: (None, out)}
+        logps, entropies = split.get(kind, lambda: out[:2])()
+        if logps is not None and draft.logps is None:
+            draft.keep_logps(logps)
+        if entropies is not None and draft.entropies is None:
+            draft.keep_entropies(entropies)
 
     def _outputs(self, method: Callable) -> Callable:
         def recorded_outputs(*args, **kwargs):
@@ -222,8 +265,8 @@ class LossRecorder:
             live = self._live
             if live is not None:
                 live.draft.outputs_calls += 1
-                live.draft.keep_logps(out[0])
-                live.draft.entropies = _copy(out[1], torch.float64)
+                self._guard("copying the log-probs and entropies",
+                            lambda: (live.draft.keep_logps(out[0]), live.draft.keep_entropies(out[1])))  # fmt: skip
             return out
 
         return recorded_outputs

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .pooling import Pooled
+from .precision import Precision
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Expectation:
     scale: float | None = None
     """The size of the terms the value is made of (e.g. mean |per-token value|). A float rounding error of a
     mean scales with its terms, not with the mean, which can be near 0 (a loss over whitened advantages)."""
+    precision: Precision | None = None
+    """The arithmetic behind the value (the dtype the trainer held its terms in, how many, how large): where
+    given, the comparison's tolerance is derived from it instead of read from the table (precision.py)."""
 
     @property
     def recomputable(self) -> bool:

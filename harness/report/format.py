@@ -15,9 +15,11 @@ from harness.verdict import MetricStatus
 if TYPE_CHECKING:
     from harness.verdict import CheckResult, Diagnosis, MetricVerdict
 
-COMPARED = re.compile(r"^[\w ]+: gap \S+ exceeds tolerance \S+$")
+COMPARED = re.compile(r"^(?:[\w ]+: gap \S+ exceeds tolerance \S+|fit: .*)$")
 """The reason harness/compare.py gives a plain fail. A fail whose reason has another form carries the check's own
-words for what it compared (e.g. the token of a gradient gap): its failure line prints those words instead."""
+words for what it compared (e.g. the token of a gradient gap): its failure line prints those words instead. A fail
+by fit (harness/diagnose.py, `better_fit`: inside the tolerance, but a known wrong formula explains the logged value)
+prints the numbers and then its reason."""
 NOTED = re.compile(r"\(class \d+(?: \+ \d+)*\)$")
 """A check note that is a diagnosis ends by naming its class: "...: <what it is> (class 15)"."""
 
@@ -42,11 +44,18 @@ def failure_line(scenario: str, metric: MetricVerdict) -> str:
     logged = "missing" if metric.status is MetricStatus.MISSING else fmt(metric.logged)
     line = (
         f"FAIL {scenario} {metric.label}: logged={logged} expected={fmt(metric.expected)} "
-        f"gap={fmt(metric.abs_err)} (rel {fmt(metric.rel_err)}, tol {fmt(metric.tol)})"
+        f"gap={fmt(metric.abs_err)} (rel {fmt(metric.rel_err)}, tol {fmt(metric.tol)}{tol_from(metric)})"
     )
+    if metric.status is MetricStatus.FAIL and metric.reason.startswith("fit: "):
+        line += f" [{metric.reason}]"
     if metric.status is not MetricStatus.FAIL:
         line += f" [{metric.status.value}: {metric.reason or 'no reason given'}]"
     return line
+
+
+def tol_from(metric: MetricVerdict) -> str:
+    """` from <where the tolerance came from>` (harness/compare.py's `tol_source`), or '' when unknown."""
+    return f" from {metric.tol_source}" if metric.tol_source else ""
 
 
 def diagnosis_text(metric: MetricVerdict) -> str:

@@ -10,6 +10,7 @@ beta != 0) is an `Expectation` without a value, which fails the check that neede
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
+from harness.oracle.precision import Precision, coarsest
 
 from .contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
 from .spec import CLIPPED_LOSS_TYPES
@@ -27,10 +29,12 @@ from .spec import CLIPPED_LOSS_TYPES
 VESPO_CLAMP = (math.log(1e-8), 20.0)
 """vespo's bounds on a sequence's log importance weight; each token's log-ratio is first bounded by +-20 (TRL's
 `get_gamma_weights`, docs/grpo-metrics.md section 4)."""
-CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
+CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
 """Relative distance of a ratio from a clip bound within which the trainer's own rounding may put it on either
-side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2).
-Such a flag is uncertain: the tolerance of a clip metric grows by the share of flags that are."""
+side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2;
+float16 has 8 times bfloat16's resolution). Such a flag is uncertain: the tolerance of a clip metric grows by the
+share of flags that are. The margin is that of the dtype the trainer held the log-probs in (`LossRecord.held`),
+the ratio being theirs, else the run's."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,12 @@ class Settings:
     @property
     def margin(self) -> float:
         """CLIP_MARGIN of the trainer's dtype (the float32 one for a dtype the table lacks)."""
-        return CLIP_MARGIN.get(str(self.dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
+        return margin_of(self.dtype)
+
+
+def margin_of(dtype: str | None) -> float:
+    """CLIP_MARGIN of `dtype` (the float32 one for a dtype the table lacks)."""
+    return CLIP_MARGIN.get(str(dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
 
 
 def record_problems(record: LossRecord) -> list[str]:
@@ -99,6 +108,11 @@ class TokenTerms:
     """(B,) vespo's sequence weights (vespo only)."""
     ratio: torch.Tensor | None = None
     """The importance ratio r (uncapped)."""
+    held: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    """The dtype the trainer held the inputs of each quantity in ('entropy', 'kl', 'loss', 'flags'), read from its
+    record (`LossRecord.held_dtype`); None where the record does not say."""
+    operands: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """Per token, the size of the operands the trainer's formula for 'kl' and 'loss' rounds (oracle/precision.py)."""
 
     @property
     def region(self) -> torch.Tensor:
@@ -128,53 +142,110 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
     adv = record.advantages.double().unsqueeze(1)
+    held = held_dtypes(record, s)
+    margin = margin_of(held["flags"] or s.dtype)
     ratio = torch.exp(logps - old)
     raw = ratio
+    ratio_ops = ratio * (1 + (logps - old).abs())  # exp's rounding, and the subtraction's carried through it
     zeros = torch.zeros_like(ratio)
     low, high, uncertain, cispo, phi = zeros, zeros, zeros, None, None
     if s.loss_type == "cispo":
         loss = -ratio.clamp(max=s.epsilon_high) * adv * logps
+        loss_ops = 2 * adv.abs() * logps.abs() * ratio_ops
         cispo = ((ratio > s.epsilon_high) & (adv > 0)).double()
-        uncertain = (((ratio - s.epsilon_high).abs() <= s.margin * s.epsilon_high) & (adv > 0)).double()
+        uncertain = (((ratio - s.epsilon_high).abs() <= margin * s.epsilon_high) & (adv > 0)).double()
     elif s.loss_type == "sapo":
         tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
         loss = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
+        loss_ops = adv.abs() * (ratio_ops + 4 / tau)
     elif s.loss_type == "vespo":
         weight = vespo_phi(logps - old, mask.double(), adv, s)
         loss = -weight * adv * logps
         phi = weight.squeeze(1)
+        phi_ops = vespo_operands(weight, logps - old, mask.double(), adv, s)
+        loss_ops = adv.abs() * (logps.abs() + 1) * phi_ops
     else:
         clipped = ratio.clamp(1 - s.epsilon_low, 1 + s.epsilon_high)
         if s.delta is not None:
             ratio = ratio.clamp(max=s.delta)
         loss = -torch.minimum(ratio * adv, clipped * adv)
+        loss_ops = 2 * adv.abs() * ratio_ops
         low = ((ratio < 1 - s.epsilon_low) & (adv < 0)).double()
         high = ((ratio > 1 + s.epsilon_high) & (adv > 0)).double()
         lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
-        near_low = ((ratio - lower).abs() <= s.margin * lower) & (adv < 0)
-        near_high = ((ratio - upper).abs() <= s.margin * upper) & (adv > 0)
+        near_low = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
+        near_high = ((ratio - upper).abs() <= margin * upper) & (adv > 0)
         uncertain = (near_low | near_high).double()
     kl = None
+    operands = {"loss": loss_ops}
+    if phi is not None:
+        operands["phi"] = phi_ops.squeeze(1)
     if s.beta != 0 and record.ref_logps is not None:
         gap = record.ref_logps.double() - logps
         kl = torch.exp(gap) - gap - 1
+        kl_ops = torch.exp(gap) + gap.abs() + 1  # k3 cancels: its rounding is that of its operands, not of k3
         if s.use_bias_correction_kl:
             kl = kl * ratio
+            kl_ops = kl_ops * ratio + kl.abs() * ratio_ops
         loss = loss + s.beta * kl
+        operands.update(kl=kl_ops, loss=loss_ops + abs(s.beta) * kl_ops)
     entropy = record.entropies.double() if record.entropies is not None else None
-    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw)
+    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw, held, operands)
 
 
-def _pooled_mean(metric: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Expectation:
-    pooled = Pooled.of(parts)
-    return Expectation(metric, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale)
+def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
+    """The dtype the trainer held the inputs of each quantity in (the coarsest of them), from the record."""
+    held = lambda *names: coarsest(*(record.held_dtype(n) for n in names if getattr(record, n) is not None))  # noqa: E731
+    flags = held("logps", "old_logps")
+    kl = held("logps", "ref_logps") if s.beta != 0 else None
+    return {"entropy": held("entropies"), "kl": kl, "flags": flags, "loss": coarsest(flags, kl, held("advantages"))}
 
 
-def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag) -> Expectation:
-    """A clip flag's token mean; its scale is the share of the flags that could round either way."""
+def vespo_operands(weight: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
+                   s: Settings) -> torch.Tensor:  # fmt: skip
+    """(B, 1) the size of what rounding vespo's weight carries: phi (1 + |k - lambda w| (1 + sum |log r|)), the
+    sensitivity of phi to its log-weight times the size of the sum of log-ratios it is made of."""
+    log_w = (log_ratio.clamp(-20.0, 20.0) * mask).sum(dim=1, keepdim=True).clamp(*VESPO_CLAMP)
+    nonnegative = adv >= 0
+    k = torch.where(nonnegative, s.vespo_k_pos, s.vespo_k_neg)
+    lam = torch.where(nonnegative, s.vespo_lambda_pos, s.vespo_lambda_neg)
+    size = 1 + (log_ratio.clamp(-20.0, 20.0).abs() * mask).sum(dim=1, keepdim=True)
+    return weight * (1 + (k - lam * torch.exp(log_w)).abs() * size)
+
+
+def precision(terms: Sequence[TokenTerms], quantity: str, count: int, magnitude: float, s: Settings,
+              floor: float = 0.0) -> Precision:  # fmt: skip
+    """The arithmetic behind a value pooled from the terms' `quantity` ('entropy', 'kl', 'loss', 'flags'): the
+    coarsest dtype the trainer held its inputs in (the run's dtype where the records do not say), `count` terms of
+    mean size `magnitude`, the mean size of the operands its per-token formula rounds, and `floor`."""
+    dtype = coarsest(*(t.held.get(quantity) for t in terms))
+    source = "recorded dtype"
+    if dtype is None:
+        dtype, source = str(s.dtype).removeprefix("torch."), "the run's dtype: the records do not say"
+    computed, tokens = 0.0, 0
+    for t in terms:
+        ops = t.operands.get(quantity)
+        if ops is not None:
+            computed += float(torch.where(t.mask, ops.expand_as(t.mask), torch.zeros((), dtype=ops.dtype)).sum())
+            tokens += int(t.mask.sum())
+    return Precision(dtype, count, magnitude, computed / tokens if tokens else 0.0, floor, source)
+
+
+def _pooled_mean(metric: str, terms: Sequence[TokenTerms], quantity: str, s: Settings) -> Expectation:
+    """The token mean of each term's `quantity` (entropy or kl) over the interval."""
+    pooled = Pooled.of([(getattr(t, quantity), t.mask) for t in terms])
+    return Expectation(metric, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale,
+                       precision=precision(terms, quantity, pooled.count, pooled.scale, s))  # fmt: skip
+
+
+def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag, s: Settings) -> Expectation:
+    """A clip flag's token mean; its scale is the share of the flags that could round either way, which its
+    tolerance allows beyond rounding (a flag within the margin of a bound may flip)."""
     pooled = Pooled.of([(flag(t), t.mask) for t in terms])
     uncertain = Pooled.of([(t.uncertain, t.mask) for t in terms]).token_mean()
-    return Expectation(metric, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=uncertain)
+    value = pooled.token_mean()
+    return Expectation(metric, value, count=pooled.count, pooled=pooled, scale=uncertain,
+                       precision=precision(terms, "flags", pooled.count, abs(value), s, floor=uncertain))  # fmt: skip
 
 
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
@@ -183,13 +254,15 @@ def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
         means = [float((t.loss * t.mask).sum()) / max(int(t.mask.sum()), 1) for t in terms]
         sizes = [float((t.loss * t.mask).abs().sum()) / max(int(t.mask.sum()), 1) for t in terms]
         count = sum(int(t.mask.sum()) for t in terms)
-        return Expectation(POLICY_LOSS, sum(means) / max(len(means), 1), count=count,
-                           scale=sum(sizes) / max(len(sizes), 1))  # fmt: skip
+        scale = sum(sizes) / max(len(sizes), 1)
+        return Expectation(POLICY_LOSS, sum(means) / max(len(means), 1), count=count, scale=scale,
+                           precision=precision(terms, "loss", count, scale, s))  # fmt: skip
     if s.loss_type in ("grpo", "sapo"):
         values = torch.cat([t.per_completion(t.loss) for t in terms])  # an empty one adds 0 and counts, as TRL's
         scale = float(values.abs().mean()) if values.numel() else 0.0
+        tokens = sum(int(t.mask.sum()) for t in terms)
         return Expectation(POLICY_LOSS, float(values.mean()) if values.numel() else 0.0, count=values.numel(),
-                           scale=scale)  # fmt: skip
+                           scale=scale, precision=precision(terms, "loss", max(tokens, 1), scale, s))  # fmt: skip
     pooled = Pooled.of([(t.loss, t.mask) for t in terms])
     if s.loss_type in ("dr_grpo", "luspo"):
         completions = sum(int(t.mask.shape[0]) for t in terms)
@@ -197,13 +270,18 @@ def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
         total = float(torch.tensor(pooled.numerators, dtype=torch.float64).sum())
         value = total / max(per, 1)
         scale = sum(pooled.magnitudes) / max(per, 1)
-        return Expectation(POLICY_LOSS, value, count=pooled.count, pooled=pooled, scale=scale)
+        # the sum's rounding is relative to sum |l| / per; the formula's operands are per token, over `per` too
+        tokens = max(pooled.count, 1)
+        p = precision(terms, "loss", pooled.count, scale, s)
+        p = dataclasses.replace(p, computed=p.computed * tokens / max(per, 1))
+        return Expectation(POLICY_LOSS, value, count=pooled.count, pooled=pooled, scale=scale, precision=p)
     if s.loss_type in ("dapo", "cispo", "vespo"):
-        return Expectation(POLICY_LOSS, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale)
+        return Expectation(POLICY_LOSS, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale,
+                           precision=precision(terms, "loss", pooled.count, pooled.scale, s))  # fmt: skip
     return Expectation.unknown(POLICY_LOSS, f"unknown loss_type {s.loss_type!r}")
 
 
-def extremes(terms: Sequence[TokenTerms]) -> dict[str, Expectation]:
+def extremes(terms: Sequence[TokenTerms], s: Settings) -> dict[str, Expectation]:
     """True extremes over every (completion, micro-batch) pair with a token; 0 when there is none."""
     low, high, uncertain = [], [], []
     for t in terms:
@@ -214,10 +292,14 @@ def extremes(terms: Sequence[TokenTerms]) -> dict[str, Expectation]:
     lows, highs, unsure = torch.cat(low), torch.cat(high), torch.cat(uncertain)
     n = int(lows.numel())
     scale = float(unsure.max()) if n else 0.0  # an extreme moves by at most one completion's uncertain share
+    low, high = float(lows.min()) if n else 0.0, float(highs.max()) if n else 0.0
+    length = max((int(t.mask.shape[1]) for t in terms), default=1)  # a completion's share is a mean of its tokens
     return {
-        EXTREMES[0]: Expectation(EXTREMES[0], float(lows.min()) if n else 0.0, count=n, scale=scale),
-        EXTREMES[1]: Expectation(EXTREMES[1], float(highs.max()) if n else 0.0, count=n, scale=scale),
-    }
+        EXTREMES[0]: Expectation(EXTREMES[0], low, count=n, scale=scale,
+                                 precision=precision(terms, "flags", length, abs(low), s, floor=scale)),
+        EXTREMES[1]: Expectation(EXTREMES[1], high, count=n, scale=scale,
+                                 precision=precision(terms, "flags", length, abs(high), s, floor=scale)),
+    }  # fmt: skip
 
 
 def unusable(records: Sequence[LossRecord], problems: Sequence[str] | None = None) -> str:
@@ -233,22 +315,25 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
     """Every metric the token terms of one interval's (usable) records determine, pooled once over all of them."""
     out: dict[str, Expectation] = {}
     if all(t.entropy is not None for t in terms):
-        out[ENTROPY] = _pooled_mean(ENTROPY, [(t.entropy, t.mask) for t in terms])
+        out[ENTROPY] = _pooled_mean(ENTROPY, terms, "entropy", s)
     else:
         out[ENTROPY] = Expectation.unknown(ENTROPY, "the loss records hold no per-token entropies")
     if s.loss_type in CLIPPED_LOSS_TYPES:
         for name, flag in zip(CLIP_MEANS, (lambda t: t.low, lambda t: t.high, lambda t: t.region)):
-            out[name] = _flag_mean(name, terms, flag)
-        out.update(extremes(terms))
+            out[name] = _flag_mean(name, terms, flag, s)
+        out.update(extremes(terms, s))
     if s.loss_type == "cispo":
-        out[CISPO_CLIP] = _flag_mean(CISPO_CLIP, terms, lambda t: t.cispo)
+        out[CISPO_CLIP] = _flag_mean(CISPO_CLIP, terms, lambda t: t.cispo, s)
     if s.loss_type == "vespo":
         phis = torch.cat([t.phi for t in terms])
-        out[PHI_MEAN] = Expectation(PHI_MEAN, float(phis.mean()) if phis.numel() else 0.0, count=phis.numel(),
-                                    scale=float(phis.abs().mean()) if phis.numel() else 0.0)  # fmt: skip
+        n = phis.numel()
+        size = float(phis.abs().mean()) if n else 0.0
+        ops = float(torch.cat([t.operands["phi"] for t in terms]).mean()) if n else 0.0
+        p = dataclasses.replace(precision(terms, "loss", n, size, s), computed=ops)
+        out[PHI_MEAN] = Expectation(PHI_MEAN, float(phis.mean()) if n else 0.0, count=n, scale=size, precision=p)
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
-            out[KL] = _pooled_mean(KL, [(t.kl, t.mask) for t in terms])
+            out[KL] = _pooled_mean(KL, terms, "kl", s)
         else:
             out[KL] = Expectation.unknown(KL, f"beta={s.beta} but the loss records hold no reference log-probs")
     out[POLICY_LOSS] = policy_loss(terms, s)

@@ -15,6 +15,7 @@ import torch
 from harness.errors import HarnessConfigError, NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
+from harness.oracle.precision import Precision, coarsest
 
 from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF, ROLLOUT, SCORED, PooledMean
 from .scores import Unscored
@@ -58,7 +59,34 @@ def pooled_mean(metric: PooledMean, micros: Sequence[MicroBatchView]) -> Expecta
     if sums.count == 0:
         reason = f"no {metric.mask}-active token in any micro-batch: logged as 0"
         return Expectation(metric.name, 0.0, reason, count=0, pooled=sums, scale=0.0)
-    return Expectation(metric.name, sums.token_mean(), count=sums.count, pooled=sums, scale=sums.scale)
+    return Expectation(metric.name, sums.token_mean(), count=sums.count, pooled=sums, scale=sums.scale,
+                       precision=precision(metric, micros, sums))  # fmt: skip
+
+
+def precision(metric: PooledMean, micros: Sequence[MicroBatchView], sums: Pooled) -> Precision | None:
+    """The arithmetic behind a pooled mean of values the trainer held (oracle/precision.py): the values it handed
+    to masked_mean, in the dtype it held them, or its log-ratios redone from the log-probs it returned. None for
+    the entropy, which the spy recomputes from the logits in float64: the trainer's own entropy carries the
+    rounding of its own formula over the vocabulary, and the table's row judges it."""
+    if metric.source == "entropy":
+        return None
+    computed = 0.0
+    if metric.source == "log_ratio":
+        dtype = coarsest(*(m.record.dtype for m in micros))
+        parts = [(_operands(metric, m), m.mask(metric.mask)) for m in micros]
+        computed = Pooled.of(parts).token_mean()
+    else:
+        dtype = coarsest(*(c.dtype for m in micros for c in m.sites.get(metric.source, ())))
+    if dtype is None:
+        return None
+    return Precision(dtype, sums.count, sums.scale, computed, 0.0, "recorded dtype")
+
+
+def _operands(metric: PooledMean, micro: MicroBatchView) -> torch.Tensor:
+    """Per token, the size of what the trainer's formula of the log-ratio rounds: d^2 for d^2 / 2 (d rounded once),
+    r (1 + |d|) for r = exp(d)."""
+    d = micro.log_ratio()
+    return d.square() if metric.of_log_ratio == "half_square" else torch.exp(d) * (1 + d.abs())
 
 
 def ratio_variance(micros: Sequence[MicroBatchView]) -> Expectation:

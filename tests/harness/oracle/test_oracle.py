@@ -525,8 +525,9 @@ def test_tolerance_table():
         assert f64.abs_tol <= f32.abs_tol <= bf16.abs_tol and f64.rel_tol <= f32.rel_tol <= bf16.rel_tol
         assert f32.rel_tol < 1e-3 or metric == "val/ratio_var"
     assert tolerance("unknown/metric", torch.float32) == tolerance("*", "float32")
-    with pytest.raises(HarnessConfigError, match="float16"):
-        tolerance("val/ratio", "float16")
+    assert tolerance("val/ratio", "float16") == tolerance("val/ratio", "bfloat16")  # bfloat16's bounds float16's
+    with pytest.raises(HarnessConfigError, match="float8"):
+        tolerance("val/ratio", "float8_e4m3fn")
 
 
 # ---------------------------------------------------------------------------- end to end on a fake trainer

@@ -24,7 +24,7 @@ from harness.verdict import (
 
 METRIC_KEYS = (
     "name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "scale", "status", "reason", "failed",
-    "diagnosis", "diagnosis_reason",
+    "diagnosis", "diagnosis_reason", "tol_source", "precision",
 )  # fmt: skip
 """The keys of one metric in verify.json, in order."""
 
@@ -122,6 +122,8 @@ def test_to_json_turns_nan_and_inf_into_null():
         "failed": True,
         "diagnosis": None,
         "diagnosis_reason": "",
+        "tol_source": "",
+        "precision": None,
     }
     report = Report("reference", "cpu", torch="2", seed=0)
     report.add(CheckResult(CheckId("s"), CheckStatus.FAIL, problems=("odd",), metrics=(odd, odd)))
@@ -134,7 +136,9 @@ def test_failure_line_format():
     results = {r.name: r for r in uneven_results()}
     line = failure_line("uneven_split", results["val/ratio"])
     tol = results["val/ratio"].tol
-    assert line == (f"FAIL uneven_split val/ratio: logged=0.6667 expected=1 gap=0.3333 (rel 0.3333, tol {tol:.6g})")
+    source = "from the float32 row of val/ratio"  # a plain number expected: the table's row (docs/tolerances.md)
+    assert line == (f"FAIL uneven_split val/ratio: logged=0.6667 expected=1 gap=0.3333 (rel 0.3333, tol {tol:.6g} "
+                    f"{source})")  # fmt: skip
     missing = failure_line("uneven_split", results["policy/entropy_avg"])
     assert missing.startswith("FAIL uneven_split policy/entropy_avg: logged=missing expected=2 gap=n/a")
     assert missing.endswith("[missing: policy/entropy_avg is not in the logged metrics]")

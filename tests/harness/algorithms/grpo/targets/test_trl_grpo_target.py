@@ -23,6 +23,7 @@ from harness.algorithms.grpo.targets import trl as trl_grpo  # noqa: E402
 from harness.errors import HarnessConfigError  # noqa: E402
 
 KEYS = {
+    "held",
     "generation",
     "window",
     "rank",
@@ -221,6 +222,7 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
     for entry in run.loss_inputs:
         assert {f.name for f in dataclasses.fields(entry)} == KEYS
         assert all(getattr(entry, name) is not None for name in KEYS - {"old_logps"}), entry  # every field filled
+        assert entry.held["logps"] == entry.held["entropies"] == str(spec.dtype)  # as TRL held them, before the copy
         mask = entry.completion_mask
         assert mask.dtype == torch.bool and mask.shape[0] == spec.per_device_train_batch_size
         assert mask.shape[1] <= spec.max_completion_length
