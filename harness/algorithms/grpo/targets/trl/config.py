@@ -13,6 +13,14 @@ SPEC_FIELDS = tuple(
     "max_steps logging_steps learning_rate max_completion_length temperature loss_type beta seed device dtype".split()
 )
 """The spec attributes a run cannot be built without; the others default as in reference_ppo's GRPOConfig."""
+MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
+"""A run in bfloat16 or float16 trains as TRL's users do: float32 weights under TRL's own mixed precision (the
+`GRPOConfig` flag named here; `bf16=True` is its default), not weights cast to the low dtype."""
+
+
+def weights_dtype(dtype: str) -> str:
+    """The dtype the target builds its models in for a run in `dtype` (float32 under mixed precision)."""
+    return "float32" if str(dtype) in MIXED_PRECISION else str(dtype)
 
 
 def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
@@ -52,11 +60,11 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         max_grad_norm=max_grad_norm if max_grad_norm is not None else 0.0,  # 0: no clipping
         seed=spec.seed,
         data_seed=spec.seed,
-        model_init_kwargs={"dtype": spec.dtype},  # the reference model TRL rebuilds when beta != 0
+        model_init_kwargs={"dtype": weights_dtype(spec.dtype)},  # the reference model TRL rebuilds when beta != 0
         use_vllm=False,
         use_cpu=spec.device == "cpu",
-        bf16=False,
-        fp16=False,
+        bf16=MIXED_PRECISION.get(str(spec.dtype)) == "bf16",
+        fp16=MIXED_PRECISION.get(str(spec.dtype)) == "fp16",
         gradient_checkpointing=False,
         disable_dropout=True,
         report_to=[],

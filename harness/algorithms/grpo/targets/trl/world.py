@@ -12,6 +12,8 @@ import torch
 from harness.errors import HarnessConfigError
 from harness.targets.hf import world_size
 
+from .config import weights_dtype
+
 VOCAB_SIZE = 32
 PROMPT_LENGTH = 6
 EOS_LOGIT_BIAS = 2.0
@@ -75,7 +77,7 @@ def world_spec(spec, generations_per_epoch: int) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         seed=spec.seed,
         device=spec.device,
-        dtype=spec.dtype,
+        dtype=weights_dtype(spec.dtype),  # float32 weights under TRL's mixed precision (config.py)
         vocab_size=VOCAB_SIZE,
         prompt_length=PROMPT_LENGTH,
         num_prompts=prompt_count(spec, generations_per_epoch),
