@@ -91,7 +91,10 @@ def window_weights(records: Sequence[LossRecord], g: Geometry, generations: dict
         elif s.loss_type in ("dapo", "cispo", "vespo"):
             gen = int(record.generation)
             if gen not in generations:
-                raise NotRecomputable(f"generation {gen} did not run in full: its token count (dapo's) is unknown")
+                which = (f"generation {gen}" if gen >= 0 else
+                         "the generation batch this log began inside (made before its records)")  # fmt: skip
+                raise NotRecomputable(f"{which} did not run in full here: its token count ({s.loss_type}'s "
+                                      f"normaliser) is unknown")  # fmt: skip
             weight = mask / (max(generations[gen], 1.0) * share)
         else:
             raise NotRecomputable(f"unknown loss_type {s.loss_type!r}")

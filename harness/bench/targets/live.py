@@ -116,6 +116,9 @@ def timed(run: LiveBenchRun, device: str, steps: int, every: int | None, clock: 
         built.train()
         checks = 0.0
     else:
+        import logging
+
+        logging.getLogger("harness.live").setLevel(logging.WARNING)  # the bench prints its ratios, not each log's line
         with live_reference(built, every=every, log_expected=True) as live:
             built.train()
         checks = live.summary.cpu_seconds

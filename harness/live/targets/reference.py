@@ -85,7 +85,8 @@ class ReferenceLive:
                 interval = self.interval_of(int(self.trainer.step))
                 if self.session.sampled(interval):
                     try:
-                        recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields)
+                        recorder = LossRecorder(self.trainer, "micro_step", self.module, self._fields,
+                                                tolerant=True)  # fmt: skip
                         recorder.__enter__()
                     except Exception as why:  # noqa: BLE001 - the interval goes unchecked, the run goes on
                         self.broken = f"the recorder could not be installed: {type(why).__name__}: {why}"
@@ -96,10 +97,13 @@ class ReferenceLive:
         return live_window_step
 
     def stop(self):
+        """Take the recorder off: its records, or None when none was on; RuntimeError naming its first fault."""
         recorder, self.recorder = self.recorder, None
         if recorder is None:
             return None
         recorder.__exit__(None, None, None)
+        if recorder.faults:
+            raise RuntimeError(f"recording failed ({len(recorder.faults)}x): {recorder.faults[0]}")
         return recorder.records
 
     def callback(self, metrics, step) -> None:
@@ -109,7 +113,8 @@ class ReferenceLive:
         try:
             records = self.stop()
         except Exception as error:  # noqa: BLE001
-            why = why or f"the recorder could not be taken off: {type(error).__name__}: {error}"
+            why = why or f"the recorder failed: {type(error).__name__}: {error}"
+            records = ()
         if records is None and not why:
             return
         result = self.session.check(records or (), metrics, self.settings, self.interval_of(int(step) - 1),

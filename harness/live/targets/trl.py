@@ -119,7 +119,7 @@ def live_recorder(trainer: Any, module: types.ModuleType, logit_gaps: bool = Fal
     rows = Rows(trainer, RewardTap(rank=int(trainer.accelerator.process_index)))
     points = entry.entry_points(module).logits if logit_gaps else ()
     loss = LossRecorder(trainer, "_compute_loss", module, rows.fields, outputs="_get_per_token_logps_and_entropies",
-                        keep=rows.training, logits=points)  # fmt: skip
+                        keep=rows.training, logits=points, tolerant=True)  # fmt: skip
     loss.around(trainer, "_generate_and_score_completions", rows.counting)
     return loss
 
@@ -245,7 +245,8 @@ class LiveCheck(TrainerCallback):
 
     def _detach(self) -> None:
         """Take every wrapper off the trainer and its callback handler."""
-        self._stop()
+        with contextlib.suppress(Exception):  # a failed recording was reported at its log, or goes unchecked
+            self._stop()
         if self._handler_on_log is not None:
             self.trainer.callback_handler.__dict__.pop("on_log", None)
             self._handler_on_log = None
@@ -271,6 +272,8 @@ class LiveCheck(TrainerCallback):
         if recorder is None:
             return ()
         recorder.__exit__(None, None, None)
+        if recorder.faults:
+            raise RuntimeError(f"recording failed ({len(recorder.faults)}x): {recorder.faults[0]}")
         return recorder.records
 
     def _at_log(self, state, logs):
@@ -289,7 +292,7 @@ class LiveCheck(TrainerCallback):
             try:
                 records = self._stop()
             except Exception as error:  # noqa: BLE001
-                why = why or f"the recorder could not be taken off: {type(error).__name__}: {error}"
+                why = why or f"the recorder failed: {type(error).__name__}: {error}"
             history = state.log_history[-1] if state.log_history else None
             result = self.session.check(records, logs, self.settings, interval, step, history, self.geometry,
                                         unusable=why)  # fmt: skip

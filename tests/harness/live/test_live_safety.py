@@ -246,6 +246,40 @@ def test_reference_fault_of_the_check_is_one_warning(monkeypatch, caplog):
     assert live.summary.unchecked_logs == [1] and live.summary.checked == 2 and live.summary.failed == 0
 
 
+def _failing_copy(monkeypatch):
+    """The loss recorder's copy of the log-probs fails once, inside the trainer's loss call (a recorder fault)."""
+    import harness.instrument.loss_recorder as recorder
+
+    monkeypatch.setattr(recorder._Draft, "keep_logps",
+                        _once(MemoryError("no room for the copy"))(recorder._Draft.keep_logps))  # fmt: skip
+
+
+@pytest.mark.trl
+def test_a_fault_of_the_recorder_inside_the_loss_is_one_warning(bare_logs, monkeypatch, caplog):
+    """A failure of the recorder's own code inside TRL's loss call never reaches TRL's loop: the log goes
+    unchecked, with the fault named, and the run logs what it logs without the check."""
+    run, live, logs = checked_run(caplog, lambda: _failing_copy(monkeypatch), every=1)
+    assert trained(logs) == bare_logs
+    (warning,) = warnings_of(caplog)
+    assert "log 1 (step 1): not checked" in warning and "MemoryError: no room for the copy" in warning, warning
+    assert live.summary.unchecked_logs == [1] and live.summary.checked == PASSING.total_logs - 1
+
+
+def test_reference_fault_of_the_recorder_is_one_warning(monkeypatch, caplog):
+    from harness.algorithms.grpo.targets.reference import factory
+
+    spec = GRPOSpec(max_steps=3, gradient_accumulation_steps=2, logging_steps=1, beta=0.04)
+    bare = factory(spec).trainer.train()
+    _failing_copy(monkeypatch)
+    run = factory(spec)
+    with caplog.at_level(logging.INFO, logger="harness.live"), live_reference(run.trainer, every=1) as live:
+        history = run.trainer.train()
+    assert [{k: v for k, v in m.items() if not k.startswith("live/")} for m in history] == bare
+    (warning,) = warnings_of(caplog)
+    assert "log 1 (step 1): not checked" in warning and "MemoryError: no room for the copy" in warning, warning
+    assert live.summary.unchecked_logs == [1] and live.summary.checked == 2
+
+
 def test_reference_raise_option_ends_the_run_through_its_own_bound(caplog):
     """The reference loop runs while `step < config.max_steps`: a failing interval lowers the bound to the steps
     done, train() returns after the failing log (every callback called, the trackers' log made), and the bound is
