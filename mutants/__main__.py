@@ -1,4 +1,4 @@
-"""`python -m mutants [curated|mutmut|report|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
+"""`python -m mutants [curated|mutmut|report|triage|all]`: exit 0 pass, 1 a mutant got past or an error, 2 usage.
 
 curated [--only ID ...] [--full] [--jobs N]   the catalogue against the verify suite
         [--no-fork]                            ... each gate a fresh process (default on Linux: forked)
@@ -7,6 +7,9 @@ mutmut [--max-children N] [--keep-scratch]    mutmut over ppo.py, ppo_config.py,
        [--functions F,C.M]                     ... over these functions' mutants only
        [--recheck-triaged]                     ... also those triaged (skipped by default)
 report [--update-baseline] [--no-install]     reports/mutation.{md,json,html} from what ran
+triage [list]                                  untriaged survivors and stale entries of the last mutmut run
+triage add NAME... --verdict V --why TEXT      triage mutants of the last run, keyed by what they are
+triage refresh [--drop-stale]                  rewrite the entries in the current format (mutants/triage.py)
 all (the default)                              curated, then mutmut, then report
 """
 
@@ -90,14 +93,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     curated_args(everything)
     mutmut_args(everything)
     report_args(everything)
-    if not argv or argv[0] not in ("curated", "mutmut", "report", "all", "-h", "--help"):
+    sub.add_parser("triage", add_help=False, help="the triage file against the last mutmut run (see mutants/triage.py)")
+    if not argv or argv[0] not in ("curated", "mutmut", "report", "triage", "all", "-h", "--help"):
         argv = ["all", *argv]
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sub-command; the session exits with the worst of its parts' codes (2, then 1, then 0)."""
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "triage":
+        from . import triage
+
+        return triage.main(argv[1:])
+    args = parse(argv)
     from . import mutmut_run, report, runner, selection  # after parsing: `--help` and a usage error import none of them
 
     codes = []

@@ -46,7 +46,6 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import json
@@ -62,6 +61,7 @@ from hypothesis import HealthCheck, settings
 STATS_FILE = "mutmut-stats.json"
 SKIP_ENV = "PPO_MUTMUT_SKIP"
 LINKS_ENV = "PPO_MUTMUT_RANK_LINKS"
+EXIT2_ENV = "PPO_MUTMUT_EXIT2"  # a folder: why each mutant's session exited 2, one JSON file per mutant
 SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 # the values mutmut gives MUTANT_UNDER_TEST when no mutant is active: its generation, stats, clean and forced-fail runs
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
@@ -142,36 +142,91 @@ def _generated(name: str):
     return unwrap(namespace.get(generated)), unwrap(namespace.get(orig))
 
 
+def apply_entry(orig_lines: list[str], entry: dict) -> list[str] | None:
+    """The function's lines with the triaged change made, or None where the entry does not fit them exactly.
+
+    `orig_lines`: the function from its `def` line on; `entry` (the driver's skip file, from the triage file):
+    `line` (stripped), `column` (1-based, counted from the line's first non-blank character, 0 or less where the
+    change begins in the indentation; None: the one place `original` occurs in the line),
+    `occurrence` (which of the function's lines with that text, 1-based; None: there is one), `original`,
+    `replacement`.
+    """
+    text, original = entry.get("line"), entry.get("original") or ""
+    same = [i for i, line in enumerate(orig_lines) if line.strip() == text]
+    wanted = entry.get("occurrence")
+    if wanted is None and len(same) == 1:
+        index = same[0]
+    elif isinstance(wanted, int) and len(same) > 1 and 1 <= wanted <= len(same):
+        index = same[wanted - 1]
+    else:
+        return None
+    column = entry.get("column")
+    if column is None:
+        if not original or text.count(original) != 1:
+            return None
+        column = text.index(original) + 1
+    indent = len(orig_lines[index]) - len(orig_lines[index].lstrip())
+    if type(column) is not int or indent + column < 1:  # 0 or less: the change begins in the indentation
+        return None
+    joined = "\n".join(orig_lines)
+    offset = sum(len(line) + 1 for line in orig_lines[:index]) + indent + column - 1
+    if joined[offset : offset + len(original)] != original:
+        return None
+    return (joined[:offset] + str(entry.get("replacement", "")) + joined[offset + len(original) :]).split("\n")
+
+
 def is_that_change(mutant_lines: list[str], orig_lines: list[str], entry: dict) -> bool:
-    """Whether a mutant's body (lines after `def`) differs from the original's on the entry's line, as triaged."""
-    removed, added = [], []
-    for line in difflib.ndiff(orig_lines, mutant_lines):
-        if line.startswith("- "):
-            removed.append(line[2:].strip())
-        elif line.startswith("+ "):
-            added.append(line[2:])
-    replacement = entry.get("replacement", "")
-    return entry.get("line") in removed and (not replacement or any(replacement in line for line in added))
+    """Whether the mutant's function (from its `def` line on) is exactly the original's with the entry's change
+    made, text for text: an entry never spares a mutant that is another change, nor the same change elsewhere."""
+    changed = apply_entry(orig_lines, entry)
+    return changed is not None and changed == mutant_lines
+
+
+def _source_lines(function, generated: str, short: str) -> list[str]:
+    """A generated function's source lines, its `def` line naming the function it stands for."""
+    lines = inspect.getsource(function).splitlines()
+    return [lines[0].replace(f"def {generated}(", f"def {short}(", 1), *lines[1:]] if lines else lines
 
 
 def triaged(name: str) -> str | None:
-    """The verdict the driver listed mutant `name` under (`equivalent`, `missing-check`), when it really is the change
-    triaged; None otherwise (not listed, no list, or another change)."""
+    """The verdict of the triage entry that mutant `name` is exactly the change of (`equivalent`,
+    `missing-check`); None otherwise (no skip file, no entry of its function, or another change).
+
+    The driver's skip file lists the entries by function (`f` or `Class.method`), keyed by what the mutant is,
+    never by mutmut's number: the plugin makes each entry's change in the original's code and compares the
+    result with the mutant's.
+    """
     path = os.environ.get(SKIP_ENV)
     if not path:
         return None
+    generated = name.rpartition(".")[2]
+    function = function_of(generated)
     try:
-        entry = json.loads(Path(path).read_text(encoding="utf-8")).get(name)
+        entries = json.loads(Path(path).read_text(encoding="utf-8")).get(function)
     except (OSError, ValueError, AttributeError):
         return None
     mutant, orig = _generated(name)
-    if not isinstance(entry, dict) or mutant is None or orig is None:
+    if not isinstance(entries, list) or not entries or mutant is None or orig is None:
         return None
+    short = function.rpartition(".")[2]
     try:
-        mutant_lines, orig_lines = inspect.getsource(mutant).splitlines()[1:], inspect.getsource(orig).splitlines()[1:]
+        mutant_lines = _source_lines(mutant, generated, short)
+        orig_lines = _source_lines(orig, generated.rpartition("__mutmut_")[0] + "__mutmut_orig", short)
     except (OSError, TypeError):
         return None
-    return str(entry.get("verdict", "triaged")) if is_that_change(mutant_lines, orig_lines, entry) else None
+    for entry in entries:
+        if isinstance(entry, dict) and is_that_change(mutant_lines, orig_lines, entry):
+            return str(entry.get("verdict", "triaged"))
+    return None
+
+
+def function_of(generated: str) -> str:
+    """The function (`f` or `Class.method`) of a generated name: `xǁPPOTrainerǁlog__mutmut_3` -> `PPOTrainer.log`."""
+    base = generated.rpartition("__mutmut_")[0]
+    if base.startswith("x\u01c1"):
+        cls, _, method = base[2:].partition("\u01c1")
+        return f"{cls}.{method}"
+    return base.removeprefix("x_")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -185,6 +240,39 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     durations = _stats_durations(Path.cwd())
     if durations:
         items[:] = cheapest_first(items, durations)
+
+
+def exit2_reason(session) -> dict:
+    """Why a session exits 2: {"configuration": True, "detail": the harness's error} when the mutated trainer
+    rejected the gate's valid configuration (a detection), else {"configuration": False, "detail": ...} (an
+    interruption, a collection or usage error: no verdict)."""
+    try:
+        from harness.plugin import CONFIG_ERROR
+
+        errors = session.config.stash.get(CONFIG_ERROR, [])
+    except Exception:  # noqa: BLE001 - no harness plugin: not the gate's refusal
+        errors = []
+    if errors:
+        return {"configuration": True, "detail": str(errors[0])[:300]}
+    detail = session.shouldstop or session.shouldfail or ""
+    if not detail:
+        detail = f"{session.testsfailed} failed of {session.testscollected} collected (interrupted, collection error)"
+    return {"configuration": False, "detail": str(detail)[:300]}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Against a mutant, when the session ends with exit 2: say why, for the driver (EXIT2_ENV), which counts a
+    configuration error as detected and reruns any other exit 2 once."""
+    name = os.environ.get("MUTANT_UNDER_TEST", "")
+    folder = os.environ.get(EXIT2_ENV)
+    if name in NOT_A_MUTANT or not folder or int(session.exitstatus) != 2:
+        return
+    try:
+        path = Path(folder) / (name + ".json")
+        path.write_text(json.dumps({"name": name, **exit2_reason(session)}), encoding="utf-8")
+    except OSError:
+        pass
 
 
 def rank_links() -> dict[str, list[str]]:

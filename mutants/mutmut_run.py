@@ -26,6 +26,8 @@ Instead it
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -35,7 +37,8 @@ import time
 from pathlib import Path
 
 from . import mutmut_hooks, selection
-from .model import MutantStatus
+from .model import MutantRecord, MutantStatus
+from .keys import describe
 from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .mutmut_collect import collect, write_results
 from .mutmut_scratch import PPO, PRISTINE, prepare_scratch, write_rank_links, write_skip_file
@@ -57,7 +60,7 @@ def mutmut_executable() -> list[str]:
 
 
 def run_mutmut(
-    scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None, links_file=None
+    scratch, max_children: int, timeout: float, log_path, globs=(), skip_file=None, links_file=None, exit2_dir=None
 ) -> tuple[int, float]:
     """`mutmut run` in `scratch` (over the mutants matching `globs`, all where none); (exit code, seconds).
 
@@ -71,6 +74,8 @@ def run_mutmut(
         env[mutmut_hooks.SKIP_ENV] = str(skip_file)
     if links_file is not None:
         env[mutmut_hooks.LINKS_ENV] = str(links_file)
+    if exit2_dir is not None:
+        env[mutmut_hooks.EXIT2_ENV] = str(exit2_dir)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
@@ -92,6 +97,50 @@ def tail(path, lines: int = 40) -> str:
     """The last non-blank lines of a log, to say why a run failed without printing all of it."""
     text = Path(path).read_text(encoding="utf-8", errors="replace").replace("\r", "\n")
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+EXIT2_DIR = "exit2"  # in the scratch project: the hooks plugin's word on each mutant whose session exited 2
+
+
+def exit2_reasons(scratch) -> dict[str, dict]:
+    """{mutant name: {"configuration": bool, "detail": str}} the hooks plugin wrote for sessions that exited 2."""
+    found = {}
+    for path in sorted((Path(scratch) / EXIT2_DIR).glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "name" in data:
+            found[str(data["name"])] = data
+    return found
+
+
+def judge_exit2(records: list[MutantRecord], reasons: dict[str, dict]) -> tuple[list[MutantRecord], list[str]]:
+    """The records with each exit 2 the plugin saw come from the harness's configuration error made REFUSED
+    (detected), and the names of the other exit-2 mutants (no verdict yet: interrupted, collection error)."""
+    out, ambiguous = [], []
+    for r in records:
+        if r.status is MutantStatus.INTERRUPTED:
+            if reasons.get(r.name, {}).get("configuration"):
+                r = dataclasses.replace(r, status=MutantStatus.REFUSED)
+            else:
+                ambiguous.append(r.name)
+        out.append(r)
+    return out, ambiguous
+
+
+def unjudged_line(records, reasons: dict[str, dict]) -> str | None:
+    """One line: how many mutants the run gave no verdict on, and why; None when it judged them all."""
+    left = [r for r in records if r.status.unjudged]
+    if not left:
+        return None
+    why: dict[str, int] = {}
+    for r in left:
+        detail = reasons.get(r.name, {}).get("detail") if r.status is MutantStatus.INTERRUPTED else None
+        key = f"{r.status.text} (exit {r.exit_code}{': ' + detail if detail else ''})"
+        why[key] = why.get(key, 0) + 1
+    said = "; ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+    return f"mutmut: {len(left)} mutant(s) not judged, left out of the score (neither detected nor survived): {said}"
 
 
 def run_in_scratch(
@@ -133,11 +182,29 @@ def run_in_scratch(
             return 2
         skip_file = write_skip_file(scratch, entries)
     links_file = write_rank_links(scratch, algo)
-    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file, links_file)
+    exit2_dir = scratch / EXIT2_DIR
+    exit2_dir.mkdir(exist_ok=True)
+    code, seconds = run_mutmut(scratch, max_children, timeout, log_path, globs, skip_file, links_file, exit2_dir)
     if not all((scratch / "mutants" / (path + ".meta")).is_file() for path in algo.files):
         print(f"error: mutmut exited {code} without results:\n{tail(log_path)}")
         return 2
-    records = collect(scratch, functions, algo)
+    # each record with its triage key: the change's column in its line, the line's occurrence in its function
+    records, ambiguous = judge_exit2(list(describe(collect(scratch, functions, algo), sources)), exit2_reasons(scratch))
+    if ambiguous and code == 0:
+        # an exit 2 that is not the gate's refusal (an interruption, a collection error): once more, one at a time
+        print(f"mutmut: rerunning {len(ambiguous)} mutant(s) that exited 2 without a configuration error, serially",
+              flush=True)
+        for name in ambiguous:
+            (exit2_dir / (name + ".json")).unlink(missing_ok=True)
+        rerun_code, rerun_seconds = run_mutmut(
+            scratch, 1, timeout, report_dir / "mutmut-rerun.log", ambiguous, skip_file, links_file, exit2_dir
+        )
+        seconds += rerun_seconds
+        code = rerun_code
+        records, _ = judge_exit2(list(describe(collect(scratch, functions, algo), sources)), exit2_reasons(scratch))
+    unjudged = unjudged_line(records, exit2_reasons(scratch))
+    if unjudged:
+        print(unjudged, flush=True)
     write_results(report_dir, scratch, records, code, seconds, max_children, functions, algo)
     checked = [r for r in records if r.status is not MutantStatus.NOT_CHECKED]
     print(

@@ -97,24 +97,28 @@ def write_rank_links(scratch, algo: MutmutAlgorithm) -> Path | None:
 SKIP_FILE = "triaged.json"
 
 
-def write_skip_file(scratch, entries: dict) -> Path:
-    """The triage's entries as the hooks plugin reads them ({name: line, original, replacement, verdict}).
+def write_skip_file(scratch, entries) -> Path:
+    """The triage's entries as the hooks plugin reads them: {function: [{line, column, occurrence, original,
+    replacement, verdict}]}, keyed by what each mutant is, not by mutmut's number for it.
 
     Both verdicts are listed: an equivalent cannot be killed, and a missing-check survivor is killed only by a
     check the gate does not have yet; each would cost the whole suite of its function for the verdict the triage
-    already gives. The plugin skips such a mutant only when mutmut's generated code shows that very change, so an
-    entry that a change to the trainer has renumbered onto another mutant does not spare it. After adding a
-    check, `--recheck-triaged` runs them all, to find the entries the new check makes stale.
+    already gives. The plugin skips a mutant only when its function is exactly the original's with an entry's
+    change made, so an entry never spares another change. After adding a check, `--recheck-triaged` runs them
+    all, to find the entries the new check makes stale.
     """
-    skip = {
-        name: {
-            "line": entry.line,
-            "original": entry.original,
-            "replacement": entry.replacement,
-            "verdict": entry.verdict.value,
-        }
-        for name, entry in entries.items()
-    }
+    skip: dict[str, list[dict]] = {}
+    for entry in entries:
+        skip.setdefault(entry.function, []).append(
+            {
+                "line": entry.line,
+                "column": entry.column,
+                "occurrence": entry.occurrence,
+                "original": entry.original,
+                "replacement": entry.replacement,
+                "verdict": entry.verdict.value,
+            }
+        )
     path = Path(scratch) / SKIP_FILE
     path.write_text(json.dumps(skip, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return path

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import catalogue, html_page, markdown, schema, scoring
+from . import catalogue, html_page, keys, markdown, schema, scoring
 from .model import CuratedRun, CuratedStatus, MutantStatus, MutmutResults
 from .mutmut_algorithms import algorithm
 from .project import ROOT
@@ -55,7 +55,8 @@ def triage_findings(results: MutmutResults) -> tuple[MutmutResults, list[str], l
     """The results with each survivor's triage from its algorithm's triage file, and the (problems, notes) of it."""
     triage_file = algorithm(results.algorithm).triage_file
     entries, problems = scoring.load_triage(HERE / triage_file)
-    records, more, notes = scoring.triage(results.mutants, entries, results.selected, triage_file)
+    described = keys.describe(results.mutants, results.sources or {results.file: results.source})
+    records, more, notes = scoring.triage(described, entries, results.selected, triage_file)
     return dataclasses.replace(results, mutants=records), problems + more, notes
 
 
@@ -177,6 +178,14 @@ def write_reports(
         notes += triage_notes
         summary = scoring.score(results.mutants)
         timing = scoring.timing(results)
+        if summary.unjudged:
+            # never counted as detected or survived, never dropped silently: the driver reran them once, serially
+            line = (
+                f"mutmut: {summary.unjudged} mutant(s) not judged (interrupted, suspicious or segfault, after one "
+                "serial rerun of those that exited 2): left out of the score, neither detected nor survived"
+            )
+            notes.append(line)
+            print(line)
         if update_baseline and summary.score is not None:
             baseline = record_baseline(baseline_path, baseline_data, results, summary)
             notes.append(f"baseline updated to {baseline:.2f} %")

@@ -48,69 +48,127 @@ def load_toml(path: Path) -> dict:
     return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
-def load_triage(path: Path = HERE / "equivalent.toml") -> tuple[dict[str, TriageEntry], list[str]]:
-    """{mutant name: entry} of the triage file, and the problems with its entries."""
-    entries: dict[str, TriageEntry] = {}
+def load_triage(path: Path = HERE / "equivalent.toml") -> tuple[list[TriageEntry], list[str]]:
+    """The entries of the triage file, in its order, and the problems with them.
+
+    An entry is keyed by what its mutant is (TriageEntry): function, line, column, occurrence, original,
+    replacement. Entries of the old format (keyed by mutmut's `name`, no `function` or `column`) load too:
+    their function comes from the name, and `python -m mutants triage refresh` writes them in the new format.
+    """
+    entries: list[TriageEntry] = []
     problems: list[str] = []
-    keys = [f.name for f in dataclasses.fields(TriageEntry)]
+    seen: dict[tuple, int] = {}
     verdicts = tuple(v.value for v in TriageVerdict)
     for i, entry in enumerate(load_toml(path).get("mutant", [])):
-        name = entry.get("name", "")
-        missing = [k for k in keys if k not in entry]
+        label = f"{path.name} entry {i + 1}"
+        missing = [k for k in TriageEntry.REQUIRED if k not in entry]
+        if "function" not in entry and not function_name_of(entry.get("name", "")):
+            missing.insert(0, "function")
         if missing:
-            problems.append(f"{path.name} entry {i + 1} ({name or '?'}): missing {', '.join(missing)}")
+            problems.append(f"{label}: missing {', '.join(missing)}")
             continue
         if entry["verdict"] not in verdicts:
-            problems.append(f"{path.name}: {name}: verdict must be one of {verdicts}, not {entry['verdict']!r}")
+            problems.append(f"{label}: verdict must be one of {verdicts}, not {entry['verdict']!r}")
             continue
-        if not entry["why"].strip():
-            problems.append(f"{path.name}: {name}: empty why")
-        if name in entries:
-            problems.append(f"{path.name}: {name} is triaged twice")
-        entries[name] = TriageEntry.from_dict(entry)
+        if "column" in entry and type(entry["column"]) is not int:
+            problems.append(f"{label}: column must be a whole number")
+            continue
+        if "occurrence" in entry and not (type(entry["occurrence"]) is int and entry["occurrence"] >= 1):
+            problems.append(f"{label}: occurrence must be a whole number from 1")
+            continue
+        parsed = TriageEntry.from_dict(entry)
+        if not parsed.why.strip():
+            problems.append(f"{label} ({parsed.function}): empty why")
+        # old-format entries (no column) of one line and change differ by mutmut's name until `triage refresh`
+        same = (*parsed.key, parsed.name if parsed.column is None else "")
+        if same in seen:
+            problems.append(f"{label} triages the same mutant as entry {seen[same]}: {parsed.describe()}")
+        seen.setdefault(same, i + 1)
+        entries.append(parsed)
     return entries, problems
+
+
+def function_name_of(name: str) -> str:
+    """The function of mutmut's mutant `name`, "" for anything else (an old-format entry's way to its function)."""
+    return function_name(name) if "__mutmut_" in name else ""
+
+
+def now_there(entry: TriageEntry, records, limit: int = 6) -> str:
+    """What mutmut made now where a stale entry was: the mutants of its line, else of its change, in its function."""
+    same_function = [r for r in records if r.function == entry.function]
+    if not same_function:
+        return f"mutmut made no mutant of {entry.function} (renamed or removed?)"
+    here = [r for r in same_function if r.line == entry.line]
+    where = "at that line"
+    if not here:
+        here = [r for r in same_function if (r.original, r.replacement) == (entry.original, entry.replacement)]
+        where = f"the line is gone from {entry.function}; that change elsewhere in it"
+    if not here:
+        return f"the line is gone from {entry.function}, and so is that change"
+    shown = "; ".join(
+        f"{r.original!r} -> {r.replacement!r}"
+        + (f" at column {r.column}" if r.column is not None else "")
+        + (f" (occurrence {r.occurrence})" if r.occurrence is not None else "")
+        + (f" in `{r.line}`" if r.line != entry.line else "")
+        + f" [{r.short}, {r.status.text}]"
+        for r in here[:limit]
+    )
+    more = f"; and {len(here) - limit} more" if len(here) > limit else ""
+    return f"mutmut made {where}: {shown}{more}"
 
 
 def triage(
     records: tuple[MutantRecord, ...],
-    entries: dict[str, TriageEntry],
+    entries: list[TriageEntry],
     selected: tuple[str, ...] = (),
     triage_file: str = "equivalent.toml",
 ) -> tuple[tuple[MutantRecord, ...], list[str], list[str]]:
     """The records with each survivor's verdict and why from the triage file, and its (problems, notes).
 
-    `selected`: the functions a `--functions` run covered; an entry of another function is then not
-    reported as naming no current mutant (that run did not look at it). `triage_file`: the file the
-    entries come from (in mutants/), named in the problem of an untriaged survivor.
+    The records must carry their column and occurrence (keys.describe). An entry applies to the mutants it
+    describes, whatever mutmut numbered them; an entry that describes no mutant is stale, reported once with
+    what mutmut made at its line now. `selected`: the functions a `--functions` run covered; an entry of another
+    function is then not looked at. `triage_file`: the file the entries come from (in mutants/), named in the
+    problems.
     """
+    by_change: dict[tuple, list[TriageEntry]] = {}
+    for entry in entries:
+        by_change.setdefault(
+            (entry.function, entry.line, entry.occurrence, entry.original, entry.replacement), []
+        ).append(entry)
+    used: set[int] = set()
     triaged, problems, notes = [], [], []
     for r in records:
-        entry = entries.get(r.name)
+        candidates = by_change.get((r.function, r.line, r.occurrence, r.original, r.replacement), [])
+        matching = [e for e in candidates if e.matches(r)]
+        used.update(id(e) for e in matching)
         # a skipped mutant is one the hooks plugin found triaged: its triage applies as to a survivor
         unkilled = r.status.undetected or r.status is MutantStatus.SKIPPED
-        if entry is None:
+        if len(matching) > 1:
+            problems.append(f"{r.short} ({r.function}) is triaged by {len(matching)} entries of mutants/{triage_file}")
+        if not matching:
             if unkilled:
+                at = r.location.start.line if r.location.start else "?"
                 problems.append(
-                    f"untriaged survivor {r.short} ({r.function}, line {r.location.start.line}): "
-                    f"{r.original!r} -> {r.replacement!r}; add it to mutants/{triage_file} or add a check"
+                    f"untriaged survivor {r.short} ({r.function}, line {at}): {r.original!r} -> {r.replacement!r} "
+                    f"in `{r.line}`; triage it in mutants/{triage_file} "
+                    f"(python -m mutants triage add {r.short} --verdict ... --why ...) or add a check"
                 )
-        elif not entry.matches(r):
-            problems.append(
-                f"stale triage of {r.short}: the file says {entry.original!r} -> {entry.replacement!r} "
-                f"in `{entry.line}`, mutmut made {r.original!r} -> {r.replacement!r} in `{r.line}` "
-                "(renumbered after a change to the code? re-triage it)"
-            )
         elif unkilled:
-            r = dataclasses.replace(r, verdict=entry.verdict, why=entry.why)
+            r = dataclasses.replace(r, verdict=matching[0].verdict, why=matching[0].why)
         else:
-            notes.append(f"{r.short} is triaged {entry.verdict.value} but is now {r.status.text}: drop its entry")
+            notes.append(
+                f"{r.short} ({matching[0].describe()}) is triaged but is now {r.status.text}: drop its entry"
+            )
         triaged.append(r)
-    known = {r.name for r in records}
-    for name in entries:
-        if selected and function_name(name) not in selected:
+    for entry in entries:
+        if id(entry) in used or (selected and entry.function not in selected):
             continue
-        if name not in known:
-            notes.append(f"triage entry {name.rpartition('.')[2]} names no current mutant: drop it")
+        problems.append(
+            f"stale triage in mutants/{triage_file}: {entry.describe()}"
+            + (f" (was {entry.name.rpartition('.')[2]})" if entry.name else "")
+            + f" describes no mutant now; {now_there(entry, records)}. Re-triage: python -m mutants triage"
+        )
     return tuple(triaged), problems, notes
 
 
@@ -125,6 +183,8 @@ class Score:
     undetected: int
     missing_check: int
     score: float | None
+    unjudged: int = 0
+    """Mutants the run gave no verdict on (MutantStatus.unjudged): in neither side of the score."""
 
 
 def score(records: tuple[MutantRecord, ...]) -> Score:
@@ -142,6 +202,7 @@ def score(records: tuple[MutantRecord, ...]) -> Score:
         undetected=undetected,
         missing_check=sum(1 for r in records if r.verdict is TriageVerdict.MISSING_CHECK),
         score=round(100.0 * detected / valid, 2) if valid else None,
+        unjudged=sum(counts.get(s.text, 0) for s in MutantStatus if s.unjudged),
     )
 
 

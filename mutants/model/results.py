@@ -54,6 +54,11 @@ class MutantRecord:
     why: str = ""
     file: str = "reference_trainers/ppo.py"
     """The mutated file, relative to the project root (its `location` counts in that file)."""
+    column: int | None = None
+    """1-based column of the change counted from the line's first non-blank character (0 or less where it begins in
+    the indentation, as an argument removed with its line): part of the triage key (keys.py)."""
+    occurrence: int | None = None
+    """Which of the function's lines whose stripped text is `line` (1-based); None when there is only one."""
 
     @property
     def short(self) -> str:
@@ -94,6 +99,8 @@ class MutantRecord:
             "replacement": self.replacement,
             "mutator": self.mutator,
             "diff": self.diff,
+            "column": self.column,
+            "occurrence": self.occurrence,
         }
         if self.cost is not None:
             data.update(self.cost.to_dict())
@@ -124,6 +131,8 @@ class MutantRecord:
             TriageVerdict(data["verdict"]) if data.get("verdict") else None,
             data.get("why", ""),
             data.get("file", "reference_trainers/ppo.py"),
+            data.get("column"),
+            data.get("occurrence"),
         )
 
 
@@ -241,25 +250,101 @@ class MutmutResults:
 
 @dataclass(frozen=True)
 class TriageEntry:
-    """One survivor's triage in mutants/equivalent.toml, with the change mutmut made then, to catch a renumbering."""
+    """One survivor's triage in mutants/equivalent.toml, keyed by what the mutant is, not by mutmut's number.
 
-    name: str
+    The key: the function (`name` or `Class.method`), the stripped source line, the 1-based column of the
+    change in that stripped line (0 or less where it begins in the indentation), the replaced text and its
+    replacement, and `occurrence` where the same line text appears more than once in the function. An entry
+    follows its mutant when lines are added or moved, and matches nothing once the line or the change is gone.
+    `name` (mutmut's number when it was triaged) is information only, kept from files of the old format; it
+    never decides a match. An entry without `column` (the old format) matches only where `original` occurs once
+    in the line.
+    """
+
+    function: str
     line: str
+    column: int | None
     original: str
     replacement: str
     verdict: TriageVerdict
     why: str
+    occurrence: int | None = None
+    name: str = ""
+
+    REQUIRED = ("line", "original", "replacement", "verdict", "why")
+    """The keys every `[[mutant]]` table must have; `function` too, or else an old-format `name` to derive it."""
+
+    @property
+    def key(self) -> tuple:
+        """What the entry describes: (function, line, column, occurrence, original, replacement)."""
+        return (self.function, self.line, self.column, self.occurrence, self.original, self.replacement)
+
+    def describe(self) -> str:
+        """The entry in one line, as the problems and the triage command name it."""
+        where = f"{self.function}: `{self.line}`"
+        if self.occurrence is not None:
+            where += f" (occurrence {self.occurrence})"
+        column = "" if self.column is None else f" at column {self.column}"
+        return f"{where}{column}: {self.original!r} -> {self.replacement!r} ({self.verdict.value})"
 
     def matches(self, record: MutantRecord) -> bool:
-        """Whether `record` is still the change this entry triaged (same line, original and replacement)."""
-        return (self.line, self.original, self.replacement) == (record.line, record.original, record.replacement)
+        """Whether `record` is the change this entry triaged: same function, line text, column, occurrence,
+        replaced text and replacement (`keys.describe` gives a record its column and occurrence)."""
+        if (self.function, self.line, self.occurrence, self.original, self.replacement) != (
+            record.function,
+            record.line,
+            record.occurrence,
+            record.original,
+            record.replacement,
+        ):
+            return False
+        if self.column is not None:
+            return self.column == record.column
+        return self.original != "" and self.line.count(self.original) == 1  # old format: one place it can be
 
     def to_dict(self) -> dict:
-        """The entry as a `[[mutant]]` table of equivalent.toml holds it."""
-        return dict(dataclasses.asdict(self), verdict=self.verdict.value)
+        """The entry as a `[[mutant]]` table of equivalent.toml holds it (no None values, no empty name)."""
+        data = {
+            "function": self.function,
+            "line": self.line,
+            "column": self.column,
+            "occurrence": self.occurrence,
+            "original": self.original,
+            "replacement": self.replacement,
+            "verdict": self.verdict.value,
+            "why": self.why,
+            "name": self.name,
+        }
+        return {k: v for k, v in data.items() if v is not None and v != "" or k in ("original", "replacement")}
 
     @classmethod
     def from_dict(cls, data: dict) -> TriageEntry:
-        """An entry read from equivalent.toml (scoring.load_triage checks its keys and verdict first)."""
-        keys = [f.name for f in dataclasses.fields(cls)]
-        return cls(**dict({k: data[k] for k in keys}, verdict=TriageVerdict(data["verdict"])))
+        """An entry read from equivalent.toml (scoring.load_triage checks its keys and verdict first).
+
+        An old-format entry (no `function`) takes its function from `name`, mutmut's name of the mutant.
+        """
+        name = data.get("name", "")
+        function = data.get("function") or function_of_name(name)
+        return cls(
+            function,
+            data["line"],
+            data.get("column"),
+            data["original"],
+            data["replacement"],
+            TriageVerdict(data["verdict"]),
+            data["why"],
+            data.get("occurrence"),
+            name,
+        )
+
+
+def function_of_name(name: str) -> str:
+    """The function (`f` or `Class.method`) of mutmut's mutant name; "" for a name that is not one."""
+    generated = name.rpartition(".")[2]
+    base, sep, _ = generated.rpartition("__mutmut_")
+    if not sep:
+        return ""
+    if base.startswith("x\u01c1"):
+        cls, _, method = base[2:].partition("\u01c1")
+        return f"{cls}.{method}"
+    return base.removeprefix("x_")

@@ -38,9 +38,13 @@ class MutantStatus(Enum):
     TIMEOUT = ("timeout", SchemaStatus.TIMEOUT, (36, 24, -24, 152, 255))  # 24, -24, 152: SIGXCPU
     CAUGHT_BY_TYPE_CHECK = ("caught by type check", SchemaStatus.COMPILE_ERROR, (37,))
     SEGFAULT = ("segfault", SchemaStatus.RUNTIME_ERROR, (-11, -9))
-    # 2: pytest's exit for a usage error; under mutmut nobody interrupts (no terminal), so it is the gate refusing
-    # to run, e.g. the harness's exit 2 when the mutated trainer rejects a valid configuration: detected
-    INTERRUPTED = ("check was interrupted by user", SchemaStatus.KILLED, (2,))
+    # 2: pytest's exit for an interruption, a collection error or a usage error, and the harness's when the
+    # mutated trainer rejects a valid configuration. The hooks plugin says which (mutmut_hooks.EXIT2_ENV); the
+    # driver makes a configuration error REFUSED (detected) and reruns the others once, serially. One still exit
+    # 2 after that was not judged: neither detected nor survived, counted apart and said in one line.
+    INTERRUPTED = ("check was interrupted by user", SchemaStatus.RUNTIME_ERROR, (2,))
+    # not mutmut's: an exit 2 the hooks plugin saw come from the harness's configuration error (mutmut_run.py)
+    REFUSED = ("refused (configuration error)", SchemaStatus.KILLED, ())
     NOT_CHECKED = ("not checked", SchemaStatus.PENDING, (None,))
 
     def __new__(cls, text: str, schema: SchemaStatus, exit_codes: tuple[int | None, ...]) -> MutantStatus:
@@ -63,8 +67,15 @@ class MutantStatus(Enum):
 
     @property
     def detected(self) -> bool:
-        """Whether the suite caught the mutant (killed, timed out, or refused with exit 2): the score's numerator."""
-        return self in (MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.INTERRUPTED)
+        """Whether the suite caught the mutant (killed, timed out, or the gate refused its configuration): the score's
+        numerator."""
+        return self in (MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.REFUSED)
+
+    @property
+    def unjudged(self) -> bool:
+        """Whether the run gave no verdict on the mutant (interrupted, suspicious, segfault): neither detected nor
+        survived, left out of the score and counted apart (never silently)."""
+        return self in (MutantStatus.INTERRUPTED, MutantStatus.SUSPICIOUS, MutantStatus.SEGFAULT)
 
     @property
     def undetected(self) -> bool:

@@ -506,7 +506,8 @@ def test_the_hooks_plugin_imports_nothing_of_the_mutants_package():
     modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
     stdlib = {"__future__", "difflib", "importlib", "inspect", "json", "os", "pathlib", "re", "sys", "types"}
-    assert {m.split(".")[0] for m in modules} <= stdlib | {"pytest", "hypothesis", "mutmut"}
+    # harness: copied into the scratch project, its pytest plugin loaded by the same session (its CONFIG_ERROR key)
+    assert {m.split(".")[0] for m in modules} <= stdlib | {"pytest", "hypothesis", "mutmut", "harness"}
 
 
 def test_locations_are_those_of_the_original_file():
@@ -590,23 +591,22 @@ def test_timing_takes_the_kill_costs_the_driver_stored():
 
 def test_every_survivor_must_be_triaged_and_equivalents_leave_the_score():
     records = [
-        record("x_pooled_stats__mutmut_1", "killed"),
-        record("x_pooled_stats__mutmut_2", "survived"),
-        record("x_pooled_stats__mutmut_3", "survived"),
-        record("x_pooled_stats__mutmut_4", "survived"),
+        record("x_pooled_stats__mutmut_1", "killed", replacement="-1", column=8),
+        record("x_pooled_stats__mutmut_2", "survived", replacement="1", column=8),
+        record("x_pooled_stats__mutmut_3", "survived", original=">", replacement=">=", column=6),
+        record("x_pooled_stats__mutmut_4", "survived", original="n", replacement="None", column=4),
     ]
-    entries = {
-        "reference_trainers.ppo.x_pooled_stats__mutmut_2": TriageEntry(
-            "reference_trainers.ppo.x_pooled_stats__mutmut_2", "if n > 0:", "0", "1", TriageVerdict.EQUIVALENT, "w"
-        ),
-        "reference_trainers.ppo.x_pooled_stats__mutmut_3": TriageEntry(
-            "reference_trainers.ppo.x_pooled_stats__mutmut_3", "if n > 0:", "0", "2", TriageVerdict.MISSING_CHECK, "w"
-        ),
-    }
+    entries = [
+        TriageEntry("pooled_stats", "if n > 0:", 8, "0", "1", TriageVerdict.EQUIVALENT, "w"),
+        TriageEntry("pooled_stats", "if n > 0:", 8, "0", "2", TriageVerdict.MISSING_CHECK, "w"),
+        TriageEntry("pooled_stats", "if n > 0:", None, ">", ">=", TriageVerdict.MISSING_CHECK, "old format"),
+    ]
     triaged, problems, _ = scoring.triage(tuple(records), entries)
     assert any("untriaged survivor x_pooled_stats__mutmut_4" in p for p in problems)
-    assert any("stale triage of x_pooled_stats__mutmut_3" in p for p in problems)
-    assert [r.verdict for r in triaged] == [None, TriageVerdict.EQUIVALENT, None, None]
+    (stale,) = [p for p in problems if "stale" in p]  # said once, with what mutmut made at that line now
+    assert "pooled_stats: `if n > 0:` at column 8: '0' -> '2' (missing-check) describes no mutant now" in stale
+    assert "'0' -> '1' at column 8 [x_pooled_stats__mutmut_2, survived]" in stale
+    assert [r.verdict for r in triaged] == [None, TriageVerdict.EQUIVALENT, TriageVerdict.MISSING_CHECK, None]
     assert records[1].verdict is None  # the records read in are left as they were
     summary = scoring.score(triaged)
     assert summary.counts == {"killed": 1, "equivalent": 1, "survived": 2}
@@ -617,8 +617,9 @@ def test_the_triage_file_is_well_formed():
     entries, problems = scoring.load_triage()
     assert problems == []
     assert entries, "mutants/equivalent.toml lists the triaged survivors"
-    assert all(isinstance(e, TriageEntry) and e.why.strip() for e in entries.values())
-    assert all(TriageEntry.from_dict(e.to_dict()) == e for e in entries.values())
+    assert all(isinstance(e, TriageEntry) and e.why.strip() for e in entries)
+    assert all(TriageEntry.from_dict(e.to_dict()) == e for e in entries)
+    assert all(e.column is not None and not e.name for e in entries), "keyed by description (triage refresh)"
     baseline = json.loads((ROOT / "mutants" / "baseline.json").read_text(encoding="utf-8"))
     assert 0 < baseline["mutmut"]["score"] <= 100
 
@@ -626,17 +627,27 @@ def test_the_triage_file_is_well_formed():
 def test_the_triage_file_names_its_problems(tmp_path):
     path = tmp_path / "equivalent.toml"
     path.write_text(
-        '[[mutant]]\nname = "a"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "maybe"\nwhy = "w"\n'
-        '[[mutant]]\nname = "b"\nline = "l"\n'
-        '[[mutant]]\nname = "c"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\nwhy = " "\n',
+        '[[mutant]]\nname = "m.x_a__mutmut_1"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "maybe"\n'
+        'why = "w"\n'
+        '[[mutant]]\nfunction = "b"\nline = "l"\n'
+        '[[mutant]]\nfunction = "c"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\n'
+        'why = " "\ncolumn = 1\n'
+        '[[mutant]]\nfunction = "c"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\n'
+        'why = "w"\ncolumn = 1\n'
+        '[[mutant]]\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\nwhy = "w"\n'
+        '[[mutant]]\nfunction = "d"\nline = "l"\noriginal = "o"\nreplacement = "r"\nverdict = "equivalent"\n'
+        'why = "w"\ncolumn = "0"\n',
         encoding="utf-8",
     )
     entries, problems = scoring.load_triage(path)
-    assert list(entries) == ["c"] and entries["c"].verdict is TriageVerdict.EQUIVALENT
+    assert [e.function for e in entries] == ["c", "c"] and entries[0].verdict is TriageVerdict.EQUIVALENT
     assert problems == [
-        "equivalent.toml: a: verdict must be one of ('equivalent', 'missing-check'), not 'maybe'",
-        "equivalent.toml entry 2 (b): missing original, replacement, verdict, why",
-        "equivalent.toml: c: empty why",
+        "equivalent.toml entry 1: verdict must be one of ('equivalent', 'missing-check'), not 'maybe'",
+        "equivalent.toml entry 2: missing original, replacement, verdict, why",
+        "equivalent.toml entry 3 (c): empty why",
+        "equivalent.toml entry 4 triages the same mutant as entry 3: c: `l` at column 1: 'o' -> 'r' (equivalent)",
+        "equivalent.toml entry 5: missing function",
+        "equivalent.toml entry 6: column must be a whole number",
     ]
 
 
@@ -653,8 +664,12 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
     assert MutantStatus.from_exit_code(None) is MutantStatus.NOT_CHECKED
     assert MutantStatus.from_exit_code(1) is MutantStatus.KILLED and MutantStatus.from_exit_code(0).undetected
     assert MutantStatus.from_exit_code(12345) is MutantStatus.SUSPICIOUS  # mutmut's default for an unknown code
-    detected = {MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.INTERRUPTED}  # 2: the gate refused to run
+    # REFUSED: an exit 2 the hooks plugin saw come from the harness's configuration error (not a mutmut code)
+    detected = {MutantStatus.KILLED, MutantStatus.TIMEOUT, MutantStatus.REFUSED}
     assert {s for s in MutantStatus if s.detected} == detected
+    unjudged = {MutantStatus.INTERRUPTED, MutantStatus.SUSPICIOUS, MutantStatus.SEGFAULT}  # counted apart, never lost
+    assert {s for s in MutantStatus if s.unjudged} == unjudged
+    assert not any(s.detected and s.undetected or s.unjudged and (s.detected or s.undetected) for s in MutantStatus)
     assert {s for s in MutantStatus if s.undetected} == {MutantStatus.SURVIVED, MutantStatus.NO_TESTS}
     assert {s.text: s.schema.value for s in MutantStatus} == {
         "killed": "Killed",
@@ -665,7 +680,8 @@ def test_every_mutmut_exit_code_maps_to_one_status_and_one_schema_status():
         "caught by type check": "CompileError",
         "suspicious": "RuntimeError",
         "segfault": "RuntimeError",
-        "check was interrupted by user": "Killed",
+        "check was interrupted by user": "RuntimeError",
+        "refused (configuration error)": "Killed",
         "not checked": "Pending",
     }
     assert schema.SCHEMA_STATUSES == {s.value for s in SchemaStatus} >= {s.schema.value for s in MutantStatus}

@@ -93,12 +93,15 @@ def test_a_selected_run_says_it_covers_only_those_functions_and_reads_back():
 
 
 def test_triage_of_other_functions_is_not_called_stale_in_a_selected_run():
-    entry = TriageEntry("reference_trainers.ppo.x_log__mutmut_1", "x = 0", "0", "1", TriageVerdict.EQUIVALENT, "w")
+    entry = TriageEntry("PPOTrainer.log", "x = 0", 5, "0", "1", TriageVerdict.EQUIVALENT, "w")
     records = (record("x_compute_gae__mutmut_1", "killed", "compute_gae"),)
-    _, _, notes = scoring.triage(records, {entry.name: entry}, ("compute_gae",))
-    assert notes == []
-    _, _, notes = scoring.triage(records, {entry.name: entry})
-    assert notes == ["triage entry x_log__mutmut_1 names no current mutant: drop it"]
+    assert scoring.triage(records, [entry], ("compute_gae",))[1:] == ([], [])
+    _, problems, _ = scoring.triage(records, [entry])
+    assert problems == [
+        "stale triage in mutants/equivalent.toml: PPOTrainer.log: `x = 0` at column 5: '0' -> '1' (equivalent) "
+        "describes no mutant now; mutmut made no mutant of PPOTrainer.log (renamed or removed?). "
+        "Re-triage: python -m mutants triage"
+    ]
 
 
 def test_a_selected_run_has_its_own_baseline_apart_from_the_whole_file_one(tmp_path):
