@@ -48,6 +48,27 @@ class Gradients:
 
 
 @pytest.mark.trl
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_trl_at_its_bf16_default_is_flagged_with_class_16(loss_type, caplog):
+    """GRPOConfig's precision default, bf16=True over float32 weights: TRL's per-token values stay float32, the
+    tolerances derived from them are float32's, and the flat mean of micro-batch means fails, named class 16
+    (under the bfloat16 row it passed: 2 % of an entropy, 5e-3 of a kl)."""
+    from harness.live import LiveCheck
+
+    run = trl_run(GRPOSpec(max_steps=3, gradient_accumulation_steps=2, logging_steps=1, beta=0.04,
+                           loss_type=loss_type, dtype="bfloat16"))  # fmt: skip
+    assert run.trainer.args.bf16 and next(run.trainer.model.parameters()).dtype == torch.float32
+    live = LiveCheck(every=1)
+    run.trainer.add_callback(live)
+    with caplog.at_level(logging.INFO, logger="harness.live"):
+        train_trl(run)
+    assert live.summary.failed >= 1 and 16 in live.summary.classes
+    entropy = [v for r in live.results for v in r.verdicts if v.name == "entropy" and v.failed]
+    assert entropy and all(v.diagnosis is not None and v.diagnosis.classes == (16,) for v in entropy)
+    assert all(v.precision.dtype == "float32" and v.tol < 1e-4 for v in entropy)
+
+
+@pytest.mark.trl
 def test_trl_flat_mean_is_flagged_with_class_16(tmp_path, caplog):
     from harness.live import LiveCheck
 

@@ -86,15 +86,15 @@ def _trl_grpo_available() -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def trl_grpo_verdict(tmp_path_factory):
+def verdict_at(tmp_path_factory, *options: str):
+    """One `python -m harness verify --target trl-grpo OPTIONS` run: (exit code, verify.json, its output)."""
     if not _trl_grpo_available():
         if os.environ.get("CI"):
             pytest.fail("trl==1.12.0 is not installed in CI's test session (nox -s tests installs the trl extra)")
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
     out = tmp_path_factory.mktemp("verify-trl-grpo")
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--target", "trl-grpo", "--report-dir", str(out)],
+        [sys.executable, "-m", "harness", "verify", "--target", "trl-grpo", "--report-dir", str(out), *options],
         capture_output=True,
         text=True,
         timeout=600,
@@ -102,6 +102,41 @@ def trl_grpo_verdict(tmp_path_factory):
     )
     report = json.loads((out / "verify.json").read_text()) if (out / "verify.json").exists() else {}
     return proc.returncode, report, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trl_grpo_verdict(tmp_path_factory):
+    return verdict_at(tmp_path_factory)
+
+
+def diagnoses(report) -> dict[str, set]:
+    """check id -> {(failing metric, its diagnosis's classes or None)} of the failing checks."""
+    out = {}
+    for check in report["checks"]:
+        if check["status"] == "fail":
+            out[check["id"]] = {(m["name"], tuple(m["diagnosis"]["classes"]) if m["diagnosis"] else None)
+                                for m in check["metrics"] if m["failed"]}  # fmt: skip
+    return out
+
+
+@pytest.mark.slow
+def test_trl_grpo_at_its_bfloat16_default_fails_the_same_checks_with_the_same_diagnoses(trl_grpo_verdict,
+                                                                                      tmp_path_factory):  # fmt: skip
+    """TRL's GRPOConfig trains under bf16=True by default; its per-token values stay float32 there, so the
+    tolerances derived from them are float32's and the flat means of micro-batch means fail as at float32, each
+    named. (The partition check compares one run's log with another's by the table's bfloat16 row: its entropy
+    passes there; the check fails on kl, as at float32.)"""
+    code, report, output = verdict_at(tmp_path_factory, "--dtype", "bfloat16")
+    assert code == 1 and report["dtype"] == "bfloat16", output[-3000:]
+    at_bf16, at_f32 = diagnoses(report), diagnoses(trl_grpo_verdict[1])
+    assert set(at_bf16) == set(at_f32) == TRL_GRPO_FAILS
+    for check_id in TRL_GRPO_FAILS - {"partition"}:
+        named = lambda found: {(m, c) for m, c in found if c is not None}  # noqa: E731
+        assert named(at_bf16[check_id]) == named(at_f32[check_id]), check_id
+    assert at_bf16["partition"] == {("kl", None)}
+    entropy = [m for c in report["checks"] if c["id"] == "uneven_lengths[loss_type=dapo]" for m in c["metrics"]
+               if m["name"] == "entropy" and m["failed"]]  # fmt: skip
+    assert entropy and all(m["precision"]["dtype"] == "float32" for m in entropy)
 
 
 @pytest.mark.slow
