@@ -28,11 +28,15 @@ is not copied. It only acts when mutmut runs the suite (MUTANT_UNDER_TEST is set
   still runs every selected test;
 - a mutant that `mutants/equivalent.toml` triages (equivalent, or a missing-check
   survivor) is not run when the driver hands over the triage (`PPO_MUTMUT_SKIP`
-  names a JSON file of those entries) and the mutant really is the change
-  triaged: the line it changes in the generated code is the entry's line and its
-  new text has the entry's replacement. The session then exits 34, mutmut's
-  "skipped". A renumbered mutant matches no entry and runs, and the report calls
-  its entry stale;
+  names a JSON file of those entries, by function, keyed by what each mutant is:
+  line, column, occurrence, original, replacement) and the mutant's function is
+  exactly its original's with an entry's change made, text for text. The session
+  then exits 34, mutmut's "skipped". A mutant that is another change, or the same
+  change at another place, matches no entry and runs;
+- when a session against a mutant exits 2, the plugin writes why into the folder
+  `PPO_MUTMUT_EXIT2` names: the harness's configuration error (the mutated trainer
+  rejects the gate's valid configuration: a detection), or anything else (an
+  interruption, a collection error: no verdict, which the driver reruns once);
 - a test that runs the trainer only in processes it starts (the two-process gate,
   harness/ranks_suite/test_verify_dist.py) is linked by mutmut's stats run to no function, since
   the stats of those processes never reach mutmut. When the driver hands over the links

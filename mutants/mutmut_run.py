@@ -21,7 +21,10 @@ Instead it
    generated functions (`x_<name>__mutmut_<n>`, and `xǁ<Class>ǁ<method>__mutmut_<n>`
    inside their class) and turns each mutant into a record with its file, its
    location in the original file (locate.py), the replaced text, the replacement
-   and a unified diff (mutmut_results.json; mutmut_collect.py).
+   and a unified diff (mutmut_results.json; mutmut_collect.py), each with its triage key (keys.py);
+5. judges each mutant whose session exited 2 by what the hooks plugin wrote down: the harness's configuration
+   error is "refused" (detected); any other exit 2 is rerun once, serially, and one still exiting 2 is not judged
+   (left out of the score, said in one line with the reason).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The numbers of the mutmut run, each computed once: triage of its survivors, the score, timing, kill costs.
 
 The triage file (mutants/equivalent.toml for PPO, mutants/equivalent_grpo.toml for GRPO)
-gives every survivor a verdict:
+gives every survivor a verdict, each entry keyed by what its mutant is (function, line, column, occurrence,
+original, replacement: model.TriageEntry, keys.py), never by mutmut's number for it:
 "equivalent" mutants leave the score, "missing-check" survivors count as survived
 (known gaps of the gate, listed so that someone closes them).
 
