@@ -70,7 +70,8 @@ def pick(verdict: MetricVerdict, matches: Sequence[Candidate]) -> tuple[Diagnosi
         listed = " / ".join(f"{c.formula}" for c in best)
         return None, f"{NO_MATCH} unambiguously ({listed} all do)"
     chosen = min(best, key=lambda c: abs(verdict.logged - c.value))
-    return Diagnosis(chosen.classes, chosen.formula, chosen.value, abs(verdict.logged - chosen.value), chosen.source), ""
+    gap = abs(verdict.logged - chosen.value)
+    return Diagnosis(chosen.classes, chosen.formula, chosen.value, gap, chosen.source), ""
 
 
 def worth_a_look(verdict: MetricVerdict) -> bool:

@@ -21,7 +21,7 @@ import torch
 from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
-from harness.oracle.precision import Precision, coarsest
+from harness.oracle.precision import Precision, coarsest, margin_of
 
 from .contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
 from .spec import CLIPPED_LOSS_TYPES
@@ -29,12 +29,9 @@ from .spec import CLIPPED_LOSS_TYPES
 VESPO_CLAMP = (math.log(1e-8), 20.0)
 """vespo's bounds on a sequence's log importance weight; each token's log-ratio is first bounded by +-20 (TRL's
 `get_gamma_weights`, docs/grpo-metrics.md section 4)."""
-CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
-"""Relative distance of a ratio from a clip bound within which the trainer's own rounding may put it on either
-side (the margins PPO's training signal uses: bfloat16 ratios near 1.2 are 1/128 apart, flips measured at 1e-2;
-float16 has 8 times bfloat16's resolution). Such a flag is uncertain: the tolerance of a clip metric grows by the
-share of flags that are. The margin is that of the dtype the trainer held the log-probs in (`LossRecord.held`),
-the ratio being theirs, else the run's."""
+# A clip flag whose ratio lies within CLIP_MARGIN (oracle/precision.py) of its bound is uncertain: the tolerance of a
+# clip metric grows by the share of flags that are. The margin is that of the dtype the trainer held the log-probs
+# in (`LossRecord.held`), the ratio being theirs, else the run's.
 
 
 @dataclass(frozen=True)
@@ -65,11 +62,6 @@ class Settings:
     def margin(self) -> float:
         """CLIP_MARGIN of the trainer's dtype (the float32 one for a dtype the table lacks)."""
         return margin_of(self.dtype)
-
-
-def margin_of(dtype: str | None) -> float:
-    """CLIP_MARGIN of `dtype` (the float32 one for a dtype the table lacks)."""
-    return CLIP_MARGIN.get(str(dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
 
 
 def record_problems(record: LossRecord) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # GRPO clip metrics (docs/grpo-metrics.md): a flag mean or extreme; its scale is the share of flags whose ratio
-    # lies within the dtype's rounding margin of a clip bound (harness/algorithms/grpo/expect.py, CLIP_MARGIN), so
+    # lies within the dtype's rounding margin of a clip bound (CLIP_MARGIN, harness/oracle/precision.py), so
     # scale_tol 1 lets exactly those flip. Measured on the reference GRPO trainer, every GRPO check, seeds 0-4: no
     # uncertain flag at float32 and float64 (worst gaps 1e-8, the float32 rounding of the logged means: under 10%
     # of the abs/rel allowance); at bfloat16 uncertain shares up to 0.061 of the tokens (means) and 0.29 of a

@@ -25,7 +25,7 @@ from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.gradients import Factor, factor_note
 
-from .signal import CLIP_MARGIN, advantages, near_the_clip
+from .signal import advantages, margin_of, near_the_clip
 from .view import MicroBatchView, UpdateView
 
 METRIC = "gradient/logp"
@@ -77,7 +77,7 @@ def gaps(update: UpdateView, per_minibatch: int, cliprange: float, dtype: str, c
     gradient by (1 alone; 1 / world where data parallelism averages), applied to the recorded gradient."""
     a = advantages(update)
     largest, size, tokens, factors = 0.0, 0.0, 0, []
-    margin = CLIP_MARGIN.get(dtype, 1e-5)
+    margin = margin_of(dtype)
     groups = minibatches(update, per_minibatch)
     counts = minibatch_counts(update, per_minibatch) if counts is None else counts
     if len(counts) != len(groups):

@@ -20,15 +20,14 @@ import torch
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.masks import mask_difference
+from harness.oracle.precision import margin_of
 
 from . import value_signal
 from .view import MicroBatchView, UpdateView
 
 PER_TOKEN = ("per_token/pg_loss", "per_token/pg_clipfrac")
-CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 3e-2}
-"""Ratios (and new values, to v_old +- cliprange_value) this close to 1 +- eps may round to either side of
-the clip in the trainer's dtype: their clip indicator is not compared (bfloat16 ratios near 1.2 are 1/128
-apart; measured flips at 1e-2 from the edge)."""
+# Ratios (and new values, to v_old +- cliprange_value) within CLIP_MARGIN (oracle/precision.py) of 1 +- eps may round
+# to either side of the clip in the trainer's dtype: their clip indicator is not compared.
 """The largest gap between a recorded per-token value and the formula's, over every micro-batch of an update."""
 
 
@@ -74,7 +73,7 @@ def largest_gaps(update: UpdateView, cliprange: float, dtype: str) -> dict[str, 
     for micro in update.micro_batches:
         loss, indicator = _micro_terms(micro, a, cliprange)
         r = micro.response_mask
-        decided = r & ~near_the_clip(micro.log_ratio(), cliprange, CLIP_MARGIN.get(dtype, 1e-5))
+        decided = r & ~near_the_clip(micro.log_ratio(), cliprange, margin_of(dtype))
         tokens += int(r.sum())
         compared = (
             ("per_token/pg_loss", "pg_loss", loss, r),
@@ -100,7 +99,7 @@ def expectations(update: UpdateView, spec: Any, scores: Any = None) -> tuple[dic
     The policy side (pg_loss, pg_clipfrac) and the value side (`value_signal.py`: raw advantages, rewards
     when whitened, vf_loss, vf_clipfrac); each metric that cannot be recomputed is unknown, with the reason.
     """
-    margin = CLIP_MARGIN.get(spec.dtype, 1e-5)
+    margin = margin_of(spec.dtype)
     try:
         found: dict[str, tuple[float, float] | str] = dict(largest_gaps(update, spec.cliprange, spec.dtype))
     except NotRecomputable as why:

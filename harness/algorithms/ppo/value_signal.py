@@ -74,7 +74,7 @@ def raw_gaps(update: UpdateView, signal: Signal, whiten_rewards: bool) -> Gaps:
     return out
 
 
-TIE_MARGIN = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 1e-1}
+TIE_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 1.5e-2, "bfloat16": 1e-1}
 """Tokens whose two squared errors are this close (relative to 1 + the larger) may be ordered either way by a
 trainer whose returns carry its dtype's rounding: their clip indicator is not compared. Measured at bfloat16
 (reference, uneven split): one flip at a near tie, the oracle's returns 3e-2 from the trainer's."""
