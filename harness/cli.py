@@ -17,14 +17,19 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify = sub.add_parser("verify", help="run every scenario against a target")
     verify.add_argument("--target", default="reference",
                         help="reference (default), trl, reference-grpo, trl-grpo, or pkg.module:factory")  # fmt: skip
-    verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--seed", type=int, default=0,
+                        help="the seed of every run (models, prompts, sampling; default 0): the same seed gives the "
+                        "same verdicts and numbers")  # fmt: skip
     verify.add_argument("--seeds", default=None, metavar="LIST",
                         help="one run per seed, e.g. 0,1,2 or 0-4: a verdict each and one overall")  # fmt: skip
-    verify.add_argument("--device", default="cpu")
+    verify.add_argument("--device", default="cpu",
+                        help="where the target trains: cpu (default) or cuda (float32 with TF32 off)")  # fmt: skip
     verify.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
-                        help="the dtype the target builds its models in (default float32); the tolerance of each "
-                        "pooled statistic is derived from the dtype its recorded terms were held in, whatever this is")
-    verify.add_argument("--report-dir", default="reports")
+                        help="the dtype the target trains in (default float32; trl-grpo trains bfloat16 and float16 under "
+                        "TRL's own mixed precision); each pooled statistic's tolerance is derived from the dtype its "
+                        "recorded terms were held in (docs/tolerances.md)")
+    verify.add_argument("--report-dir", default="reports",
+                        help="where verify.json, verify.xml and verify.md go (default reports/)")  # fmt: skip
     verify.add_argument("--check", action="append", default=[], metavar="ID",
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip
     verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
