@@ -69,9 +69,13 @@ def trainer_module(trainer: Any) -> tuple[types.ModuleType, Any]:
 
 
 def model_dtype(trainer: Any) -> str:
-    """The dtype the tolerances are those of: bfloat16 under `bf16`, else the policy's parameters'."""
+    """The run's dtype: bfloat16 under `bf16`, float16 under `fp16`, else the policy's parameters'. The pooled
+    metrics' tolerances come from the dtype their recorded terms were held in (docs/tolerances.md); this one picks
+    the table's rows for the rest (the logit gaps, the gradient) and stands in where a record does not say."""
     if getattr(trainer.args, "bf16", False):
         return "bfloat16"
+    if getattr(trainer.args, "fp16", False):
+        return "float16"
     model = trainer.accelerator.unwrap_model(trainer.model)
     dtype = next((p.dtype for p in model.parameters()), None)
     return str(dtype).removeprefix("torch.") if dtype is not None else "float32"
