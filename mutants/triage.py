@@ -105,8 +105,9 @@ def rewrite(path: Path, entries: list[TriageEntry | None], added: list[TriageEnt
             out.append(format_entry(entry))
         out.append(trailing)
     if added:
-        if out[-1] and not out[-1].endswith("\n\n"):
-            out.append("\n")
+        so_far = "".join(out)
+        if so_far and not so_far.endswith("\n\n"):
+            out.append("\n" if so_far.endswith("\n") else "\n\n")
         out.append("\n".join(format_entry(e) for e in added))
     text = "".join(out)
     tomllib.loads(text)  # never write a file that does not read back

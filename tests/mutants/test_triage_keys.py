@@ -191,7 +191,8 @@ def test_triage_lists_adds_and_is_clean_once_every_survivor_is_triaged(setup, ca
     args = ["triage", "--results", str(results), "add", "x_f__mutmut_1", "x_f__mutmut_3"]
     assert cli.main([*args, "--verdict", "missing-check", "--why", "a check of f's doubling"]) == 0
     text = triage_file.read_text(encoding="utf-8")
-    assert text.startswith("# header\n") and "__mutmut_" not in text  # keyed by description, not by number
+    assert text.startswith("# header\n\n[[mutant]]") and "__mutmut_" not in text  # keyed by description
+    assert text.count("\n\n[[mutant]]") == 2  # a blank line before each entry
     entries, problems = scoring.load_triage(triage_file)
     assert problems == [] and [(e.line, e.column, e.occurrence) for e in entries] == [
         ("y = x * 2 * 2", 7, 1),
