@@ -143,6 +143,9 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     adv = record.advantages.double().unsqueeze(1)
     held = held_dtypes(record, s)
     margin = margin_of(held["flags"] or s.dtype)
+    # a log-ratio of exactly 0 (the old log-probs the new ones, as on policy) is a ratio of exactly 1 in every dtype:
+    # its flags are decided, not within rounding of a bound
+    inexact = (logps - old) != 0
     ratio = torch.exp(logps - old)
     raw = ratio
     ratio_ops = ratio * (1 + (logps - old).abs())  # exp's rounding, and the subtraction's carried through it
@@ -152,7 +155,7 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         loss = -ratio.clamp(max=s.epsilon_high) * adv * logps
         loss_ops = 2 * adv.abs() * logps.abs() * ratio_ops
         cispo = ((ratio > s.epsilon_high) & (adv > 0)).double()
-        uncertain = (((ratio - s.epsilon_high).abs() <= margin * s.epsilon_high) & (adv > 0)).double()
+        uncertain = (((ratio - s.epsilon_high).abs() <= margin * s.epsilon_high) & (adv > 0) & inexact).double()
     elif s.loss_type == "sapo":
         tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
         loss = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
@@ -174,7 +177,7 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
         near_low = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
         near_high = ((ratio - upper).abs() <= margin * upper) & (adv > 0)
-        uncertain = (near_low | near_high).double()
+        uncertain = ((near_low | near_high) & inexact).double()
     kl = None
     operands = {"loss": loss_ops}
     if phi is not None:

@@ -72,6 +72,13 @@ def clipping(run: GRPOSpec) -> GRPOSpec:
     return spec if spec.loss_type in CLIPPED_LOSS_TYPES else spec.with_(loss_type=GRPOSpec().loss_type)
 
 
+def at_cap_spec(run: GRPOSpec) -> GRPOSpec:
+    """cispo on policy with its cap at 1: one window per generation, so the old log-probs are the new ones and
+    every ratio is exactly 1, the cap itself, where r > epsilon_high is false (off_policy[loss_type=cispo])."""
+    return spec_for(UNEVEN, run).with_(name="cispo_at_cap", loss_type="cispo", epsilon_high=CISPO_CAP,
+                                       steps_per_generation=UNEVEN.gradient_accumulation_steps)  # fmt: skip
+
+
 def off_policy_spec(run: GRPOSpec, loss_type: str) -> GRPOSpec:
     """The extremes geometry (two passes at LR 0.05: ratios far from 1) under a loss type without a clip."""
     spec = spec_for(EXTREME, run).with_(name="off_policy", loss_type=loss_type)

@@ -32,6 +32,7 @@ from .runs import (
     SHORT,
     SOFT,
     UNEVEN,
+    at_cap_spec,
     clipping,
     off_policy_spec,
     spec_for,
@@ -77,6 +78,17 @@ def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckR
     return check.finish()
 
 
+def at_the_cap(per_interval) -> str:
+    """What the cispo run at its cap is for: a token of positive advantage whose ratio is exactly the cap."""
+    for interval in per_interval:
+        cap = interval.settings.epsilon_high
+        at_cap = [(t.ratio == cap) & t.mask & (r.advantages > 0).unsqueeze(1)
+                  for r, t in zip(interval.records, interval.terms)]  # fmt: skip
+        if not any(bool(flags.any()) for flags in at_cap):
+            return f"interval {interval.index + 1}: no token's ratio is exactly the cap {cap}"
+    return ""
+
+
 def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled over tokens, not over windows."""
     check, obs = Check(case.id), cache.get(spec_for(SHORT, run), spy=False)
@@ -93,7 +105,8 @@ def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
 
 def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Ratios far from 1 under cispo, sapo or vespo: each interval's pooled metrics (cispo_clip_ratio,
-    vespo/phi_seq_mean, policy_loss, entropy, kl) equal the oracle's."""
+    vespo/phi_seq_mean, policy_loss, entropy, kl) equal the oracle's. cispo also runs on policy with its cap at 1,
+    every ratio exactly the cap: a token is clipped only when r > epsilon_high, not at the cap itself."""
     check = Check(case.id)
     obs = cache.get(off_policy_spec(run, case.param("loss_type")), spy=False)
     spec = obs.spec
@@ -116,6 +129,8 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
         return ""
 
     pooled_check(cache, obs, check, need)
+    if spec.loss_type == "cispo":
+        pooled_check(cache, cache.get(at_cap_spec(run), spy=False), check, at_the_cap)
     return check.finish()
 
 
