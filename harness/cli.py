@@ -25,9 +25,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify.add_argument("--device", default="cpu",
                         help="where the target trains: cpu (default) or cuda (float32 with TF32 off)")  # fmt: skip
     verify.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
-                        help="the dtype the target trains in (default float32; trl-grpo trains bfloat16 and float16 under "
-                        "TRL's own mixed precision); each pooled statistic's tolerance is derived from the dtype its "
-                        "recorded terms were held in (docs/tolerances.md)")
+                        help="the dtype the target trains in (default float32; trl-grpo trains bfloat16 and "
+                        "float16 under TRL's own mixed precision); each pooled statistic's tolerance is derived "
+                        "from the dtype its recorded terms were held in (docs/tolerances.md)")
     verify.add_argument("--report-dir", default="reports",
                         help="where verify.json, verify.xml and verify.md go (default reports/)")  # fmt: skip
     verify.add_argument("--check", action="append", default=[], metavar="ID",

@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 from . import mutmut_hooks, selection
-from .model import MutantRecord, MutantStatus
 from .keys import describe
+from .model import MutantRecord, MutantStatus
 from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .mutmut_collect import collect, write_results
 from .mutmut_scratch import PPO, PRISTINE, prepare_scratch, write_rank_links, write_skip_file
