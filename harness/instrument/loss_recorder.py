@@ -157,6 +157,13 @@ class LossRecorder:
         """One frozen record per recorded loss call so far, in the order they ran."""
         return tuple(draft.frozen() for draft in self._drafts)
 
+    def checked_records(self) -> tuple[LossRecord, ...]:
+        """`records`, or RuntimeError naming the first of the recorder's own faults while tolerant (the records
+        of a recording that failed part-way are not the interval's)."""
+        if self.faults:
+            raise RuntimeError(f"recording failed ({len(self.faults)}x): {self.faults[0]}")
+        return self.records
+
     def __enter__(self) -> LossRecorder:
         if self._undo is not None:
             raise RuntimeError("this LossRecorder is already installed")

@@ -102,9 +102,7 @@ class ReferenceLive:
         if recorder is None:
             return None
         recorder.__exit__(None, None, None)
-        if recorder.faults:
-            raise RuntimeError(f"recording failed ({len(recorder.faults)}x): {recorder.faults[0]}")
-        return recorder.records
+        return recorder.checked_records()
 
     def callback(self, metrics, step) -> None:
         """The trainer's callback, `callback(metrics, step)`, first of its callbacks; it never raises."""

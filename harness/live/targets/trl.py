@@ -276,9 +276,7 @@ class LiveCheck(TrainerCallback):
         if recorder is None:
             return ()
         recorder.__exit__(None, None, None)
-        if recorder.faults:
-            raise RuntimeError(f"recording failed ({len(recorder.faults)}x): {recorder.faults[0]}")
-        return recorder.records
+        return recorder.checked_records()
 
     def _at_log(self, state, logs):
         """At a training log: check the interval if it was sampled, and install the recorder for the next one. The
