@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs import documented
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -32,7 +34,8 @@ def test_the_examples_pass_the_gate_from_a_wheel_and_their_broken_variants_fail_
     if python is None:
         pytest.skip("no interpreter with nox here: `nox -s tests` runs this test, `nox -s example` the session")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # the session's pytest runs its own
-    done = subprocess.run([python, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "example"], cwd=ROOT, env=env,
+    _, args = documented.argv("nox -s example", __file__, nox=[python, "-m", "nox", "-f", str(ROOT / "noxfile.py")])
+    done = subprocess.run(args, cwd=ROOT, env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1800)  # fmt: skip
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]

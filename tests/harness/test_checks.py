@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.algorithms import case, cases, check_ids
 from harness.verdict import CheckId
+from tests.docs import documented
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,9 +43,8 @@ def test_a_sweep_that_is_not_a_product_lists_its_points():
 
 
 def test_docs_checks_md_is_what_the_cli_prints():
-    printed = subprocess.run(
-        [sys.executable, "-m", "harness", "checks", "--markdown"], capture_output=True, text=True, cwd=ROOT, check=True
-    ).stdout
+    _, args = documented.argv("python -m harness checks --markdown", __file__)  # as docs/checks.md says
+    printed = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert (ROOT / "docs" / "checks.md").read_text(encoding="utf-8") == printed, (
         "docs/checks.md is stale: python -m harness checks --markdown > docs/checks.md"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gate_run import verify_dist
+from tests.support.gate_run import documented_run, verify_dist
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_reference_trainer_passes_across_two_processes(tmp_path):
-    code, report, output = verify_dist(tmp_path, "reference")
+    code, report, output = documented_run("python -m harness verify-dist", __file__, tmp_path)
     assert code == 0, output[-3000:]
     assert {c["id"]: c["status"] for c in report["checks"]} == {
         "uneven_split[ranks=2]": "pass",
@@ -33,7 +33,7 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
 
 @pytest.mark.slow
 def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
-    code, report, output = verify_dist(tmp_path, "reference-grpo")
+    code, report, output = documented_run("python -m harness verify-dist --target reference-grpo", __file__, tmp_path)
     assert code == 0, output[-3000:]
     assert {c["id"]: c["status"] for c in report["checks"]} == {
         "uneven_lengths[ranks=2]": "pass",

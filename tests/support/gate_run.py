@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.docs import documented
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,3 +47,18 @@ def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
     )
     path = tmp_path / "dist" / "verify.json"
     return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
+
+
+def documented_run(line: str, test_file: str, report_dir: Path, timeout: float = 600) -> tuple[int, dict, str]:
+    """A `python -m harness verify | verify-dist ...` command of the docs, word for word as tests/docs/documented.py
+    registers it for `test_file`, with `--report-dir report_dir` appended, from the project's root: (exit code, its
+    verify.json as data or {} when none was written, stdout and stderr)."""
+    assigned, args = documented.argv(line, test_file)
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([*filter(None, [assigned.pop("PYTHONPATH", "")]), str(ROOT), *inherited])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1",
+           **assigned, "PYTHONPATH": path}  # fmt: skip
+    proc = subprocess.run([*args, "--report-dir", str(report_dir)], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env)  # fmt: skip
+    report = report_dir / ("dist" if "verify-dist" in args else "") / "verify.json"
+    return proc.returncode, (json.loads(report.read_text()) if report.exists() else {}), proc.stdout + proc.stderr

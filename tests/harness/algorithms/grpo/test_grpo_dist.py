@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.gate_run import verify_dist
+from tests.support.gate_run import documented_run, verify_dist
 
 pytestmark = pytest.mark.dist
 
@@ -69,7 +69,7 @@ def test_trl_grpo_across_two_processes_fails_its_pooling_alone(tmp_path):
     as its flat mean of micro-batch means does on one process; its gradient, advantages, masks and reward inputs
     over both ranks pass."""
     pytest.importorskip("trl")
-    code, report, output = verify_dist(tmp_path, "trl-grpo")
+    code, report, output = documented_run("python -m harness verify-dist --target trl-grpo", __file__, tmp_path)
     assert code == 1, output[-3000:]
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     fails = {"uneven_lengths[ranks=2]", "freshness[ranks=2]"}

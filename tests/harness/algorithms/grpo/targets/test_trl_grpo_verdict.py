@@ -12,11 +12,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from harness.algorithms.grpo.spec import LOSS_TYPES
+from tests.docs import documented
 
 pytestmark = pytest.mark.trl
 
@@ -86,15 +86,17 @@ def _trl_grpo_available() -> bool:
         return False
 
 
-def verdict_at(tmp_path_factory, *options: str):
-    """One `python -m harness verify --target trl-grpo OPTIONS` run: (exit code, verify.json, its output)."""
+def verdict_at(tmp_path_factory, line: str):
+    """One run of `line`, a `python -m harness verify --target trl-grpo ...` command of the docs (word for word as
+    tests/docs/documented.py registers it for this module, a report folder appended): (exit code, verify.json, its
+    output)."""
     if not _trl_grpo_available():
         if os.environ.get("CI"):
             pytest.fail("trl==1.12.0 is not installed in CI's test session (nox -s tests installs the trl extra)")
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
     out = tmp_path_factory.mktemp("verify-trl-grpo")
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--target", "trl-grpo", "--report-dir", str(out), *options],
+        [*documented.argv(line, __file__)[1], "--report-dir", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -106,7 +108,7 @@ def verdict_at(tmp_path_factory, *options: str):
 
 @pytest.fixture(scope="module")
 def trl_grpo_verdict(tmp_path_factory):
-    return verdict_at(tmp_path_factory)
+    return verdict_at(tmp_path_factory, "python -m harness verify --target trl-grpo")
 
 
 def diagnoses(report) -> dict[str, set]:
@@ -126,7 +128,7 @@ def test_trl_grpo_at_its_bfloat16_default_fails_the_same_checks_with_the_same_di
     tolerances derived from them are float32's and the flat means of micro-batch means fail as at float32, each
     named. (The partition check compares one run's log with another's by the table's bfloat16 row: its entropy
     passes there; the check fails on kl, as at float32.)"""
-    code, report, output = verdict_at(tmp_path_factory, "--dtype", "bfloat16")
+    code, report, output = verdict_at(tmp_path_factory, "python -m harness verify --target trl-grpo --dtype bfloat16")
     assert code == 1 and report["dtype"] == "bfloat16", output[-3000:]
     at_bf16, at_f32 = diagnoses(report), diagnoses(trl_grpo_verdict[1])
     assert set(at_bf16) == set(at_f32) == TRL_GRPO_FAILS
