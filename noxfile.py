@@ -131,9 +131,17 @@ def report_dir(posargs: list[str]) -> tuple[str, list[str]]:
 def wants_trl(posargs: list[str]) -> bool:
     """True when the target is one of TRL's adapters: `trl`, `trl-grpo`, or either on a module (`trl:MODULE`,
     `trl-grpo:MODULE`, a module that imports TRL)."""
-    names = ("trl", "--target=trl", "trl-grpo", "--target=trl-grpo")
-    prefixes = ("trl:", "--target=trl:", "trl-grpo:", "--target=trl-grpo:")
-    return any(a in names or a.startswith(prefixes) for a in posargs)
+    return trl_extra(posargs) is not None
+
+
+def trl_extra(posargs: list[str]) -> str | None:
+    """The package's extra that installs the TRL release a TRL adapter in the arguments runs on: `trl-ppo` (TRL
+    1.12.0, the last with a PPOTrainer) for `trl` or `trl:MODULE`, `trl` (today's TRL) for `trl-grpo` or
+    `trl-grpo:MODULE`; None when no TRL adapter is named."""
+    for name, extra_name in (("trl-grpo", "trl"), ("trl", "trl-ppo")):
+        if any(a in (name, f"--target={name}") or a.startswith((f"{name}:", f"--target={name}:")) for a in posargs):
+            return extra_name
+    return None
 
 
 def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
@@ -157,7 +165,9 @@ def extra(name: str) -> list[str]:
 
 
 def constraints_but_trl(folder: str) -> str:
-    """constraints.txt without its trl pin, written to `folder`; its path."""
+    """constraints.txt without any trl pin, written to `folder`; its path. constraints.txt holds none (the `trl`
+    and `trl-ppo` extras pin two releases); this keeps an install of a TRL of the caller's choosing from being
+    refused should one come back."""
     pins = [line for line in open(CONSTRAINTS, encoding="utf-8") if not re.match(r"\s*trl\s*[=<>!~]", line)]
     constraints = os.path.join(folder, "constraints-but-trl.txt")
     with open(constraints, "w", encoding="utf-8") as f:
@@ -166,17 +176,24 @@ def constraints_but_trl(folder: str) -> str:
 
 
 def trl_besides() -> list[str]:
-    """What TRL needs at run time beside itself: the `trl` extra less its TRL pin (`requests`, which
-    trl.trainer.grpo_trainer imports and no TRL release declares), read from pyproject.toml."""
-    return [req for req in extra("trl") if not re.match(r"\s*trl\b", req)]
+    """What TRL needs at run time beside itself: the `trl` extra less its TRL pin and less the gate's engine (the
+    `gate` extra), i.e. `requests`, which trl.trainer.grpo_trainer imports and no TRL release declares; read
+    from pyproject.toml. A live run needs this and TRL, and no pytest."""
+    engine = set(extra("gate"))
+    return [req for req in extra("trl") if not re.match(r"\s*trl\b", req) and req not in engine]
+
+
+def trl_pin(extra_name: str) -> str:
+    """The TRL release the package's extra `extra_name` pins (`trl==X`): X."""
+    (pin,) = [req for req in extra(extra_name) if re.match(r"\s*trl\s*==", req)]
+    return pin.partition("==")[2].strip()
 
 
 def install_trl(session: nox.Session, what: str) -> None:
     """Install a TRL checkout (a folder: editable), wheel or requirement into the session, keeping torch.
 
-    constraints.txt pins trl==1.12.0 (the release whose verdict the tests pin), so this install
-    takes every pin but that one: torch stays 2.13.0 whatever the TRL asks for, and pip fails
-    rather than fetch another torch.
+    Under constraints.txt (which pins no trl: the extras pin theirs), so that torch stays 2.13.0 whatever the
+    TRL asks for, and pip fails rather than fetch another torch.
     """
     constraints = constraints_but_trl(session.create_tmp())
     besides = trl_besides()
@@ -202,11 +219,13 @@ def verify(session: nox.Session) -> None:
     a usage error, else 1 if any failed a check. `--target` or `--check` runs one gate (check ids belong to one
     algorithm; the default target is `reference`).
 
-    `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a checkout, a wheel, a
-    version) into the session first, so that TRL's adapter runs against it.
+    `-- --target trl` installs the `trl-ppo` extra (TRL 1.12.0, the PPO adapter's release), `-- --target
+    trl-grpo` the `trl` extra (today's TRL); `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a
+    checkout, a wheel, a version) into the session instead, so that TRL's adapter runs against it.
     """
     trl, args = trl_option(session)
-    install(session, "test", *(["trl"] if trl is None and wants_trl(args) else []))
+    wanted = trl_extra(args) if trl is None else None
+    install(session, "test", *([wanted] if wanted else []))
     if trl is not None:
         install_trl(session, trl)
     if names_target(args):
@@ -245,7 +264,7 @@ def tests(session: nox.Session) -> None:
     `nox -Rs tests -- -m "not slow"` is the fast tier for the edit-test loop (the venv reused, nothing installed):
     every module's unit tests and each algorithm's whole reference gate, in process.
     """
-    install(session, "test", "trl", "mutation")
+    install(session, "test", "trl-ppo", "mutation")
     site = install_trl_newest(session)
     if session.run(sys.executable, "-c", "", external=True, silent=True, log=False) is None:
         return  # nox runs nothing: --install-only
@@ -334,10 +353,11 @@ def example(session: nox.Session) -> None:
     """examples/external_trainer (tinyppo, PPO) and examples/external_grpo (tinygrpo, GRPO) as trainer repositories
     use the gate, in one fresh venv with this package's wheel.
 
-    Builds the wheel, creates a venv, installs torch (the pin of constraints.txt), then the
-    wheel and both examples; for each example in turn, `ppo-verify` on its trainer must exit 0,
-    its own tests must pass, and `ppo-verify` on its broken variant must exit 1. Reports:
-    reports/example/ (tinyppo) and reports/example/grpo/ (tinygrpo).
+    Builds the wheel, creates a venv, installs torch (the pin of constraints.txt), then the wheel with no extra,
+    TRL's newest release and what TRL imports undeclared, as a TRL user's training environment has them: there,
+    live mode must run with none of the test dependencies (`live_without_extras`). Then both examples; for each
+    example in turn, `ppo-verify` on its trainer must exit 0, its own tests must pass, and `ppo-verify` on its
+    broken variant must exit 1. Reports: reports/example/ (tinyppo) and reports/example/grpo/ (tinygrpo).
     """
     if session.run(sys.executable, "-c", "", external=True, silent=True) is None:  # nox runs nothing: --install-only
         session.log("example makes its own venv when it runs: nothing to install ahead (--install-only)")
@@ -372,10 +392,14 @@ def example(session: nox.Session) -> None:
             pip = (python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", CONSTRAINTS)
             session.run(*pip, "--upgrade", "pip", external=True)
         session.run(*pip, "torch", external=True)  # the trainer's torch is there first
-        session.run(*pip, wheel, *(f"{project}[test]" for project in projects), external=True)
-
         # nothing from this work tree on the path (every command runs outside it): the harness comes from the wheel
         env = {**CPU_THREADS, **WRITE_BYTECODE, "PYTHONPATH": "", "GITHUB_STEP_SUMMARY": ""}
+        # a TRL user's environment: the package with no extra beside TRL and what TRL imports without declaring it
+        session.run(*pip, wheel, f"trl=={TRL_NEWEST}", *trl_besides(), external=True)
+        with session.chdir(scratch):
+            live_without_extras(session, python, os.path.join(scratch, "live"), env)
+        session.run(*pip, wheel, *(f"{project}[test]" for project in projects), external=True)
+
         modules = ["harness", *(package for _, package, *_ in EXAMPLES)]
         files = ", ".join(f"{m}.__file__" for m in modules)
         probe = f"import torch, {', '.join(modules)}; print(torch.__version__, {files})"
@@ -405,6 +429,34 @@ def example(session: nox.Session) -> None:
         # a venv with torch takes minutes to delete on some disks (ext4 with discard): not waited for
         subprocess.Popen(["rm", "-rf", scratch], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+
+TEST_ONLY = ("pytest", "hypothesis", "xdist", "tensorboard")
+"""What the `test` extra brings that live mode must not need."""
+LIVE_RUN = ("--target", "trl-grpo", "--steps", "2", "--every", "1", "--layers", "1", "--hidden-size", "16")
+"""The smallest live demonstration: 2 steps of TRL's GRPOTrainer on a one-layer Llama of width 16, every log
+checked (about 5 s on a CPU, most of it importing TRL)."""
+
+
+def live_without_extras(session: nox.Session, python: str, reports: str, env: dict) -> None:
+    """In a venv holding the package with no extra and TRL: none of TEST_ONLY is importable, and a small TRL
+    GRPOTrainer run with LiveCheck added (`python -m harness.live`, LIVE_RUN) has its logs checked. It exits 1,
+    as TRL's newest release does in live mode (its entropy is a mean of micro-batch means: class 16,
+    docs/live.md)."""
+    probe = f"import importlib.util as u; print(' '.join(m for m in {TEST_ONLY!r} if u.find_spec(m)))"
+    found = session.run(python, "-c", probe, env=env, external=True, silent=True).split()
+    if found:
+        session.error(f"installing the package with no extra brought {', '.join(found)}: live mode must not need them")
+    started = time.monotonic()
+    said = session.run(python, "-m", "harness.live", *LIVE_RUN, "--report-dir", reports,
+                       env={**env, "TRL_EXPERIMENTAL_SILENCE": "1"}, external=True, silent=True,
+                       success_codes=[1])  # fmt: skip
+    checked = re.search(r"live demo: (\d+) interval\(s\) checked, (\d+) failed", said)
+    if not checked or checked[1] != "2" or "(class 16)" not in said:
+        session.error(f"the live check did not check the run's 2 logs as expected:\n{said[-3000:]}")
+    session.log(f"live mode with no extra: LiveCheck checked {checked[1]} logs of a TRL {TRL_NEWEST} GRPOTrainer run "
+                f"({checked[2]} failed, class 16, as TRL logs entropy), without {', '.join(TEST_ONLY)}; "
+                f"{time.monotonic() - started:.1f} s")  # fmt: skip
 
 
 @nox.session(python=False, default=False)
@@ -448,8 +500,8 @@ def install_check(session: nox.Session) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-TRL_NEWEST = "1.16.0"
-"""The newest TRL release whose GRPO verdict is pinned (TRL_NEWEST_TESTS)."""
+TRL_NEWEST = trl_pin("trl")
+"""The newest TRL release whose GRPO verdict is pinned (TRL_NEWEST_TESTS): the one the `trl` extra installs."""
 TRL_NEWEST_TESTS = "tests/harness/algorithms/grpo/targets/test_trl_newest.py"
 """The module that pins it."""
 TRL_RELEASES = ("1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
@@ -460,8 +512,7 @@ TRL_RELEASES = ("1.12.0", "1.13.0", "1.14.2", "1.15.0", "1.16.0")
 def trl_newest(session: nox.Session) -> None:
     """The GRPO gate's pinned verdict on TRL's newest release (TRL_NEWEST): TRL_NEWEST_TESTS alone, in this
     session's own venv with that release installed (`tests` runs the same module from a folder of its venv)."""
-    install(session, "test")
-    install_trl(session, f"trl=={TRL_NEWEST}")
+    install(session, "test", "trl")
     env = {**CPU_THREADS, "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
     session.run("python", "-m", "pytest", TRL_NEWEST_TESTS, *session.posargs, env=env)
 

@@ -1,12 +1,15 @@
 """`python -m harness verify | verify-dist | checks | algorithms`.
 
-Exit 0 pass, 1 a check failed, 2 usage or configuration.
+Exit 0 pass, 1 a check failed, 2 usage or configuration (a module the command needs that cannot be imported is
+one line naming what to install, harness/needs.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from . import needs
 
 SUITE = "harness.suite"
 
@@ -242,12 +245,23 @@ def write_config_error(args: argparse.Namespace, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m harness ...`; a module it needs that cannot be imported is one line and exit 2 (needs.guarded)."""
+    argv = sys.argv[1:] if argv is None else argv
+    verb = next((a for a in argv if not a.startswith("-")), "")
+    return needs.guarded(f"python -m harness {verb}".rstrip(), lambda: run(argv))
+
+
+def run(argv: list[str]) -> int:
     from .heap import no_teardown_walk
 
     no_teardown_walk()  # a gate process's teardown would walk torch's and transformers' objects (harness/heap.py)
-    args, extra = parse(sys.argv[1:] if argv is None else argv)
+    args, extra = parse(argv)
+    # what a command will import, checked before it starts (one line naming it, from `main`): every target trains
+    # with torch; the gate's engine is pytest, and Hypothesis draws the PPO gate's partitions (the `gate` extra)
+    needs.require(*{"verify": ("torch", "pytest", "hypothesis"), "verify-dist": ("torch",), "checks": ("torch",)}
+                  .get(args.command, ()))  # fmt: skip
     if args.command == "verify" and args.seeds is not None:
-        return verify_seeds(args, list(sys.argv[1:] if argv is None else argv))
+        return verify_seeds(args, list(argv))
     if args.command == "verify":
         return verify(args, extra)
     if args.command == "checks":
@@ -261,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def verify_main(argv: list[str] | None = None) -> int:
     """`ppo-verify [options]`: the same as `python -m harness verify [options]`."""
-    return main(["verify", *(sys.argv[1:] if argv is None else argv)])
+    argv = ["verify", *(sys.argv[1:] if argv is None else argv)]
+    return needs.guarded("ppo-verify", lambda: run(argv))
 
 
 if __name__ == "__main__":

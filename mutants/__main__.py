@@ -11,6 +11,9 @@ triage [list]                                  untriaged survivors and stale ent
 triage add NAME... --verdict V --why TEXT      triage mutants of the last run, keyed by what they are
 triage refresh [--drop-stale]                  rewrite the entries in the current format (mutants/triage.py)
 all (the default)                              curated, then mutmut, then report
+
+A module a sub-command needs that cannot be imported (torch, pytest, Hypothesis, mutmut) is one line naming what
+to install, and exit 2.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from harness import needs
 
 from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .project import ROOT
@@ -100,13 +105,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the sub-command; the session exits with the worst of its parts' codes (2, then 1, then 0)."""
+    """Run the sub-command; the session exits with the worst of its parts' codes (2, then 1, then 0). A module it
+    needs that cannot be imported is one line naming what to install, and exit 2 (harness/needs.py)."""
     argv = sys.argv[1:] if argv is None else argv
+    verb = argv[0] if argv and not argv[0].startswith("-") else "all"
+    return needs.guarded(f"python -m mutants {verb}", lambda: run(argv))
+
+
+def run(argv: list[str]) -> int:
+    """`main`, unguarded."""
     if argv and argv[0] == "triage":
         from . import triage
 
         return triage.main(argv[1:])
     args = parse(argv)
+    # every sub-command imports the gate (torch; pytest and Hypothesis, the `gate` extra), and mutmut's runs mutmut:
+    # checked before a run starts, so that a missing one is one line (from `main`) and not a failure of each mutant
+    needs.require("torch", "pytest", "hypothesis", *(("mutmut",) if args.command in ("mutmut", "all") else ()))
     from . import mutmut_run, report, runner, selection  # after parsing: `--help` and a usage error import none of them
 
     codes = []

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from harness import needs
+
 from .sizes import SIZES, Size
 
 GOALS = {"small": 1.15, "medium": 1.05, "large": 1.05}
@@ -284,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    small = (args.size or ("medium" if args.live else "small")) == "small"
+    # what the run imports (one line naming it, from harness/bench/__main__.py): torch; on the CPU, the small
+    # size's figures end with the wall time of `python -m harness verify`, the gate's engine (the `gate` extra)
+    needs.require("torch", *(("pytest", "hypothesis") if small and args.device == "cpu" else ()))
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -14,11 +14,12 @@ interval is GRPO's (`harness/algorithms/grpo/live.py`).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.algorithms.grpo.live import IntervalResult, Summary, check_interval, expected_key, merge_ranks
+if TYPE_CHECKING:
+    from harness.algorithms.grpo.live import IntervalResult, Summary, check_interval, expected_key, merge_ranks
 
-from .session import LiveCheckFailed, LiveConfigError, LiveSession
+    from .session import LiveCheckFailed, LiveConfigError, LiveSession
 
 __all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveConfigError", "LiveSession", "Summary",
            "check_interval", "expected_key", "live_reference", "merge_ranks"]  # fmt: skip
@@ -27,9 +28,18 @@ __all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveConfigError", 
 ADAPTERS = {"LiveCheck": "harness.live.targets.trl", "live_reference": "harness.live.targets.reference"}
 """Name -> the `targets/` module that defines it, loaded by name when first asked for (as the target resolver
 loads the gate's targets): the check itself never imports a trainer's adapter."""
+EXPORTS = {
+    **dict.fromkeys(("IntervalResult", "Summary", "check_interval", "expected_key", "merge_ranks"),
+                    "harness.algorithms.grpo.live"),
+    **dict.fromkeys(("LiveCheckFailed", "LiveConfigError", "LiveSession"), "harness.live.session"),
+    **ADAPTERS,
+}  # fmt: skip
+"""Every public name -> its module, each imported when first asked for: importing the package imports nothing
+else (not even torch), so that `python -m harness.live` without a module it needs says so in one line
+(harness/needs.py) rather than failing on the package's import."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in ADAPTERS:
-        return getattr(importlib.import_module(ADAPTERS[name]), name)
+    if name in EXPORTS:
+        return getattr(importlib.import_module(EXPORTS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,4 +3,7 @@
 import importlib
 import sys
 
-sys.exit(importlib.import_module("harness.live.targets.demo").main())  # a target module, loaded by name
+from harness import needs
+
+demo = importlib.import_module("harness.live.targets.demo")  # a target module, loaded by name
+sys.exit(needs.guarded("python -m harness.live", demo.main))

@@ -20,7 +20,15 @@ from typing import Any
 from harness.errors import HarnessConfigError
 
 TRL_VERSION = "1.12.0"
-"""The TRL release the extra installs, whose verdicts the tests pin (docs/trl.md, docs/trl-grpo.md)."""
+"""The TRL release the `trl-ppo` extra installs, the last with a PPOTrainer, whose verdicts the tests pin
+(docs/trl.md, docs/trl-grpo.md)."""
+TRL_NEWEST = "1.16.0"
+"""The TRL release the `trl` extra installs, whose GRPO verdict `baselines/trl-1.16.0-grpo.toml` holds."""
+INSTALL = {
+    "trl": f"trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl-ppo]'",
+    "trl-grpo": f"trl (1.12.0 or later; the `trl` extra installs {TRL_NEWEST}): pip install 'ppo-stats-harness[trl]'",
+}
+"""What each TRL adapter needs, and the extra that installs it, for the message when TRL cannot be imported."""
 
 
 def trl_release() -> str | None:
@@ -48,9 +56,7 @@ def import_trainer_module(
         if module is None and absent and installed and missing.startswith("trl.") and default.startswith(missing):
             raise HarnessConfigError(f"{target} target: trl {installed} is installed, {absent}") from None
         if module is None:
-            raise HarnessConfigError(
-                f"{target} target needs trl=={TRL_VERSION}: pip install 'ppo-stats-harness[trl]' ({exc})"
-            ) from exc
+            raise HarnessConfigError(f"{target} target needs {INSTALL[target]} ({exc})") from exc
         raise HarnessConfigError(f"{target} target: cannot import {module!r} ({exc})") from exc
     missing = [n for n in names if not callable(getattr(trainer, n, None))]
     if missing:

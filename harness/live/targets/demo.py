@@ -22,6 +22,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from harness import needs
+
 TARGETS = ("trl-grpo", "reference-grpo")
 
 
@@ -142,16 +144,23 @@ def parameters(model) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.live", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=TARGETS, required=True)
+    parser.add_argument("--target", choices=TARGETS, required=True,
+                        help="trl-grpo: TRL's installed GRPOTrainer with LiveCheck; reference-grpo: the reference "
+                        "GRPO trainer under live_reference")  # fmt: skip
     parser.add_argument("--steps", type=int, default=DemoRun.steps, help="optimizer steps (one log each)")
     parser.add_argument("--every", type=int, default=DemoRun.every, help="check one logging interval in EVERY")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--layers", type=int, default=DemoRun.layers)
-    parser.add_argument("--hidden-size", type=int, default=DemoRun.hidden_size)
+    parser.add_argument("--layers", type=int, default=DemoRun.layers,
+                        help=f"the Llama's decoder layers (default {DemoRun.layers})")  # fmt: skip
+    parser.add_argument("--hidden-size", type=int, default=DemoRun.hidden_size,
+                        help=f"the Llama's width (default {DemoRun.hidden_size}; 8 heads)")  # fmt: skip
     parser.add_argument("--report-dir", default="reports", help="the JSON reports go to REPORT_DIR/live/TARGET")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.every < 1 or args.layers < 1 or args.hidden_size < 8:
         parser.error("--steps, --every and --layers must be positive, --hidden-size at least 8")
+    # checked before the run (one line naming what to install, from harness/live/__main__.py); no pytest: live mode
+    # needs none of the package's extras
+    needs.require("torch", *(("trl",) if args.target == "trl-grpo" else ()))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("harness.live").setLevel(logging.INFO)

@@ -49,8 +49,8 @@ MODULE_NAMES = ("PPOTrainer", "PPOConfig", "masked_mean", "selective_log_softmax
 
 NO_PPO = (
     "and it has no PPOTrainer (TRL removed it in 1.13.0): the PPO adapter runs on trl 1.12.0 (pip install "
-    "'trl==1.12.0', or nox -s verify -- --target trl, which installs it), or on a trainer module with TRL's names "
-    "(--target trl:MODULE)"
+    "'ppo-stats-harness[trl-ppo]', or nox -s verify -- --target trl, which installs it), or on a trainer module "
+    "with TRL's names (--target trl:MODULE)"
 )
 """What the `trl` target says where the installed TRL has no PPO trainer module."""
 
