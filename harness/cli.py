@@ -47,17 +47,22 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="write the run's failed checks to FILE as a baseline (a known failure keeps its "
                              "entry); the exit code is the run's")  # fmt: skip
     dist = sub.add_parser("verify-dist", help="uneven_split, lr0_ratio and freshness on several processes")
-    dist.add_argument("--target", default="reference")
-    dist.add_argument("--processes", type=int, default=2)
-    dist.add_argument("--seed", type=int, default=0)
-    dist.add_argument("--timeout", type=float, default=300.0)
-    dist.add_argument("--report-dir", default="reports")
+    dist.add_argument("--target", default="reference",
+                      help="the trainer every rank runs, named as verify's --target (default reference)")
+    dist.add_argument("--processes", type=int, default=2, help="how many ranks (CPU processes, gloo; default 2)")
+    dist.add_argument("--seed", type=int, default=0,
+                      help="the seed of every run (default 0): the same seed gives the same verdicts and numbers")
+    dist.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                      help="a run that outlives it is killed with its whole process tree and fails (default 300)")
+    dist.add_argument("--report-dir", default="reports",
+                      help="the reports go to REPORT_DIR/dist/: verify.json and verify.md (default reports/)")
     dist.add_argument("--launch", choices=("fork", "torchrun"), default=None,
                       help="how the ranks start: forked from this process once it has imported the target (the "
                            "default where the system can fork), or as fresh interpreters by torch.distributed.run "
                            "(the default elsewhere)")  # fmt: skip
     checks = sub.add_parser("checks", help="list the check ids of a target's algorithm (for --check)")
-    checks.add_argument("--target", default="reference")
+    checks.add_argument("--target", default="reference",
+                        help="the target whose algorithm's checks are listed (default reference: the PPO gate)")
     checks.add_argument("--markdown", action="store_true", help="a Markdown table with each scenario's summary")
     sub.add_parser("algorithms", help="list the registered algorithms and each one's default target")
     return parser.parse_known_args(argv)

@@ -332,11 +332,12 @@ def finish(report, report_dir: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.dist")
-    parser.add_argument("--worker", action="store_true", required=True)
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
+    parser = argparse.ArgumentParser(prog="python -m harness.dist",
+                                     description="one rank of `python -m harness verify-dist` (it starts them)")
+    parser.add_argument("--worker", action="store_true", required=True, help="run as one rank (required)")
+    parser.add_argument("--target", required=True, help="the target the rank runs, as verify-dist's --target")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of every run (default 0)")
+    parser.add_argument("--out", type=Path, required=True, help="the folder the rank saves what it saw to")
     args = parser.parse_args(argv)
     from .heap import no_teardown_walk
 

@@ -264,7 +264,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     sub.add_parser("list", help="untriaged survivors and stale entries (the default)")
     add = sub.add_parser("add", help="triage mutants of the last run")
     add.add_argument("names", nargs="+", metavar="NAME", help="mutmut's names (x_f__mutmut_3, or the full one)")
-    add.add_argument("--verdict", required=True, choices=[v.value for v in TriageVerdict])
+    add.add_argument("--verdict", required=True, choices=[v.value for v in TriageVerdict],
+                     help="equivalent (no input tells it apart) or missing-check (a check the gate should add)")
     add.add_argument("--why", required=True, help="why it is equivalent, or the check that would close it")
     refresh = sub.add_parser("refresh", help="rewrite the entries in the current format, as the last run has them")
     refresh.add_argument("--drop-stale", action="store_true", help="remove entries that describe no mutant")

@@ -263,10 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m harness.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--size", choices=sorted(SIZES), default=None, help="default: small (medium with --live)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the runs train (default cpu)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the dtype the runs train in (default float32)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=None, help="timed pairs (default: the size's own)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the seed of the runs (models, prompts, sampling; default 0)")  # fmt: skip
     parser.add_argument("--force", action="store_true", help="run a size on a device it is not meant for")
     parser.add_argument(
         "--no-copies",
