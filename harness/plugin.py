@@ -146,6 +146,16 @@ def ppo_algorithm(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
+def ppo_contract_lines(pytestconfig: pytest.Config, ppo_algorithm):
+    """`annotate(result)`: a failed check's result with the lines of the contract's changes that touch it since the
+    version the target pins (every change when it pins none; harness/contract.py)."""
+    from .contract import with_changes
+
+    pinned = _target(pytestconfig).contract_version
+    return lambda result: with_changes(result, ppo_algorithm.name, ppo_algorithm.contract, pinned)
+
+
+@pytest.fixture(scope="session")
 def ppo_cache(ppo_target):
     """Each (target, scenario spec) runs once per session, however many checks read it."""
     from .instrument.observe import ObservationCache
@@ -196,18 +206,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
     if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and is_check(item):
         # the configuration is the same for every check of the gate: said once, and the gate's session stops
+        said = str(call.excinfo.value) + changed_under(item)
         errors = item.config.stash[CONFIG_ERROR]
         if not errors:
-            errors.append(str(call.excinfo.value))
-        item.session.shouldstop = f"configuration error: {call.excinfo.value}"
+            errors.append(said)
+        item.session.shouldstop = f"configuration error: {said}"
         report = outcome.get_result()
-        report.longrepr = f"configuration error: {call.excinfo.value}"
+        report.longrepr = f"configuration error: {said}"
     collector = item.config.stash.get(COLLECTOR, None)
     if call.when == "setup":
         item.stash[RECORDED_BEFORE] = len(collector.checks) if collector is not None else 0
     elif call.when == "call" and collector is not None and collector.baseline is not None:
         recorded = collector.checks[item.stash.get(RECORDED_BEFORE, 0) :]
         apply_baseline(outcome.get_result(), call, recorded, collector)
+
+
+def changed_under(item: pytest.Item) -> str:
+    """For a check whose run could not be configured: ' (in CHECK; <each contract change that touches it since the
+    version the target pins>)', so that a target written before the change hears which one; '' for none."""
+    from .algorithms import get
+
+    case = getattr(item, "callspec", None) and item.callspec.params.get(CASE_FIXTURE)
+    if case is None:
+        return ""
+    target = _target(item.config)
+    lines = get(target.algorithm).contract.lines(target.algorithm, str(case.id), target.contract_version)
+    return f" (in {case.id}; {'; '.join(lines)})" if lines else ""
 
 
 def apply_baseline(rep: pytest.TestReport, call: pytest.CallInfo, recorded: list, collector) -> None:

@@ -215,6 +215,9 @@ class CheckResult:
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     metrics: tuple[MetricVerdict, ...] = ()
+    contract_changes: tuple[str, ...] = ()
+    """For a failed check: one line per change of the contract since the version the target pins that touches it
+    (harness/contract.py); they never change the verdict."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", CheckStatus(self.status))  # ValueError for an unknown status
@@ -248,6 +251,7 @@ class CheckResult:
             "status": self.status.value,
             "message": self.message,
             "metrics": [m.as_dict() for m in self.metrics],
+            "contract_changes": list(self.contract_changes),
         }
 
 

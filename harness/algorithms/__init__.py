@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.contract import Contract
 from harness.errors import HarnessConfigError
 from harness.scenario import Case, Scenario
 
@@ -76,6 +77,9 @@ class Algorithm(Protocol):
     """Its rows of the tolerance table: metric -> (abs, rel[, scale]) for float64, float32, bfloat16."""
     mutation: Mutation | None
     """What `python -m mutants mutmut --algorithm NAME` mutates (None: mutmut does not run over it)."""
+    contract: Contract
+    """Its contract's version, the document that defines it, and what changed in it since version 1
+    (harness/contract.py): `python -m harness --version` prints the version, a target may pin one."""
 
     @property
     def scenarios(self) -> Sequence[Scenario]:
@@ -110,8 +114,8 @@ class Algorithm(Protocol):
 
 
 MEMBERS = (
-    "name", "default_target", "targets", "targets_with_argument", "spy", "tolerances", "mutation", "scenarios",
-    "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
+    "name", "default_target", "targets", "targets_with_argument", "spy", "tolerances", "mutation", "contract",
+    "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
 )  # fmt: skip
 """Every member of `Algorithm`, checked when an algorithm is loaded."""
 

@@ -100,4 +100,4 @@ def check_failure_lines(result: CheckResult) -> list[str]:
             lines.append(failure_line(result.scenario, m))
             if diagnosis_text(m):
                 lines.append("    " + diagnosis_text(m))
-    return lines
+    return lines + list(result.contract_changes)

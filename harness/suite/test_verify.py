@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 
-def test_check(ppo_case, ppo_cache, ppo_run_spec, ppo_report):
-    """Run one case, record it in the report, and fail with the reviewer's lines when it failed."""
-    result = ppo_case.run(ppo_cache, ppo_run_spec)
+def test_check(ppo_case, ppo_cache, ppo_run_spec, ppo_report, ppo_contract_lines):
+    """Run one case, record it in the report, and fail with the reviewer's lines when it failed (with the contract
+    changes that touch it, which the target may predate)."""
+    result = ppo_contract_lines(ppo_case.run(ppo_cache, ppo_run_spec))
     ppo_report.add(result)
     if not result.passed:
         pytest.fail("\n".join(result.failure_lines()), pytrace=False)

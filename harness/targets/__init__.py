@@ -10,7 +10,9 @@ that name. A factory of your own names its algorithm with an `algorithm` attribu
 (`factory.algorithm = "ppo"`, or "grpo"): the algorithm is never guessed, and a factory that
 names none is a HarnessConfigError. A factory may also declare, with an `optional_metrics` attribute
 (`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
-makes optional: the gate then holds it to logging them (`declared_metrics`). Anything that cannot be resolved
+makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `contract_version`
+(`factory.contract_version = 2`), the version of its algorithm's contract it was written for: a failing check
+that a later change touches then names that change (harness/contract.py). Anything that cannot be resolved
 is a HarnessConfigError (exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
 """
 
@@ -27,11 +29,12 @@ from harness.errors import HarnessConfigError
 
 @dataclass(frozen=True)
 class Target:
-    """A resolved target: its name as given, its algorithm, its factory."""
+    """A resolved target: its name as given, its algorithm, its factory, the contract version it pins (or None)."""
 
     name: str
     algorithm: str
     factory: Callable
+    contract_version: int | None = None
 
 
 def _load(name: str, path: str) -> Callable:
@@ -112,4 +115,21 @@ def resolve(name: str) -> Target:
         declared_metrics(factory)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
-    return Target(name, algorithm, factory)
+    pinned = pinned_contract(factory, algorithm, name)
+    if pinned is None and (name in builtin or (colon and prefix in with_argument)):
+        from harness.algorithms import get
+
+        pinned = get(algorithm).contract.version  # a built-in target ships with the gate: written for its contract
+    return Target(name, algorithm, factory, pinned)
+
+
+def pinned_contract(factory: Callable, algorithm: str, name: str = "factory") -> int | None:
+    """The contract version `factory` says it was written for (`factory.contract_version`), None when it says none;
+    HarnessConfigError when it is not a version of `algorithm`'s contract (harness/contract.py)."""
+    from harness.algorithms import get
+    from harness.contract import CONTRACT_VERSION
+
+    try:
+        return get(algorithm).contract.check_pin(getattr(factory, CONTRACT_VERSION, None), name)
+    except ValueError as exc:
+        raise HarnessConfigError(str(exc)) from None

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.algorithms import Mutation
+from harness.contract import Contract
 
 from .tolerances import ROWS
+from .versions import CONTRACT
 
 if TYPE_CHECKING:
     from harness.instrument.observe import Ran
@@ -42,6 +44,8 @@ class PPOAlgorithm:
     spy: bool = True
     """The PPO checks read the spy's records of masked_mean and selective_log_softmax."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
+    contract: Contract = CONTRACT
+    """Its contract's version and history (versions.py; harness/contract.py)."""
     mutation: Mutation | None = Mutation(
         ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", "reference_trainers/common.py"),
         "equivalent.toml",

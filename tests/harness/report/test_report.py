@@ -80,7 +80,7 @@ def test_json_schema_and_nulls(tmp_path, monkeypatch):
     assert (data["algorithm"], data["dtype"]) == ("ppo", "float32")
     assert data["status"] == "fail"
     first, second = data["checks"]
-    assert set(first) == {"id", "scenario", "status", "message", "metrics"}
+    assert set(first) == {"id", "scenario", "status", "message", "metrics", "contract_changes"}
     assert (first["id"], first["scenario"], second["id"]) == ("uneven_split[epochs=1]", "uneven_split", "lr0_ratio")
     assert (first["status"], second["status"]) == ("fail", "pass")
     for metric in first["metrics"]:
@@ -265,7 +265,8 @@ def test_add_a_check_object_and_validate_status():
     assert added is result and report.checks == [result]
     assert (str(added.id), added.status, added.message) == ("freshness", "fail", "stale")
     assert report.as_dict()["checks"] == [
-        {"id": "freshness", "scenario": "freshness", "status": "fail", "message": "stale", "metrics": []}
+        {"id": "freshness", "scenario": "freshness", "status": "fail", "message": "stale", "metrics": [],
+         "contract_changes": []}
     ]
     # a status is a CheckStatus now: an unknown one cannot be made, a known string becomes the enum
     with pytest.raises(ValueError, match="passed"):

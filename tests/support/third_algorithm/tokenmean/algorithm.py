@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.compare import compare
+from harness.contract import Contract
 from harness.errors import HarnessConfigError
 from harness.oracle.expectation import Expectation
 from harness.require import require, require_ran
@@ -117,6 +118,7 @@ class TokenMeanAlgorithm:
         default_factory=lambda: {METRIC: ((1e-9, 1e-9), (1e-6, 1e-6), (1e-2, 1e-2))}
     )
     mutation: None = None
+    contract: Contract = Contract(version=1, document="tests/support/third_algorithm/README.md")
 
     @property
     def scenarios(self) -> Sequence[Scenario]:

@@ -1,0 +1,63 @@
+"""The GRPO contract's version and its history (harness/contract.py): what changed since version 1, and when.
+
+Version 1 is the contract of release 0.1.0. Version 2 (release 0.2.0) redefined bnpo, added four loss types, and
+gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note.
+Light at import (no torch): `python -m harness --version` reads it.
+"""
+
+from __future__ import annotations
+
+from harness.contract import Change, Contract
+
+BNPO = Change(
+    version=2,
+    release="0.2.0",
+    subject="bnpo",
+    old="the window's token mean (its summed token losses over the window's tokens; policy_loss the interval's "
+    "token mean)",
+    new="the mean over the window's micro-batches of each one's token mean, as TRL documents it (\"the local "
+    "batch\"; policy_loss likewise over the interval's micro-batches)",
+    checks=("*loss_type=bnpo*",),
+)
+NEW_LOSS_TYPES = Change(
+    version=2,
+    release="0.2.0",
+    subject="the loss types",
+    old="grpo, bnpo, dr_grpo and dapo",
+    new="also cispo, sapo, luspo and vespo (docs/grpo-metrics.md, section 4), each run by the checks that name it",
+    checks=tuple(f"*loss_type={name}*" for name in ("cispo", "sapo", "luspo", "vespo")),
+)
+MODELS_AND_PROMPTS = Change(
+    version=2,
+    release="0.2.0",
+    subject="what a GRPO target exposes",
+    old="its logs and loss records",
+    new="also its run's `models` (policy, and ref_policy when beta is not 0) and `prompts`, which the harness calls "
+    "in float64 to recompute the log-probs, entropies and sampling",
+    checks=("forward_recompute*", "sampling*"),
+)
+REWARD_MODEL = Change(
+    version=2,
+    release="0.2.0",
+    subject="the reward model",
+    old="no check of a reward model",
+    new="with `reward_model` set, the target hands its trainer the toy world's reward model as its second reward "
+    "function, watched with RewardTap.watch",
+    checks=("reward_model*",),
+)
+REWARD_INPUTS = Change(
+    version=2,
+    release="0.2.0",
+    subject="what a reward function was given",
+    old="the scores alone",
+    new="also each call's inputs, recorded by RewardTap.wrap(..., inputs=...), so that every score is checked to be "
+    "of the completion it is assigned to",
+    checks=("reward_inputs*",),
+)
+
+CONTRACT = Contract(
+    version=2,
+    document="docs/grpo-metrics.md",
+    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS),
+)
+"""GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
