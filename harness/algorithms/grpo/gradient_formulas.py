@@ -10,6 +10,8 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
     k3 the wrong way round      the KL term of exp(logp - ref) - (logp - ref) - 1        (class 21)
     a common factor             c x the formula, c fitted over every token
     a mean of micro-batch means c x each micro-batch's formula x its window's tokens / its own tokens
+    bnpo of contract 1          (bnpo only) the formula x its micro-batch's own tokens / its window's tokens:
+                                one count over the window, as GRPO contract 1 defined bnpo  (class 14)
 
 The first two are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
 the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
@@ -96,6 +98,12 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
     if math.isfinite(c) and max(shares, default=0.0) > min(shares, default=0.0) * (1 + 1e-9):  # else a common factor
         out.append(((), f"each micro-batch's dL/dlogp over its own tokens, not its window's, times {c:.4g}: a mean "
                         f"of micro-batch means", [c * w for w in own], 2))  # fmt: skip
+    if s.loss_type == "bnpo":  # weight 1 / T_W, not 1 / (T_m K_W): the formula x K_W T_m / T_W
+        counts: dict[int, int] = {}
+        for r in rows:
+            counts[int(r.record.window)] = counts.get(int(r.record.window), 0) + 1
+        old = [w * counts[int(r.record.window)] / share for w, r, share in zip(wants, rows, shares)]
+        out.append(((14,), "bnpo over the window's tokens (GRPO contract 1's bnpo)", old, 1))
     return out
 
 

@@ -1,5 +1,6 @@
 """Known wrong ways to pool a GRPO interval's metrics, computed from its loss records (bug classes 16-18), and
-known wrong KL terms (classes 21, 41 and a logged KL of the wrong sign).
+known wrong KL terms (classes 21, 41 and a logged KL of the wrong sign), and bnpo's policy_loss as GRPO contract 1
+defined it (versions.py: a trainer written before contract 2 hears which change it predates).
 
 `diagnose_interval` names a failing metric's bug (harness/diagnose.py) when exactly one of them
 reproduces the logged value within the metric's tolerance.
@@ -113,11 +114,23 @@ def kl_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
             reversed_]  # fmt: skip
 
 
+def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
+    """bnpo's policy_loss as GRPO contract 1 defined it, the interval's token mean of l_t (class 14: one count for
+    the whole window); contract 2 (versions.py, BNPO) made it the mean of the micro-batches' token means."""
+    terms = interval.terms
+    if interval.settings.loss_type != "bnpo" or not terms:
+        return []
+    total = sum(float((t.loss * t.mask).sum()) for t in terms)
+    tokens = sum(int(t.mask.sum()) for t in terms)
+    formula = "bnpo's loss as the interval's token mean (GRPO contract 1's bnpo)"
+    return [Candidate((14,), formula, total / max(tokens, 1), "loss records")]
+
+
 def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
     """What each known wrong pooling (or KL term) gives for `metric` over one interval (none for other metrics)."""
     terms = interval.terms
     if metric == POLICY_LOSS:
-        return kl_candidates(interval, metric)
+        return kl_candidates(interval, metric) + bnpo_of_contract_1(interval)
     if metric in PER_TOKEN:
         empty = any(not r.completion_mask.any() for r in interval.records)
         flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
@@ -138,7 +151,7 @@ def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView,
     """`verdicts` of one interval, each failing pooled metric diagnosed when exactly one known pooling reproduces it
     (and a failing policy_loss when one known wrong KL term does)."""
     names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
-    if interval.settings.beta != 0:
+    if interval.settings.beta != 0 or interval.settings.loss_type == "bnpo":
         names |= {v.name for v in verdicts if v.name == POLICY_LOSS}
     if interval.unusable:
         return list(verdicts)
