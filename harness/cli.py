@@ -16,6 +16,8 @@ SUITE = "harness.suite"
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    parser.add_argument("--version", action=VersionAction,
+                        help="print the package's version and each algorithm's contract version, then exit")
     sub = parser.add_subparsers(dest="command", required=True)
     verify = sub.add_parser("verify", help="run every scenario against a target")
     verify.add_argument("--target", default="reference",
@@ -66,6 +68,19 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     checks.add_argument("--markdown", action="store_true", help="a Markdown table with each scenario's summary")
     sub.add_parser("algorithms", help="list the registered algorithms and each one's default target")
     return parser.parse_known_args(argv)
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the lines of harness/version.py, printed when the option is met (no command is needed)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .version import version_lines
+
+        print("\n".join(version_lines()))
+        parser.exit()
 
 
 def list_algorithms() -> int:

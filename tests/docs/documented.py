@@ -80,6 +80,8 @@ WHOLE_GATE = ("a whole gate (1-2 min of CPU); the suite holds the same trainer t
 
 COMMANDS: tuple[Command, ...] = (
     # run here: a few seconds each
+    run("python -m harness --version", says=("ppo-stats-harness ", "contract ppo 1 (docs/metrics.md)",
+                                             "contract grpo 2 (docs/grpo-metrics.md)")),  # fmt: skip
     run("python -m harness algorithms", says=("ppo reference", "grpo reference-grpo")),
     run("python -m harness checks", says=("uneven_split[epochs=1]",)),
     run("python -m harness checks --target reference-grpo", says=("short_window",)),
@@ -122,6 +124,7 @@ COMMANDS: tuple[Command, ...] = (
              "PYTHONPATH=examples/external_grpo/src python -m harness verify --target tinygrpo.target:factory",
              "PYTHONPATH=examples/external_grpo/src python -m harness verify --target tinygrpo.broken:factory",
              "python -m harness verify --target trl-grpo --baseline baselines/trl-1.12.0-grpo.toml",
+             "python -m harness verify --target trl-grpo --baseline baselines/trl-1.16.0-grpo.toml",
              "python -m harness verify --target trl --baseline baselines/trl-1.12.0-ppo.toml",
              "python -m harness verify --target trl-grpo --write-baseline my-baseline.toml",
              "nox -s verify -- --target trl"),  # fmt: skip
@@ -159,7 +162,9 @@ COMMANDS: tuple[Command, ...] = (
     *not_run(INSTALL, "nox -s install_check", "pip install '/path/to/ppo-stats-harness[test]'",
              "pip install 'ppo-stats-harness[test] @ git+https://github.com/OWNER/ppo-stats-harness'",
              "pip install 'ppo_stats_harness-0.2.0-py3-none-any.whl[test]'", "pip install -e '.[test,trl,mutation]'",
-             "pip install -e '.[test]' -e 'examples/external_grpo[test]'", "pip install -e '.[test]'"),  # fmt: skip
+             "pip install -e '.[test]' -e 'examples/external_grpo[test]'", "pip install -e '.[test]'",
+             "pip install -e '.[trl]' -c constraints.txt", "pip install 'ppo-stats-harness[trl-ppo]'",
+             "pip install /path/to/ppo-stats-harness"),  # fmt: skip
     *not_run("ruff in a venv of its own (the network); CI's lint", "nox -s lint"),
     *not_run("copies TRL 1.12.0's trainer into a scratch folder for a reader's own patch; "
              "tests/harness/algorithms/ppo/targets/test_trl_module_target.py runs the same on its own copy",
