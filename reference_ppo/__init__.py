@@ -5,6 +5,9 @@ what is patched on the one is patched on the other; `reference_ppo.config` is
 `reference_trainers.ppo_config`, and `reference_ppo.grpo`, `.grpo_config` and `.toy` are their
 namesakes. `from reference_ppo import PPOConfig, PPOTrainer` works as before. Nothing but
 `reference_trainers`' configurations loads until a module is asked for (no torch).
+
+Deprecated since 0.3.0: importing it warns once (a DeprecationWarning naming `reference_trainers`). It keeps
+working; it is removed only in a release whose CHANGELOG.md says so.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 from reference_trainers import ConfigError, PPOConfig, exact_div
 
@@ -39,6 +43,17 @@ class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module) -> None:
         """Nothing to run: the module ran when it was imported under its own name."""
 
+
+DEPRECATED = (
+    "reference_ppo is deprecated since ppo-stats-harness 0.3.0: import reference_trainers instead "
+    "(reference_ppo.trainer is reference_trainers.ppo, reference_ppo.config is reference_trainers.ppo_config; "
+    ".grpo, .grpo_config and .toy keep their names); it keeps working until a release whose CHANGELOG.md removes it"
+)
+
+
+
+# stacklevel 2: the statement that imported it (warnings skips the import machinery's frames)
+warnings.warn(DEPRECATED, DeprecationWarning, stacklevel=2)
 
 if not any(type(finder).__name__ == AliasFinder.__name__ for finder in sys.meta_path):
     sys.meta_path.insert(0, AliasFinder())

@@ -10,12 +10,12 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo import rewards
-from harness.algorithms.grpo.reward_calls import RewardTap, as_scores
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import RewardCall, reward_calls
 from harness.instrument.observe import Observation
+from harness.instrument.reward_calls import RewardTap, as_scores
 from tests.support.gates import reference
 from tests.support.grpo_doubles import FixedCache
 
