@@ -8,6 +8,9 @@ from __future__ import annotations
 from harness.instrument.observe import Observation, Ran
 from harness.verdict import Check
 
+RAISED = "the trainer raised during the run"
+"""How a check's message begins when the trainer raised instead of finishing its run (mutants/verdicts.py reads it)."""
+
 
 def require_ran(obs: Observation, check: Check) -> Ran | None:
     """The finished run, or None after failing the check with what the trainer raised.
@@ -16,7 +19,7 @@ def require_ran(obs: Observation, check: Check) -> Ran | None:
     fails too, whatever it logged: every scenario checks it.
     """
     if obs.error:
-        check.fail(f"the trainer raised during the run ({obs.spec.split_label}): {obs.error}")
+        check.fail(f"{RAISED} ({obs.spec.split_label}): {obs.error}")
     ran = obs.ran
     if ran is not None:
         for k, step in enumerate(ran.grads.steps):

@@ -1,6 +1,7 @@
 """The verdict on a curated mutant's gate run, and the bug class the run's diagnoses point at.
 
-Killed means exit 1 with a check the mutant names among the failures (see runner.py for every status).
+Killed means exit 1 with a check the mutant names among the failures, failed for another reason than the trainer
+raising, unless the mutant's bug is a raise (`raises = true`; see runner.py for every status).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from .harness_run import RunOutcome
 from .model import CuratedStatus, Judgement
 
 DIST_RUN = "dist_run"  # verify-dist's check for the launch itself
+RAISED = "the trainer raised during the run"
+"""What a check's message says when the trainer raised instead of finishing its run (harness/require.py)."""
 
 
 NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
@@ -61,6 +64,10 @@ def judge(mutant: Mutant, outcome: RunOutcome) -> Judgement:
     if outcome.returncode == 0:
         return Judgement(CuratedStatus.SURVIVED, named, "the verify run passed")
     if outcome.returncode == 1:
+        raised = [c["id"] for c in outcome.checks if c["id"] in named and RAISED in (c.get("message") or "")]
+        if named and len(raised) == len(named) and not mutant.raises:
+            return Judgement(CuratedStatus.ERROR, named, f"its trainer raised in every check that names it "
+                             f"({', '.join(raised)}): the diff no longer expresses the bug (or set `raises = true`)")
         if named:
             return Judgement(CuratedStatus.KILLED, named)
         if failed:

@@ -80,6 +80,9 @@ class Mutant:
     notes: str = ""
     algorithm: str = "ppo"
     """Whose gate kills it: its checks are that algorithm's, run against `TARGETS[algorithm]`."""
+    raises: bool = False
+    """Whether its bug is the trainer raising: only then does a check that failed because the trainer raised count
+    as its kill (otherwise the diff no longer expresses the bug, and the run is an error)."""
 
     @property
     def target(self) -> str:

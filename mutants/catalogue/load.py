@@ -31,9 +31,10 @@ ENTRY_FIELDS: dict[str, type] = {
     "source": str,
     "killed_by": list,
     "notes": str,
+    "raises": bool,
 }
-"""Each key of a mutant's TOML file and its type; `notes` may be left out."""
-OPTIONAL = {"notes": ""}
+"""Each key of a mutant's TOML file and its type; `notes` and `raises` may be left out."""
+OPTIONAL = {"notes": "", "raises": False}
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def read_entry(toml_path: Path) -> tuple[dict | None, list[str]]:
     for key, kind in ENTRY_FIELDS.items():
         if key not in data and key not in OPTIONAL:
             problems.append(f"{name}: no {key}")
-        elif key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
+        elif key in data and (not isinstance(data[key], kind) or (kind is not bool and isinstance(data[key], bool))):
             problems.append(f"{name}: {key} must be a {kind.__name__}")
     if problems:
         return None, problems

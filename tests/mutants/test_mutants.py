@@ -269,6 +269,23 @@ def test_verdicts_kill_only_on_exit_1_with_a_named_check():
     assert unnamed.status is CuratedStatus.KILLED_BY_UNNAMED_CHECKS
 
 
+def test_a_trainer_that_only_raised_is_no_kill_unless_its_bug_is_a_raise():
+    """A diff that no longer fits the trainer makes it raise (a NameError, an AttributeError) in the checks that
+    name it: that is an error of the catalogue, not a kill; a mutant whose bug the gate sees as a raise says so."""
+    from harness.require import RAISED
+
+    assert verdicts.RAISED == RAISED  # the words the runner reads are the words the check writes
+    m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
+    raised = outcome(1, failed=["lr0_ratio[epochs=1]"])
+    raised.checks[0]["message"] = f"{RAISED} (bs=4): NameError: name 'F' is not defined"
+    judged = verdicts.judge(m, raised)
+    assert judged.status is CuratedStatus.ERROR and "no longer expresses the bug" in judged.reason
+    assert verdicts.judge(dataclasses.replace(m, raises=True), raised).status is CuratedStatus.KILLED
+    both = outcome(1, failed=["lr0_ratio[epochs=1]", "lr0_ratio[epochs=2]"])
+    both.checks[0]["message"] = f"{RAISED} (bs=4): ValueError"  # the other named check failed by its numbers
+    assert verdicts.judge(m, both).status is CuratedStatus.KILLED
+
+
 def test_a_verdict_names_the_failed_checks_and_says_why():
     m = catalogue.by_id(["c02_unwritten_slots_averaged"])[0]
     killed = verdicts.judge(m, outcome(1, failed=["lr0_ratio[epochs=1]", "freshness"], passed=["lr0_ratio[epochs=2]"]))
