@@ -1,0 +1,121 @@
+"""The GRPO trainer's one configuration object and the sizes derived from it (no torch needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ppo_config import ConfigError, exact_div
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO hyper-parameters and batch geometry (TRL's names and meanings where TRL has the field)."""
+
+    per_device_train_batch_size: int = 4
+    """Completions per micro-batch (one forward and backward pass)."""
+    gradient_accumulation_steps: int = 2
+    """Micro-batches per optimizer step (an accumulation window); a generation's last window may be shorter."""
+    steps_per_generation: int | None = None
+    """Micro-batches per generation batch on each rank; None means gradient_accumulation_steps (as TRL)."""
+    num_generations: int = 4
+    """Completions sampled per prompt (a group); advantages are relative to the group."""
+    num_iterations: int = 1
+    """Passes over each generation batch before the next one is sampled (TRL's mu)."""
+    max_steps: int = 1
+    """Optimizer steps that `train()` runs."""
+    logging_steps: int = 1
+    """Optimizer steps per logging interval; the statistics of an interval are pooled over all of it."""
+    learning_rate: float = 1e-3
+    """AdamW learning rate; 0 keeps the policy fixed, so every ratio is 1."""
+    max_completion_length: int = 12
+    """New tokens sampled per completion; also the constant of the dr_grpo normalisation."""
+    temperature: float = 1.0
+    """Sampling temperature; logits are divided by it everywhere (sampling, log-probs, entropy)."""
+    stop_token_id: int | None = None
+    """Completions end after the first occurrence of this token (None: every completion runs to full length)."""
+    loss_type: str = "dapo"
+    """How per-token losses become one loss: 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (see docs/grpo-metrics.md)."""
+    beta: float = 0.0
+    """Weight of the k3 KL to the reference model in the loss; 0 skips the reference model and the `kl` metric."""
+    use_bias_correction_kl: bool = True
+    """Multiply the per-token KL by the importance ratio (TRL's default), in the loss and in the logged `kl`."""
+    epsilon_low: float = 0.2
+    """The ratio is clipped below at 1 - epsilon_low (TRL's `epsilon`)."""
+    epsilon_high: float = 0.2
+    """The ratio is clipped above at 1 + epsilon_high."""
+    delta: float | None = None
+    """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
+    scale_rewards: str = "group"
+    """Divide advantages by the group's reward std ('group'), the generation batch's ('batch') or not ('none')."""
+    reward_weights: tuple[float, ...] | None = None
+    """One weight per reward function (None: all 1.0); the reward is the weighted sum."""
+    seed: int = 0
+    """Seeds torch, numpy and python (transformers.set_seed), the prompt order and the shuffles."""
+    max_grad_norm: float | None = None
+    """Clip the gradient norm at each optimizer step (None: no clipping)."""
+
+    # derived once in __post_init__
+    local_generation_batch_size: int = field(init=False)
+    """Completions generated per rank per generation: per_device_train_batch_size * steps_per_generation."""
+    prompts_per_generation: int = field(init=False)
+    """Prompts per rank per generation: local_generation_batch_size / num_generations."""
+    window_sizes: tuple[int, ...] = field(init=False)
+    """Micro-batches of each accumulation window of one generation, in order, e.g. (3, 1) for 3 and 4."""
+
+    def __post_init__(self) -> None:
+        if self.steps_per_generation is None:
+            self.steps_per_generation = self.gradient_accumulation_steps
+        if isinstance(self.scale_rewards, bool):  # TRL accepts True / False for 'group' / 'none'
+            self.scale_rewards = "group" if self.scale_rewards else "none"
+        positive = (
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "steps_per_generation",
+            "num_generations",
+            "num_iterations",
+            "max_steps",
+            "logging_steps",
+            "max_completion_length",
+        )
+        bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) <= 0]
+        if bad:
+            raise ConfigError("these sizes must be positive integers: " + ", ".join(bad))  # pragma: no mutate - message
+        if self.num_generations < 2:
+            raise ConfigError(  # pragma: no mutate - message
+                f"num_generations must be at least 2 (a group), got {self.num_generations}"
+            )
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(  # pragma: no mutate - message
+                f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}"
+            )
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ConfigError(  # pragma: no mutate - message
+                f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}"
+            )
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be positive, got {self.temperature}")  # pragma: no mutate - message
+        if self.learning_rate < 0:
+            raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")  # pragma: no mutate - message
+        if self.beta < 0:
+            raise ConfigError(f"beta must be >= 0, got {self.beta}")  # pragma: no mutate - message
+        if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
+            raise ConfigError(  # pragma: no mutate - message
+                f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {self.epsilon_low} and {self.epsilon_high}"
+            )
+        if self.delta is not None and self.delta <= 0:
+            raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
+        self.local_generation_batch_size = self.per_device_train_batch_size * self.steps_per_generation
+        self.prompts_per_generation = exact_div(
+            self.local_generation_batch_size,
+            self.num_generations,
+            "each rank's generation batch "  # pragma: no mutate - message
+            "(per_device_train_batch_size * steps_per_generation "  # pragma: no mutate - message
+            f"= {self.per_device_train_batch_size} * {self.steps_per_generation}) "
+            "must be a multiple of num_generations",  # pragma: no mutate - message
+        )
+        micro_steps = self.steps_per_generation * self.num_iterations
+        full, rest = divmod(micro_steps, self.gradient_accumulation_steps)
+        self.window_sizes = (self.gradient_accumulation_steps,) * full + ((rest,) if rest else ())

@@ -1,0 +1,602 @@
+"""A compact GRPO trainer for causal language models whose logged statistics are pooled exactly.
+
+Read top-down in algorithm order: rewards and group-relative advantages, the generation
+batch, the per-token objective of one micro-batch, the loss types' normalisations, the
+statistics of one micro-batch, pooling over a logging interval, and the trainer that ties
+them together (generation -> num_iterations passes of steps_per_generation micro-batches
+-> accumulation windows, one optimizer step per window, never across two generations).
+
+Shared with the PPO trainer, where they are the same thing (common.py): sampling, truncation
+at the stop token and the response mask, model inputs and temperature-scaled logits, scores
+of a reward callable or model, k3, entropy and the masked mean. `masked_mean`,
+`selective_log_softmax` and `entropy_from_logits` are imported into this module, and the
+loop looks them up here at call time, so that a test can monkeypatch them here. Each call
+site assigns its result to the name of its role (docs/grpo-metrics.md lists them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .common import (
+    Callback,
+    Reward,
+    entropy_from_logits,
+    kl_per_token,
+    masked_mean,
+    policy_logits,
+    response_masks,
+    sample_responses,
+    selective_log_softmax,
+    sequence_scores,
+    truncate_at_stop,
+)
+from .grpo_config import GRPOConfig
+from .ppo_config import ConfigError
+
+__all__ = ["GRPOConfig", "GRPOTrainer", "masked_mean", "selective_log_softmax"]
+
+# Order of the per-micro-batch statistics row: numerators, then the two counts.
+STAT_FIELDS = (
+    "entropy",
+    "kl",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "policy_loss/token_sum",
+    "policy_loss/completion_sum",
+    "count/tokens",
+    "count/completions",
+)
+TOKEN_POOLED = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+# Columns of a completion's record (then one column per reward function).
+COMPLETION_FIELDS = ("length", "terminated", "reward", "zero_std")
+# Columns of a trained row's clip record (one row per completion per micro-batch it ran in).
+CLIP_FIELDS = ("low", "high", "has_tokens")
+STD_EPS = 1e-4
+"""Added to the std that advantages are divided by (TRL's constant)."""
+ZERO_STD = 1e-8
+"""A group whose reward std is at most this has std 0 (torch.isclose's absolute tolerance, as TRL tests it)."""
+
+
+# ---------------------------------------------------------------- rewards and advantages
+
+
+def reward_functions(rewards: Reward | Sequence[Reward] | Mapping[str, Reward]) -> dict[str, Reward]:
+    """Name -> reward function; a mapping keeps its names, others are named by `__name__` or their class."""
+    if isinstance(rewards, Mapping):
+        named = dict(rewards)
+    else:
+        funcs = [rewards] if isinstance(rewards, nn.Module) or callable(rewards) else list(rewards)
+        names = [getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
+        if len(set(names)) != len(names):
+            raise ConfigError(  # pragma: no mutate - message
+                f"reward functions need distinct names, got {names}: pass a dict name -> function"
+            )
+        named = dict(zip(names, funcs))
+    if not named:
+        raise ConfigError("at least one reward function is needed")  # pragma: no mutate - message
+    return named
+
+
+def rewards_per_function(
+    funcs: Mapping[str, Reward], queries: torch.Tensor, completions: torch.Tensor, lengths: torch.Tensor, pad: int
+) -> torch.Tensor:
+    """(N, F) float64: each function's score of each truncated completion; NaN where it could not score."""
+    return torch.stack([sequence_scores(f, queries, completions, lengths, pad).double() for f in funcs.values()], 1)
+
+
+def weighted_rewards(per_function: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(N,) sum of weight * score over the functions that scored; NaN where none did (unscorable)."""
+    total = (per_function * weights).nansum(dim=1)
+    return total.masked_fill(per_function.isnan().all(dim=1), float("nan"))
+
+
+def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Bessel-corrected standard deviation ignoring NaN; NaN where fewer than two values are left."""
+    valid = ~values.isnan()
+    count = valid.sum() if dim is None else valid.sum(dim=dim)
+    mean = values.nanmean() if dim is None else values.nanmean(dim=dim, keepdim=True)
+    squares = torch.where(valid, (values - mean) ** 2, torch.zeros_like(values))
+    total = squares.sum() if dim is None else squares.sum(dim=dim)
+    var = total / (count - 1).clamp(min=1)
+    return torch.where(count > 1, var.sqrt(), torch.full_like(var, float("nan")))
+
+
+def group_advantages(
+    rewards: torch.Tensor, num_generations: int, scale_rewards: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, zero_std) of a whole generation batch, groups of `num_generations` consecutive rows.
+
+    advantage = reward - its group's mean, divided by (std + 1e-4) of the group ('group') or of
+    the batch ('batch') or not at all ('none'); 0 for an unscorable (NaN) reward. zero_std:
+    whether the completion's group has reward std 0 (whatever `scale_rewards` is).
+    """
+    grouped = rewards.view(-1, num_generations)
+    group_mean = grouped.nanmean(dim=1).repeat_interleave(num_generations)
+    group_std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    advantages = rewards - group_mean
+    if scale_rewards == "group":
+        advantages = advantages / (group_std + STD_EPS)
+    elif scale_rewards == "batch":
+        advantages = advantages / (nanstd(rewards) + STD_EPS)
+    return torch.nan_to_num(advantages, nan=0.0), group_std.abs() <= ZERO_STD
+
+
+# ---------------------------------------------------------------- the generation batch
+
+
+@dataclass
+class GenerationBatch:
+    """One rank's completions of one generation and what the optimisation needs, one row per completion."""
+
+    index: int
+    """Which generation of the run (0, 1, ...)."""
+    prompt_completion_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    """As sampled (the mask, not these ids, says where a completion ends)."""
+    completion_mask: torch.Tensor
+    """Completion tokens up to and including the stop token (bool)."""
+    context_length: int
+    advantages: torch.Tensor
+    old_per_token_logps: torch.Tensor | None
+    """The policy's log-probs at generation; None when the policy cannot move before the batch is used up."""
+    ref_per_token_logps: torch.Tensor | None
+    """The reference model's log-probs; None when beta == 0."""
+    generation_tokens: float
+    """Completion tokens of the whole generation batch, every rank (dapo's count)."""
+    completion_records: torch.Tensor
+    """(N, 4 + F) float64: COMPLETION_FIELDS, then each reward function's score (NaN: not scored)."""
+
+
+# ---------------------------------------------------------------- the objective of one micro-batch
+
+
+def clipped_objective(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    delta: float | None,
+):
+    """(per_token_loss, coef_1, is_low_clipped, is_high_clipped): -min(r*A, clip(r)*A) per token, r its ratio.
+
+    `advantages` is (B, 1). r is clipped to [1 - epsilon_low, 1 + epsilon_high]; with `delta` the
+    unclipped r is also capped at delta. The flags: r < 1 - epsilon_low where A < 0, and
+    r > 1 + epsilon_high where A > 0 (r after the delta cap, as TRL).
+    """
+    coef_1 = torch.exp(per_token_logps - old_per_token_logps)
+    coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
+    if delta is not None:
+        coef_1 = torch.clamp(coef_1, max=delta)
+    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    is_low_clipped = (coef_1 < 1 - epsilon_low) & (advantages < 0)
+    is_high_clipped = (coef_1 > 1 + epsilon_high) & (advantages > 0)
+    return per_token_loss, coef_1, is_low_clipped, is_high_clipped
+
+
+def kl_to_reference(
+    per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, ratio: torch.Tensor | None
+) -> torch.Tensor:
+    """k3 = exp(ref - logp) - (ref - logp) - 1 per token, times the importance ratio when given (bias correction)."""
+    per_token_kl = kl_per_token(per_token_logps, ref_per_token_logps, "k3")
+    return per_token_kl if ratio is None else per_token_kl * ratio
+
+
+# ---------------------------------------------------------------- the loss types' normalisations
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """The sizes an accumulation window's loss is divided by, each summed over every rank."""
+
+    tokens: float
+    """Completion tokens in the window's micro-batches."""
+    completions: float
+    """Rows (completions) in the window's micro-batches."""
+    generation_tokens: float
+    """Completion tokens of the whole generation batch the window trains on."""
+    generation_share: float
+    """The window's micro-batches / steps_per_generation (1 when a window is one pass over the batch)."""
+
+
+def loss_denominator(loss_type: str, counts: WindowCounts, max_completion_length: int) -> float:
+    """What the window's summed loss numerators are divided by, so that the window's loss is its objective.
+
+    grpo: completions (the numerators are per-completion token means); bnpo: the window's
+    tokens; dr_grpo: completions * max_completion_length; dapo: the generation batch's tokens,
+    times the window's share of the generation batch (as TRL scales `num_items_in_batch`).
+    """
+    if loss_type == "grpo":
+        return max(counts.completions, 1.0)
+    if loss_type == "bnpo":
+        return max(counts.tokens, 1.0)
+    if loss_type == "dr_grpo":
+        return max(counts.completions, 1.0) * max_completion_length
+    if loss_type == "dapo":
+        return max(counts.generation_tokens, 1.0) * counts.generation_share
+    raise ConfigError(f"unknown loss_type {loss_type!r}")  # pragma: no mutate - message
+
+
+def loss_numerator(
+    loss_type: str, token_loss: torch.Tensor, completion_loss: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """A micro-batch's share of its window's numerator: summed completion means (grpo) or summed token losses."""
+    return completion_loss.sum() if loss_type == "grpo" else token_loss * mask.sum()
+
+
+# ---------------------------------------------------------------- statistics of one micro-batch
+
+
+def microbatch_stats(
+    mean_entropy, mean_kl, low_clip_mean, high_clip_mean, region_clip_mean, token_loss, completion_loss, mask
+) -> torch.Tensor:
+    """One row of STAT_FIELDS: float64 numerators (token means times the token count) and the two counts."""
+    n = mask.sum().double()
+    kl_sum = mean_kl.double() * n if mean_kl is not None else torch.zeros((), dtype=torch.float64, device=n.device)
+    return torch.stack(
+        [
+            mean_entropy.double() * n,
+            kl_sum,
+            low_clip_mean.double() * n,
+            high_clip_mean.double() * n,
+            region_clip_mean.double() * n,
+            token_loss.double() * n,
+            completion_loss.double().sum(),
+            n,
+            torch.tensor(float(mask.shape[0]), dtype=torch.float64, device=n.device),
+        ]
+    )
+
+
+def clip_rows(low_clip_per_completion, high_clip_per_completion, mask) -> torch.Tensor:
+    """(B, 3) CLIP_FIELDS of one micro-batch: each row's masked mean of the two flags, and whether it has tokens."""
+    has_tokens = mask.any(dim=1)
+    return torch.stack([low_clip_per_completion.double(), high_clip_per_completion.double(), has_tokens.double()], 1)
+
+
+# ---------------------------------------------------------------- pooling over a logging interval
+
+
+def _ratio(numerator: torch.Tensor, count: torch.Tensor) -> float:
+    return (numerator / count).item() if count > 0 else 0.0
+
+
+def pooled_stats(rows: torch.Tensor, loss_type: str, max_completion_length: int, with_kl: bool) -> dict[str, float]:
+    """Pool micro-batch rows (already gathered from every rank): sum numerators and counts, divide once."""
+    if rows.numel() == 0:
+        raise RuntimeError("no micro-batch ran in this interval: nothing to log")  # pragma: no mutate - message
+    totals = dict(zip(STAT_FIELDS, rows.sum(dim=0)))
+    tokens, completions = totals["count/tokens"], totals["count/completions"]
+    metrics = {name: _ratio(totals[name], tokens) for name in TOKEN_POOLED if with_kl or name != "kl"}
+    if loss_type == "grpo":
+        metrics["policy_loss"] = _ratio(totals["policy_loss/completion_sum"], completions)
+    elif loss_type == "dr_grpo":
+        metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], completions * max_completion_length)
+    else:
+        metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], tokens)
+    return metrics
+
+
+def clip_extremes(rows: torch.Tensor) -> dict[str, float]:
+    """True extremes over every trained row with a token (CLIP_FIELDS rows, all ranks); 0 when there is none."""
+    has_tokens = rows[:, CLIP_FIELDS.index("has_tokens")] > 0
+    if not has_tokens.any():
+        return {"clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0}
+    return {
+        "clip_ratio/low_min": rows[has_tokens, CLIP_FIELDS.index("low")].min().item(),
+        "clip_ratio/high_max": rows[has_tokens, CLIP_FIELDS.index("high")].max().item(),
+    }
+
+
+def _finite(value: torch.Tensor) -> float:
+    """A statistic over no value (NaN) is logged as 0."""
+    return value.item() if torch.isfinite(value) else 0.0
+
+
+def completion_stats(records: torch.Tensor, reward_names: Sequence[str]) -> dict[str, float]:
+    """Per-completion statistics over the interval's completions (each once, all ranks) from their records."""
+    length, terminated, reward, zero_std = records[:, : len(COMPLETION_FIELDS)].unbind(dim=1)
+    terminated = terminated > 0
+    ended = length[terminated] if terminated.any() else torch.zeros(1, dtype=length.dtype, device=length.device)
+    metrics = {
+        "completions/mean_length": length.mean().item(),
+        "completions/min_length": length.min().item(),
+        "completions/max_length": length.max().item(),
+        "completions/clipped_ratio": (~terminated).double().mean().item(),
+        "completions/mean_terminated_length": ended.mean().item(),
+        "completions/min_terminated_length": ended.min().item(),
+        "completions/max_terminated_length": ended.max().item(),
+        "reward": _finite(reward.nanmean()),
+        "reward_std": _finite(nanstd(reward)),
+        "frac_reward_zero_std": zero_std.mean().item(),
+    }
+    for i, name in enumerate(reward_names):
+        column = records[:, len(COMPLETION_FIELDS) + i]
+        metrics[f"rewards/{name}/mean"] = _finite(column.nanmean())
+        metrics[f"rewards/{name}/std"] = _finite(nanstd(column))
+    return metrics
+
+
+@dataclass
+class Interval:
+    """What this rank trained since the last log: the rows the logged statistics are pooled from."""
+
+    stats: list[torch.Tensor] = field(default_factory=list)
+    """One STAT_FIELDS row per micro-batch."""
+    clips: list[torch.Tensor] = field(default_factory=list)
+    """One (B, 3) CLIP_FIELDS block per micro-batch."""
+    completion_records: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    """(generation, row) -> that completion's record, each completion once however often it was trained on."""
+
+
+# ---------------------------------------------------------------- the trainer
+
+
+class GRPOTrainer:
+    """GRPO for causal language models: policy, optional frozen reference, reward functions and prompts."""
+
+    def __init__(
+        self,
+        config: GRPOConfig,
+        policy: nn.Module,
+        ref_policy: nn.Module | None,
+        rewards: Reward | Sequence[Reward] | Mapping[str, Reward],
+        prompts: torch.Tensor,
+        pad_token_id: int,
+        callbacks: Sequence[Callback] = (),
+        accelerator=None,
+    ) -> None:
+        from accelerate import Accelerator
+        from transformers import set_seed
+
+        if config.beta != 0 and ref_policy is None:
+            raise ConfigError(  # pragma: no mutate - message
+                f"beta={config.beta} needs a reference model (ref_policy is None)"
+            )
+        self.reward_funcs = reward_functions(rewards)
+        weights = config.reward_weights or (1.0,) * len(self.reward_funcs)
+        if len(weights) != len(self.reward_funcs):
+            raise ConfigError(  # pragma: no mutate - message
+                f"reward_weights has {len(weights)} weights for {len(self.reward_funcs)} reward functions"
+            )
+        set_seed(config.seed)
+        self.config, self.pad_token_id, self.callbacks = config, pad_token_id, list(callbacks)
+        self.accelerator = accelerator or Accelerator()
+        device = self.accelerator.device
+        self.reward_weights = torch.tensor(weights, dtype=torch.float64, device=device)
+        self.ref_policy = ref_policy.to(device).eval() if ref_policy is not None else None
+        for f in self.reward_funcs.values():
+            if isinstance(f, nn.Module):
+                f.to(device).eval()
+        self.prompts = prompts
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=0.0)
+        self.model, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        self.step = 0
+        self.generations = 0
+        self.interval = Interval()
+        self.history: list[dict[str, float]] = []
+        self.prompt_order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(config.seed))
+        self.shuffle_generator = torch.Generator().manual_seed(config.seed + 1)
+
+    @property
+    def needs_old_logps(self) -> bool:
+        """True when a generation batch outlives an optimizer step (more than one window per generation)."""
+        return len(self.config.window_sizes) > 1
+
+    # -- generation -------------------------------------------------------
+
+    def next_prompts(self) -> torch.Tensor:
+        """This rank's prompts of the next generation, each once."""
+        acc, per_rank = self.accelerator, self.config.prompts_per_generation
+        start = (self.generations * acc.num_processes + acc.process_index) * per_rank
+        index = self.prompt_order[torch.arange(start, start + per_rank) % len(self.prompts)]
+        return self.prompts[index].to(acc.device)
+
+    @torch.no_grad()
+    def generate(self) -> GenerationBatch:
+        """Sample num_generations completions per prompt, score them, compute advantages and log-probs."""
+        cfg, pad, acc = self.config, self.pad_token_id, self.accelerator
+        unwrapped = acc.unwrap_model(self.model)
+        queries = self.next_prompts().repeat_interleave(cfg.num_generations, dim=0)
+        context_length = queries.shape[1]
+        completion_ids = sample_responses(
+            unwrapped, queries, cfg.max_completion_length, cfg.temperature, cfg.stop_token_id, pad
+        )
+        prompt_completion_ids = torch.cat([queries, completion_ids], dim=1)
+        completions = truncate_at_stop(completion_ids, cfg.stop_token_id, pad)
+        sequence_lengths, completion_mask, _ = response_masks(completions, pad)
+        old_chunks, ref_chunks = [], []
+        for start in range(0, len(queries), cfg.per_device_train_batch_size):
+            chunk = slice(start, start + cfg.per_device_train_batch_size)
+            if self.needs_old_logps:
+                logits = policy_logits(unwrapped, prompt_completion_ids[chunk], context_length, pad, cfg.temperature)
+                old_per_token_logps = selective_log_softmax(logits, completion_ids[chunk])
+                old_chunks.append(old_per_token_logps)
+            if cfg.beta != 0:
+                ref_logits = policy_logits(
+                    self.ref_policy, prompt_completion_ids[chunk], context_length, pad, cfg.temperature
+                )
+                ref_per_token_logps = selective_log_softmax(ref_logits, completion_ids[chunk])
+                ref_chunks.append(ref_per_token_logps)
+        advantages, completion_records = self.score(queries, completions, sequence_lengths, completion_mask)
+        tokens = acc.reduce(completion_mask.sum().double().reshape(1), reduction="sum")
+        batch = GenerationBatch(
+            index=self.generations,
+            prompt_completion_ids=prompt_completion_ids,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            context_length=context_length,
+            advantages=advantages,
+            old_per_token_logps=torch.cat(old_chunks) if old_chunks else None,
+            ref_per_token_logps=torch.cat(ref_chunks) if ref_chunks else None,
+            generation_tokens=tokens.item(),
+            completion_records=completion_records,
+        )
+        self.generations += 1
+        return batch
+
+    def score(self, queries, completions, sequence_lengths, completion_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, completion records) of this rank's rows; groups and 'batch' std over every rank."""
+        cfg, acc = self.config, self.accelerator
+        per_function = rewards_per_function(
+            self.reward_funcs, queries, completions, sequence_lengths, self.pad_token_id
+        )
+        rewards = weighted_rewards(acc.gather(per_function), self.reward_weights)
+        advantages, zero_std = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
+        local = slice(acc.process_index * len(queries), (acc.process_index + 1) * len(queries))
+        if cfg.stop_token_id is None:
+            terminated = torch.zeros(len(queries), dtype=torch.bool, device=queries.device)
+        else:
+            terminated = ((completions == cfg.stop_token_id) & completion_mask).any(dim=1)
+        records = torch.stack(
+            [completion_mask.sum(dim=1).double(), terminated.double(), rewards[local], zero_std[local].double()], 1
+        )
+        return advantages[local].float(), torch.cat([records, per_function], dim=1)
+
+    # -- optimisation -----------------------------------------------------
+
+    def micro_step(self, batch: GenerationBatch, rows: torch.Tensor, denominator: float):
+        """Forward and backward of one micro-batch; returns its STAT_FIELDS row and its CLIP_FIELDS block."""
+        cfg = self.config
+        mask = batch.completion_mask[rows]
+        completion_ids = batch.completion_ids[rows]
+        advantages = batch.advantages[rows].unsqueeze(1)
+        logits = policy_logits(
+            self.model, batch.prompt_completion_ids[rows], batch.context_length, self.pad_token_id, cfg.temperature
+        )
+        per_token_logps = selective_log_softmax(logits, completion_ids)
+        if batch.old_per_token_logps is None:
+            old_per_token_logps = per_token_logps.detach()
+        else:
+            old_per_token_logps = batch.old_per_token_logps[rows]
+        per_token_loss, coef_1, is_low_clipped, is_high_clipped = clipped_objective(
+            per_token_logps, old_per_token_logps, advantages, cfg.epsilon_low, cfg.epsilon_high, cfg.delta
+        )
+        per_token_kl = None
+        if cfg.beta != 0:
+            ref_per_token_logps = batch.ref_per_token_logps[rows]
+            ratio = coef_1 if cfg.use_bias_correction_kl else None
+            per_token_kl = kl_to_reference(per_token_logps, ref_per_token_logps, ratio)
+            per_token_loss = per_token_loss + cfg.beta * per_token_kl
+        token_loss = masked_mean(per_token_loss, mask)
+        completion_loss = masked_mean(per_token_loss, mask, axis=1)
+        world = self.accelerator.num_processes
+        loss = loss_numerator(cfg.loss_type, token_loss, completion_loss, mask) * world / denominator
+        self.accelerator.backward(loss)
+        with torch.no_grad():
+            entropies = entropy_from_logits(logits)
+            mean_entropy = masked_mean(entropies, mask)
+            mean_kl = masked_mean(per_token_kl, mask) if per_token_kl is not None else None
+            low_clip_mean = masked_mean(is_low_clipped.float(), mask)
+            high_clip_mean = masked_mean(is_high_clipped.float(), mask)
+            region_clip_mean = masked_mean((is_low_clipped | is_high_clipped).float(), mask)
+            low_clip_per_completion = masked_mean(is_low_clipped.float(), mask, axis=1)
+            high_clip_per_completion = masked_mean(is_high_clipped.float(), mask, axis=1)
+            stats = microbatch_stats(
+                mean_entropy,
+                mean_kl,
+                low_clip_mean,
+                high_clip_mean,
+                region_clip_mean,
+                token_loss,
+                completion_loss,
+                mask,
+            )
+            return stats, clip_rows(low_clip_per_completion, high_clip_per_completion, mask)
+
+    def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:
+        """All micro-batches of one accumulation window, then exactly one optimizer step."""
+        cfg, acc = self.config, self.accelerator
+        tokens = torch.stack([batch.completion_mask[rows].sum() for rows in micro_batches]).sum().double()
+        counts = WindowCounts(
+            tokens=acc.reduce(tokens.reshape(1), reduction="sum").item(),
+            completions=float(sum(len(rows) for rows in micro_batches) * acc.num_processes),
+            generation_tokens=batch.generation_tokens,
+            generation_share=len(micro_batches) / cfg.steps_per_generation,
+        )
+        denominator = loss_denominator(cfg.loss_type, counts, cfg.max_completion_length)
+        for i, rows in enumerate(micro_batches):
+            is_last = i == len(micro_batches) - 1
+            with acc.no_sync(self.model) if not is_last else contextlib.nullcontext():
+                stats, clips = self.micro_step(batch, rows, denominator)
+            self.interval.stats.append(stats)
+            self.interval.clips.append(clips)
+            for row in rows.tolist():
+                self.interval.completion_records.setdefault((batch.index, row), batch.completion_records[row])
+        if cfg.max_grad_norm is not None:
+            acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def micro_batches(self, batch: GenerationBatch) -> list[torch.Tensor]:
+        """Rows of every micro-batch of one generation, in training order: num_iterations passes of one shuffle."""
+        cfg = self.config
+        order = torch.randperm(cfg.local_generation_batch_size, generator=self.shuffle_generator)
+        order = order.to(batch.completion_ids.device)
+        step = cfg.per_device_train_batch_size
+        one_pass = [order[start : start + step] for start in range(0, cfg.local_generation_batch_size, step)]
+        return one_pass * cfg.num_iterations
+
+    def train_one_generation(self) -> None:
+        """Generate, then one optimizer step per window of the generation (stopping at max_steps); log on time.
+
+        The policy runs in eval mode throughout, as the PPO trainer's models do: old and new log-probs
+        are two evaluations of one function of the weights, so no dropout of any kind may act in either.
+        """
+        cfg = self.config
+        self.model.eval()
+        batch = self.generate()
+        micro_batches, start = self.micro_batches(batch), 0
+        for size in cfg.window_sizes:
+            if self.step >= cfg.max_steps:
+                break
+            self.window_step(batch, micro_batches[start : start + size])
+            start += size
+            self.step += 1
+            if self.step % cfg.logging_steps == 0:
+                self.log_interval()
+
+    # -- logging and the loop --------------------------------------------
+
+    def log_interval(self) -> dict[str, float]:
+        """Pool everything trained since the last log over every rank, log it, and start a fresh interval."""
+        cfg, acc, interval = self.config, self.accelerator, self.interval
+        metrics = pooled_stats(
+            acc.gather(torch.stack(interval.stats)), cfg.loss_type, cfg.max_completion_length, cfg.beta != 0
+        )
+        metrics.update(clip_extremes(acc.gather(torch.cat(interval.clips))))
+        metrics.update(
+            completion_stats(
+                acc.gather(torch.stack(list(interval.completion_records.values()))), list(self.reward_funcs)
+            )
+        )
+        metrics["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        metrics["step"] = self.step
+        self.interval = Interval()
+        self.history.append(metrics)
+        for callback in self.callbacks:
+            callback(metrics, self.step)
+        acc.log(metrics, step=self.step)
+        return metrics
+
+    def train(self) -> list[dict[str, float]]:
+        """Run up to `max_steps` optimizer steps; returns one metrics dict per logging interval."""
+        from tqdm.auto import tqdm
+
+        quiet = not sys.stderr.isatty() or not self.accelerator.is_main_process
+        with tqdm(total=self.config.max_steps, initial=self.step, desc="grpo steps", disable=quiet) as bar:
+            while self.step < self.config.max_steps:
+                before = self.step
+                self.train_one_generation()
+                bar.update(self.step - before)
+        if self.interval.stats:
+            self.log_interval()
+        return self.history
