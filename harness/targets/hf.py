@@ -12,6 +12,7 @@ import importlib.metadata
 import io
 import logging
 import os
+import sys
 import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -53,7 +54,9 @@ def import_trainer_module(
     except ImportError as exc:  # trl missing (or a dependency its import needs), or no such module
         missing = getattr(exc, "name", None) or ""
         installed = trl_release()
-        if module is None and absent and installed and missing.startswith("trl.") and default.startswith(missing):
+        # TRL itself imports, and the module `default` is absent from it (a release without it)
+        release_lacks_it = isinstance(sys.modules.get("trl"), types.ModuleType) and missing.startswith("trl.")
+        if module is None and absent and installed and release_lacks_it and default.startswith(missing):
             raise HarnessConfigError(f"{target} target: trl {installed} is installed, {absent}") from None
         if module is None:
             raise HarnessConfigError(f"{target} target needs {INSTALL[target]} ({exc})") from exc

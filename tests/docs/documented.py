@@ -159,10 +159,10 @@ COMMANDS: tuple[Command, ...] = (
              "nox -s verify -- --target trl --trl 'git+https://github.com/ME/trl@my-fix'",
              "pip install --no-deps --target .nox/tests/trl-1.16.0 trl==1.16.0", "pip install --dry-run trl==1.16.0",
              "pip install trl==1.16.0"),  # fmt: skip
-    *not_run(INSTALL, "nox -s install_check", "pip install '/path/to/ppo-stats-harness[test]'",
-             "pip install 'ppo-stats-harness[test] @ git+https://github.com/OWNER/ppo-stats-harness'",
-             "pip install 'ppo_stats_harness-0.2.0-py3-none-any.whl[test]'", "pip install -e '.[test,trl,mutation]'",
-             "pip install -e '.[test]' -e 'examples/external_grpo[test]'", "pip install -e '.[test]'",
+    *not_run(INSTALL, "nox -s install_check", "pip install '/path/to/ppo-stats-harness[gate]'",
+             "pip install 'ppo-stats-harness[gate] @ git+https://github.com/OWNER/ppo-stats-harness'",
+             "pip install 'ppo_stats_harness-0.3.0-py3-none-any.whl[gate]'", "pip install -e '.[test,trl,mutation]'",
+             "pip install -e '.[gate]' -e 'examples/external_grpo[test]'", "pip install -e '.[gate]'",
              "pip install -e '.[trl]' -c constraints.txt", "pip install 'ppo-stats-harness[trl-ppo]'",
              "pip install /path/to/ppo-stats-harness"),  # fmt: skip
     *not_run("ruff in a venv of its own (the network); CI's lint", "nox -s lint"),
