@@ -28,6 +28,15 @@ from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .project import ROOT
 
 
+def algorithm_choices() -> str:
+    """Each algorithm mutmut runs over, its mutated files and its target (the registry's, never typed here)."""
+    return " or ".join(
+        f"{a.name} ({', '.join(Path(f).name for f in a.files)}; target {a.target}"
+        f"{'; the default' if a.name == DEFAULT else ''})"
+        for a in ALGORITHMS.values()
+    )
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command line, `all` when no sub-command is named (so that plain `python -m mutants` runs everything)."""
     parser = argparse.ArgumentParser(
@@ -63,8 +72,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
             "--algorithm",
             choices=sorted(ALGORITHMS),
             default=DEFAULT,
-            help="whose trainer mutmut mutates: ppo (ppo.py, ppo_config.py, common.py; target reference; the default) "
-            "or grpo (grpo.py, grpo_config.py, common.py; target reference-grpo)",
+            help=f"whose trainer mutmut mutates: {algorithm_choices()}",
         )
         p.add_argument(
             "--functions",

@@ -17,9 +17,6 @@ from .harness_run import GateServer, log_tail, run_harness
 from .model import ControlResult
 from .project import ROOT, copy_project, scratch_env
 
-GRPO_CONTROL = "verify-grpo"
-"""The control of the GRPO mutants: the full GRPO verify suite against `reference-grpo`."""
-
 
 def _controls() -> dict[str, tuple[str, str]]:
     """`verify` and `verify-dist` for the default algorithm, `verify-NAME` and `verify-dist-NAME` for the others."""

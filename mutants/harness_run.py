@@ -39,24 +39,32 @@ PRELOAD = (
     "harness.cli",
     "harness.plugin",
     "harness.preflight",
-    "harness.algorithms.ppo.algorithm",
-    "harness.algorithms.ppo.scenarios",
-    "harness.algorithms.grpo.algorithm",
-    "harness.algorithms.grpo.scenarios",
     "harness.instrument.observe",
     "harness.report.terminal",
     "hypothesis",
     "anyio.pytest_plugin",
     "xdist.plugin",
 )
-"""What the gate server imports before it forks: what every gate imports, but no trainer and no test module
-(pytest imports the verify suite in each run, rewriting its asserts as in a fresh process)."""
+"""What the gate server imports before it forks, besides the algorithms' modules (`preload_modules`): what every gate
+imports, but no trainer and no test module (pytest imports the verify suite in each run, rewriting its asserts as in
+a fresh process)."""
 
 TRAINER_PACKAGES = ("reference_trainers", "reference_ppo")
 """The packages a mutant patches (reference_ppo's modules are reference_trainers'): never preloaded."""
 
 RECORDED = (*TRAINER_PACKAGES, "harness")
 """The packages whose modules a forked run lists with their files (_imports.json), to check where they came from."""
+
+
+def preload_modules() -> tuple[str, ...]:
+    """PRELOAD, then each registered algorithm's module and the modules of its scenarios' checks (the registry's,
+    never typed here)."""
+    from harness.algorithms import found, get, known_algorithms
+
+    modules = [found()[name].partition(":")[0] for name in known_algorithms()]
+    modules += [scenario.check.__module__ for name in known_algorithms() for scenario in get(name).scenarios]
+    return tuple(dict.fromkeys([*PRELOAD, *modules]))
+
 
 SERVER = Path(__file__).with_name("gate_server.py")
 BOOT = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
@@ -117,12 +125,13 @@ class GateServer:
     imported as a fresh gate process would import it. `close` ends it and every run still in it.
     """
 
-    def __init__(self, preload: tuple[str, ...] = PRELOAD, start_timeout: float = 600.0) -> None:
+    def __init__(self, preload: tuple[str, ...] | None = None, start_timeout: float = 600.0) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="ppo-mutant-server-"))
         copy_project(self.base)
         self.start_timeout = start_timeout
         self._log = open(self.base / "_server.log", "w", encoding="utf-8")  # noqa: SIM115 - open until close()
-        config = json.dumps({"preload": list(preload), "forbidden": list(TRAINER_PACKAGES)})
+        modules = preload_modules() if preload is None else preload
+        config = json.dumps({"preload": list(modules), "forbidden": list(TRAINER_PACKAGES)})
         self._proc = subprocess.Popen(
             [sys.executable, "-c", BOOT, str(SERVER), config],
             cwd=self.base,

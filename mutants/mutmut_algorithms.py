@@ -1,14 +1,15 @@
 """Which trainer mutmut mutates, and the scratch `[tool.mutmut]` that says so: one entry per algorithm.
 
-`python -m mutants mutmut --algorithm ppo|grpo` (PPO by default). Each algorithm names, once,
-the files mutmut mutates (its trainer first, then its configuration, then common.py, which both
+`python -m mutants mutmut --algorithm NAME` (the default algorithm, PPO, when none is named). Each
+registered algorithm that declares a `mutation` (harness/algorithms) names, once, the files mutmut
+mutates (PPO and GRPO: their trainer first, then its configuration, then common.py, which both
 trainers use, so that its mutants run against both gates), the file its survivors are triaged
-in, and where its baseline scores sit in mutants/baseline.json (its `mutation`,
-harness/algorithms); its tests run against its default target (`--ppo-target`). A mutant of
-common.py has one name in both runs, triaged in each algorithm's file for that algorithm's gate.
+in, and where its baseline scores sit in mutants/baseline.json; its tests run against its default
+target (`--ppo-target`). A mutant of common.py has one name in both runs, triaged in each
+algorithm's file for that algorithm's gate.
 
-The project's own `[tool.mutmut]` (pyproject.toml) is PPO's: it must mutate exactly PPO's
-files and name no target (the verify suite's default is `reference`). The driver writes
+The project's own `[tool.mutmut]` (pyproject.toml) is the default algorithm's: it must mutate
+exactly its files and name no target (the verify suite's default is that algorithm's target). The driver writes
 each run's scratch copy of it with the algorithm's files as `only_mutate` and
 `--ppo-target <target>` added to `pytest_add_cli_args`, then reads it back and checks it
 (`config_problems`), so the files and the target have a single source: ALGORITHMS.
@@ -93,13 +94,20 @@ def _algorithms() -> dict[str, MutmutAlgorithm]:
     return out
 
 
+def _default() -> str:
+    """The registry's default algorithm (harness.algorithms.DEFAULT_ALGORITHM)."""
+    from harness.algorithms import DEFAULT_ALGORITHM
+
+    return DEFAULT_ALGORITHM
+
+
 ALGORITHMS = _algorithms()
-DEFAULT = "ppo"
+DEFAULT = _default()
 """The algorithm of the project's own `[tool.mutmut]`, and of results that name none."""
 
 
 def algorithm(name: str | None) -> MutmutAlgorithm:
-    """The algorithm called `name` (PPO where None: results written before GRPO runs existed are PPO's)."""
+    """The algorithm called `name` (the default where None: results written before GRPO runs existed are PPO's)."""
     try:
         return ALGORITHMS[name or DEFAULT]
     except KeyError:

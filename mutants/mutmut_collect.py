@@ -19,7 +19,7 @@ from pathlib import Path
 from .locate import locate, mutator_name
 from .model import MutantRecord, MutantStatus, MutmutResults, SuiteStats
 from .mutmut_algorithms import MutmutAlgorithm
-from .mutmut_scratch import PPO, PRISTINE
+from .mutmut_scratch import DEFAULT_ALGO, PRISTINE
 from .scoring import kill_costs
 
 CLASS_SEPARATOR = "\u01c1"  # mutmut's `ǁ` in the names of the methods it generates: xǁClassǁmethod__mutmut_3
@@ -127,7 +127,7 @@ def collect_file(scratch, path: str) -> list[MutantRecord]:
     return records
 
 
-def collect(scratch, functions: tuple[str, ...] = (), algo: MutmutAlgorithm = PPO) -> list[MutantRecord]:
+def collect(scratch, functions: tuple[str, ...] = (), algo: MutmutAlgorithm = DEFAULT_ALGO) -> list[MutantRecord]:
     """One record per mutant of every file `algo` mutates; only those of `functions` where given."""
     records = [record for path in algo.files for record in collect_file(scratch, path)]
     return [r for r in records if r.function in functions] if functions else records
@@ -160,7 +160,7 @@ def write_results(
     seconds: float,
     max_children: int,
     selected: tuple[str, ...] = (),
-    algo: MutmutAlgorithm = PPO,
+    algo: MutmutAlgorithm = DEFAULT_ALGO,
 ) -> None:
     """Write mutmut_results.json: the run, the source the locations refer to, every mutant, the stats, kill costs.
 

@@ -71,16 +71,17 @@ SKIPPED_EXIT = 34  # mutmut's exit code for a skipped mutant
 NOT_A_MUTANT = ("", "mutant_generation", "stats", "fail", "list_all_tests")
 
 
-# every module mutmut may mutate, PPO's, GRPO's and the common one both use (mutmut_algorithms.ALGORITHMS; a test
-# keeps the two in step): in a run over one algorithm the other's own modules hold no generated function, and
-# nothing of them is renamed
-MUTATED_MODULES = (
-    "reference_trainers.ppo",
-    "reference_trainers.ppo_config",
-    "reference_trainers.common",
-    "reference_trainers.grpo",
-    "reference_trainers.grpo_config",
-)
+def mutated_modules() -> tuple[str, ...]:
+    """Every module mutmut may mutate: each registered algorithm's mutated files (its `mutation.files`, read from the
+    registry here, where this package is not importable; a test keeps it in step with mutmut_algorithms.ALGORITHMS).
+    In a run over one algorithm the other algorithms' own modules hold no generated function, and nothing of them is
+    renamed."""
+    from harness.algorithms import get, known_algorithms
+
+    files = [f for name in known_algorithms() if (m := get(name).mutation) is not None for f in m.files]
+    return tuple(dict.fromkeys(path.removesuffix(".py").replace("/", ".") for path in files))
+
+
 # x_<function>__mutmut_<n|orig>, or xǁ<Class>ǁ<method>__mutmut_<n|orig> (mutmut's names for what it generates)
 GENERATED = re.compile(r"^(?:x_|x\u01c1[^\u01c1]+\u01c1)(?P<name>.+?)__mutmut_(?:orig|\d+)$")
 
@@ -321,7 +322,7 @@ def pytest_configure(config) -> None:
         suppress_health_check=[HealthCheck.differing_executors],
     )
     settings.load_profile("ppo-mutmut")
-    for name in MUTATED_MODULES:
+    for name in mutated_modules():
         restore_code_names(importlib.import_module(name))
 
 

@@ -44,11 +44,11 @@ from .keys import describe
 from .model import MutantRecord, MutantStatus
 from .mutmut_algorithms import ALGORITHMS, DEFAULT
 from .mutmut_collect import collect, write_results
-from .mutmut_scratch import PPO, PRISTINE, prepare_scratch, write_rank_links, write_skip_file
+from .mutmut_scratch import DEFAULT_ALGO, PRISTINE, prepare_scratch, write_rank_links, write_skip_file
 from .project import ROOT, scratch_env
 from .scoring import load_triage
 
-MUTATED_FILES = PPO.files  # the default algorithm's; each algorithm's are in mutmut_algorithms.ALGORITHMS
+MUTATED_FILES = DEFAULT_ALGO.files  # the default algorithm's; each algorithm's are in mutmut_algorithms.ALGORITHMS
 
 
 def mutmut_executable() -> list[str]:
@@ -152,7 +152,7 @@ def run_in_scratch(
     max_children: int,
     timeout: float,
     functions: tuple[str, ...] = (),
-    algo=PPO,
+    algo=DEFAULT_ALGO,
     recheck: bool = False,
 ) -> int:
     """Prepare `scratch` for `algo`, run mutmut there and write mutmut_results.json; the exit code of `run`.

@@ -14,7 +14,8 @@ from . import mutmut_hooks
 from .mutmut_algorithms import ALGORITHMS, DEFAULT, HOOKS_MODULE, RANK_TESTS, MutmutAlgorithm, write_scratch_config
 from .project import ROOT, copy_project
 
-PPO = ALGORITHMS[DEFAULT]
+DEFAULT_ALGO = ALGORITHMS[DEFAULT]
+"""The default algorithm's entry: what a run that names no algorithm mutates."""
 """The algorithm a run mutates when none is named."""
 PRISTINE = "_pristine"
 PRAGMA = "# pragma: no mutate"
@@ -44,7 +45,7 @@ def pragma_problems(source: str, path: str) -> list[str]:
     return problems
 
 
-def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = PPO):
+def prepare_scratch(scratch, root=None, algo: MutmutAlgorithm = DEFAULT_ALGO):
     """Lay out the scratch project for `algo` in `scratch` (outside the project: mutmut writes ./mutants/ there).
 
     The mutated files are copied as they are (no line moves, so the report's lines are the project's), and a

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import keys, scoring
 from .model import MutantRecord, MutantStatus, MutmutResults, TriageEntry, TriageVerdict
-from .mutmut_algorithms import algorithm
+from .mutmut_algorithms import ALGORITHMS, algorithm
 from .project import ROOT
 
 try:
@@ -259,7 +259,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--results", type=Path, default=ROOT / "reports" / "mutmut_results.json", help="the mutmut run's results"
     )
-    parser.add_argument("--algorithm", choices=("ppo", "grpo"), default=None, help="check the run was over this one")
+    parser.add_argument("--algorithm", choices=list(ALGORITHMS), default=None, help="check the run was over this one")
     sub = parser.add_subparsers(dest="action", parser_class=OneLineParser)
     sub.add_parser("list", help="untriaged survivors and stale entries (the default)")
     add = sub.add_parser("add", help="triage mutants of the last run")

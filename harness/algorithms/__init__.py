@@ -11,8 +11,9 @@ An algorithm goes through three states, as a flake8 plugin does: found (a name a
 `module:attr`, from the installed distributions' entry points and, when the harness runs from
 a source tree, from that tree's own pyproject.toml, so an edit there counts without
 reinstalling), loaded (the object imported), and checked (it declares every member of
-`Algorithm`; a check id must match `CHECK_NAME`). Nothing here names an algorithm's metric,
-and callers read what an algorithm declares instead of probing it.
+`Algorithm`, and its `mutation` every field of `Mutation`; a check id must match `CHECK_NAME`).
+Nothing here names an algorithm's metric, and callers read what an algorithm declares instead
+of probing it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import functools
 import importlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,7 +40,8 @@ CHECK_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Mutation:
-    """What mutmut mutates for an algorithm, and where its survivors and scores are kept (mutants/)."""
+    """What mutmut mutates for an algorithm, where its survivors and scores are kept (mutants/), and where its curated
+    mutants are and how their ids begin (mutants/catalogue reads them)."""
 
     files: tuple[str, ...]
     """The mutated files, relative to the repository root, the trainer first."""
@@ -47,6 +49,12 @@ class Mutation:
     """The file in mutants/ that triages its survivors."""
     baseline_section: str | None
     """Where its scores sit in mutants/baseline.json: None at the top level, else that key."""
+    id_prefix: str
+    """The lowercase letters its curated mutants' ids begin with (two digits of the bug class follow): its own,
+    no other algorithm's."""
+    catalogue: str
+    """The folder of its curated mutants, relative to the repository root (or absolute): `classes.toml`, the bug
+    classes, and `entries/`, one `<id>.toml` and `<id>.diff` a mutant. Algorithms may share one."""
     unit_tests: tuple[str, ...] = ()
     """Test modules (relative to the repository root) that mutmut runs beside the gate: the trainer's own tests
     of what no gate run reaches (a configuration's validation: the gate builds only valid ones). Each must import
@@ -76,7 +84,8 @@ class Algorithm(Protocol):
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]]
     """Its rows of the tolerance table: metric -> (abs, rel[, scale]) for float64, float32, bfloat16."""
     mutation: Mutation | None
-    """What `python -m mutants mutmut --algorithm NAME` mutates (None: mutmut does not run over it)."""
+    """What `python -m mutants mutmut --algorithm NAME` mutates and where its curated mutants are (None: mutmut does
+    not run over it, and the catalogue holds no mutant of it)."""
     contract: Contract
     """Its contract's version, the document that defines it, and what changed in it since version 1
     (harness/contract.py): `python -m harness --version` prints the version, a target may pin one."""
@@ -118,6 +127,28 @@ MEMBERS = (
     "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
 )  # fmt: skip
 """Every member of `Algorithm`, checked when an algorithm is loaded."""
+
+
+MUTATION_ID_PREFIX = re.compile(r"^[a-z]+$")
+"""What a `Mutation.id_prefix` must look like."""
+
+
+def mutation_problems(mutation: Any) -> list[str]:
+    """What is missing from an algorithm's `mutation` (None declares none): every field of `Mutation`, at least one
+    mutated file, an id prefix of lowercase letters and a catalogue folder."""
+    if mutation is None:
+        return []
+    lacking = [f.name for f in fields(Mutation) if not hasattr(mutation, f.name)]
+    if lacking:
+        return [f"does not declare {', '.join(lacking)}"]
+    problems = []
+    if not mutation.files or not all(isinstance(f, str) and f for f in mutation.files):
+        problems.append("names no mutated file")
+    if not isinstance(mutation.id_prefix, str) or not MUTATION_ID_PREFIX.match(mutation.id_prefix):
+        problems.append(f"id_prefix must be lowercase letters, not {mutation.id_prefix!r}")
+    if not isinstance(mutation.catalogue, str) or not mutation.catalogue:
+        problems.append("names no catalogue folder")
+    return problems
 
 
 def _source_tree_entries() -> dict[str, str]:
@@ -167,6 +198,9 @@ def get(name: str) -> Algorithm:
     lacking = [member for member in MEMBERS if member not in dir(algorithm)]
     if lacking:
         raise HarnessConfigError(f"algorithm {name!r} ({every[name]}) does not declare {', '.join(lacking)}")
+    wrong = mutation_problems(algorithm.mutation)
+    if wrong:
+        raise HarnessConfigError(f"algorithm {name!r} ({every[name]}): its mutation {'; '.join(wrong)}")
     if algorithm.name != name:
         raise HarnessConfigError(f"algorithm registered as {name!r} calls itself {algorithm.name!r}")
     return algorithm

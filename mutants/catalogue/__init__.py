@@ -1,22 +1,25 @@
-"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md, PPO's and GRPO's.
+"""The curated catalogue: one mutant per bug class of docs/bug-catalogue.md, of every algorithm that declares one.
 
-Each mutant re-creates, inside `reference_trainers`, a bug that shipped (or was found in
+Each mutant re-creates, inside a reference trainer, a bug that shipped (or was found in
 review) in a public RL trainer, and names the checks of the gate that must kill it.
-The catalogue is data: `classes.toml` is the table of bug classes (number,
-algorithm, short name), and `entries/` holds one `<id>.toml` per mutant (its
-metadata) with its patch beside it as `<id>.diff`, a unified diff against the
-trainer files with paths relative to the repository root (load.py reads them): a
-PPO mutant patches `reference_trainers/ppo.py`, or `common.py` for a bug in what
-both trainers share (sampling, log-probs, logits, scores, the KL estimate).
+The catalogue is data, in the folder each registered algorithm declares as its
+`mutation.catalogue` (harness.algorithms; PPO and GRPO share mutants/catalogue):
+`classes.toml` is the table of bug classes (number, algorithm, short name), and
+`entries/` holds one `<id>.toml` per mutant (its metadata) with its patch beside it as
+`<id>.diff`, a unified diff against the trainer files with paths relative to the
+repository root (load.py reads them): a PPO mutant patches `reference_trainers/ppo.py`,
+a GRPO mutant `reference_trainers/grpo.py`, or either `common.py` for a bug in what both
+trainers share (sampling, log-probs, logits, scores, the KL estimate).
 Each hunk's old text, context included, must occur exactly once in its file, so
 that a refactor of the trainer breaks the catalogue loudly instead of leaving a
 mutant that no longer mutates anything (see `apply`).
 
-`killed_by` lists check ids of `verify.json` (e.g. "uneven_split[epochs=1]") or
-scenario names (e.g. "uneven_split", which covers both epoch variants). The runner
-counts a mutant as killed only when the verify run exits 1 and at least one of
-these checks failed. A GRPO mutant (`algorithm = "grpo"`, ids `g<class>_...`) patches
-`reference_trainers/grpo.py` and names checks of the GRPO gate, against `reference-grpo`.
+A mutant's id is its algorithm's `mutation.id_prefix` (`c` for PPO, `g` for GRPO), two
+digits of its bug class, and words. `killed_by` lists check ids of `verify.json` (e.g.
+"uneven_split[epochs=1]") or scenario names (e.g. "uneven_split", which covers both epoch
+variants) of its algorithm's gate, run against that algorithm's default target. The runner
+counts a mutant as killed only when the verify run exits 1 and at least one of these checks
+failed. Nothing here names an algorithm: each is read from the registry.
 """
 
 from __future__ import annotations
@@ -25,27 +28,38 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.algorithms import DEFAULT_ALGORITHM, Mutation, get, known_algorithms
+
+from ..project import ROOT
 from . import load
 from .patches import PatchError, Replacement, apply_to_text
 
-TRAINER = "reference_trainers/ppo.py"
-GRPO_TRAINER = "reference_trainers/grpo.py"
-COMMON = "reference_trainers/common.py"
-"""What both trainers share: a mutant of either algorithm may patch it."""
-
-
-def _targets() -> dict[str, str]:
-    """Each registered algorithm's default target (harness.algorithms), never typed here."""
-    from harness.algorithms import get, known_algorithms
-
-    return {name: get(name).default_target for name in known_algorithms()}
-
-
-TARGETS = _targets()
+DECLARED: dict[str, Mutation] = {
+    name: get(name).mutation for name in known_algorithms() if get(name).mutation is not None
+}  # fmt: skip
+"""Each registered algorithm that declares a `mutation`, by name, in the registry's order."""
+TRAINER = DECLARED[DEFAULT_ALGORITHM].files[0]
+"""The default algorithm's trainer (the first of its mutated files)."""
+TARGETS = {name: get(name).default_target for name in known_algorithms()}
 """The target each algorithm's mutants are verified against (`python -m harness verify --target ...`)."""
+ID_PREFIX = {name: mutation.id_prefix for name, mutation in DECLARED.items()}
+"""The first letters of a mutant id, by algorithm; two digits of its bug class follow."""
 
 
-def _checks(algorithm: str = "ppo") -> dict[str, tuple[str, str]]:
+def _folders() -> dict[Path, tuple[str, ...]]:
+    """Each catalogue folder (resolved against the repository root) -> the algorithms that declare it, in order."""
+    out: dict[Path, tuple[str, ...]] = {}
+    for name, mutation in DECLARED.items():
+        folder = (ROOT / mutation.catalogue).resolve()
+        out[folder] = (*out.get(folder, ()), name)
+    return out
+
+
+FOLDERS = _folders()
+"""Catalogue folder -> the algorithms whose mutants it holds."""
+
+
+def _checks(algorithm: str = DEFAULT_ALGORITHM) -> dict[str, tuple[str, str]]:
     """Check id of verify.json -> (scenario name, pytest node name of the test that records it).
 
     Generated from the gate's own scenarios (`harness.algorithms`), never typed here.
@@ -56,13 +70,11 @@ def _checks(algorithm: str = "ppo") -> dict[str, tuple[str, str]]:
 
 
 CHECKS: dict[str, tuple[str, str]] = _checks()
-"""The PPO gate's checks (the default run's)."""
+"""The default algorithm's checks (the default run's)."""
 ALGORITHM_CHECKS: dict[str, dict[str, tuple[str, str]]] = {name: _checks(name) for name in TARGETS}
-"""Each algorithm's checks: GRPO reuses some scenario names (freshness, all_masked), so they are kept apart."""
+"""Each algorithm's checks: algorithms may reuse a scenario name (freshness, all_masked), so they are kept apart."""
 # killed_by entry that stands for "any check of the two-process run" (`python -m harness verify-dist`)
 VERIFY_DIST = "verify_dist"
-ID_PREFIX = {"ppo": "c", "grpo": "g"}
-"""The first letter of a mutant id, by algorithm; two digits of its bug class follow."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,7 @@ class Mutant:
     command: str = "verify"
     """`verify` (the verify suite) or `verify-dist` (the two-process run)."""
     notes: str = ""
-    algorithm: str = "ppo"
+    algorithm: str = DEFAULT_ALGORITHM
     """Whose gate kills it: its checks are that algorithm's, run against `TARGETS[algorithm]`."""
     raises: bool = False
     """Whether its bug is the trainer raising: only then does a check that failed because the trainer raised count
@@ -98,18 +110,39 @@ class NotApplicable:
     reason: str
 
 
-CLASSES, _CLASS_PROBLEMS = load.read_classes()
-"""The rows of classes.toml, in order."""
-PPO_CLASSES = tuple(c.number for c in CLASSES if c.algorithm == "ppo")
-"""The PPO classes of docs/bug-catalogue.md: each needs a PPO mutant or a reason."""
-GRPO_CLASSES = tuple(c.number for c in CLASSES if c.algorithm == "grpo")
-"""The GRPO classes of docs/bug-catalogue.md: each needs a GRPO mutant or a reason."""
+def _read_catalogue() -> tuple[tuple[load.BugClass, ...], list[dict], list[str]]:
+    """The bug classes and the mutants' fields of every catalogue folder, in the order of FOLDERS, and the problems
+    found: besides each file's own, a class numbered in an earlier folder, and a mutant kept in the folder of an
+    algorithm that is not its own."""
+    classes: list[load.BugClass] = []
+    entries: list[dict] = []
+    problems: list[str] = []
+    for folder, names in FOLDERS.items():
+        found, wrong = load.read_classes(folder / load.CLASSES, names)
+        taken = sorted({c.number for c in found} & {c.number for c in classes})
+        if taken:
+            problems.append(f"{folder / load.CLASSES}: bug classes {taken} are numbered in another catalogue folder")
+        classes += found
+        problems += wrong
+        fields, wrong = load.read_entries(folder / load.ENTRIES)
+        problems += wrong
+        problems += [
+            f"{f['id']}: its algorithm {f['algorithm']!r} does not keep its mutants in {folder}"
+            for f in fields
+            if f["algorithm"] not in names
+        ]
+        entries += fields
+    return tuple(classes), entries, problems
+
+
+CLASSES, _ENTRIES, _LOAD_PROBLEMS = _read_catalogue()
+"""The rows of every catalogue folder's classes.toml, in order."""
+CLASSES_OF = {name: tuple(c.number for c in CLASSES if c.algorithm == name) for name in DECLARED}
+"""Each algorithm's classes of docs/bug-catalogue.md: each needs a mutant of that algorithm or a reason."""
 NOT_APPLICABLE = tuple(NotApplicable(c.number, c.not_applicable) for c in CLASSES if c.not_applicable)
 """The classes that give a reason in classes.toml instead of needing a mutant."""
-
-_ENTRIES, _ENTRY_PROBLEMS = load.read_entries()
 MUTANTS: tuple[Mutant, ...] = tuple(Mutant(**fields) for fields in _ENTRIES)
-"""Every mutant of entries/, in the order of their ids."""
+"""Every mutant of every catalogue folder, in the order of their ids within a folder."""
 
 
 def by_id(ids: list[str] | tuple[str, ...] | None = None) -> list[Mutant]:
@@ -181,7 +214,7 @@ def diff(mutant: Mutant, root: Path) -> str:
 
 def _mutant_problems(m: Mutant, classes: dict[int, load.BugClass]) -> list[str]:
     """What is wrong with one mutant's metadata."""
-    if m.algorithm not in ALGORITHM_CHECKS:
+    if m.algorithm not in ALGORITHM_CHECKS or m.algorithm not in ID_PREFIX:
         return [f"{m.id}: unknown algorithm {m.algorithm!r}"]
     problems = []
     checks = ALGORITHM_CHECKS[m.algorithm]
@@ -209,11 +242,21 @@ def _mutant_problems(m: Mutant, classes: dict[int, load.BugClass]) -> list[str]:
     return problems
 
 
+def _shared_prefixes() -> list[str]:
+    """Each mutant id prefix that two algorithms declare."""
+    problems = []
+    for prefix in dict.fromkeys(ID_PREFIX.values()):
+        sharing = [name for name, p in ID_PREFIX.items() if p == prefix]
+        if len(sharing) > 1:
+            problems.append(f"algorithms {', '.join(sharing)} share the mutant id prefix {prefix!r}")
+    return problems
+
+
 def check_metadata() -> list[str]:
     """Problems with the catalogue's files and metadata (empty when it is complete)."""
-    problems = [*_CLASS_PROBLEMS, *_ENTRY_PROBLEMS]
+    problems = [*_LOAD_PROBLEMS, *_shared_prefixes()]
     classes = {c.number: c for c in CLASSES}
-    for algorithm, numbers in (("ppo", PPO_CLASSES), ("grpo", GRPO_CLASSES)):
+    for algorithm, numbers in CLASSES_OF.items():
         covered = {m.bug_class for m in MUTANTS if m.algorithm == algorithm}
         missing = sorted(set(numbers) - covered - {n.bug_class for n in NOT_APPLICABLE})
         if missing:

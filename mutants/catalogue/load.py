@@ -1,4 +1,4 @@
-"""Reading the catalogue's files: the bug classes (classes.toml) and one TOML and one diff per mutant (entries/).
+"""Reading a catalogue folder's files: the bug classes (classes.toml) and one TOML and one diff per mutant (entries/).
 
 Nothing here raises on a malformed file: each reader returns what it could read and
 the problems it found, which `check_metadata` reports and the runner refuses to run with.
@@ -6,6 +6,7 @@ the problems it found, which `check_metadata` reports and the runner refuses to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +17,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest, which runs the gate, brings tomli there
     import tomli as tomllib
 
-HERE = Path(__file__).resolve().parent
-CLASSES_FILE = HERE / "classes.toml"
-ENTRIES = HERE / "entries"
-ALGORITHMS = ("ppo", "grpo")
+CLASSES = "classes.toml"
+"""The file of a catalogue folder that lists its bug classes."""
+ENTRIES = "entries"
+"""The folder of a catalogue folder that holds its mutants."""
 COMMANDS = ("verify", "verify-dist")
 
 ENTRY_FIELDS: dict[str, type] = {
@@ -59,8 +60,9 @@ def _toml(path: Path) -> tuple[dict, str]:
         return {}, f"{path.name}: {exc}"
 
 
-def read_classes(path: Path = CLASSES_FILE) -> tuple[tuple[BugClass, ...], list[str]]:
-    """The bug classes of `path` in their order, and the problems with it."""
+def read_classes(path: Path, algorithms: Sequence[str]) -> tuple[tuple[BugClass, ...], list[str]]:
+    """The bug classes of `path` in their order, and the problems with it; a class's algorithm must be one of
+    `algorithms` (those whose catalogue folder holds `path`)."""
     data, problem = _toml(path)
     if problem:
         return (), [problem]
@@ -71,8 +73,8 @@ def read_classes(path: Path = CLASSES_FILE) -> tuple[tuple[BugClass, ...], list[
             problems.append(f"{path.name}: a class needs number, algorithm, name (and may give not_applicable): {row}")
             continue
         c = BugClass(**row)
-        if not isinstance(c.number, int) or c.algorithm not in ALGORITHMS or not str(c.name).strip():
-            problems.append(f"{path.name}: class {c.number}: a number, an algorithm of {ALGORITHMS} and a name")
+        if not isinstance(c.number, int) or c.algorithm not in algorithms or not str(c.name).strip():
+            problems.append(f"{path.name}: class {c.number}: a number, an algorithm of {tuple(algorithms)} and a name")
             continue
         classes.append(c)
     numbers = [c.number for c in classes]
@@ -118,7 +120,7 @@ def read_entry(toml_path: Path) -> tuple[dict | None, list[str]]:
     return fields, []
 
 
-def read_entries(folder: Path = ENTRIES) -> tuple[list[dict], list[str]]:
+def read_entries(folder: Path) -> tuple[list[dict], list[str]]:
     """Every mutant's fields under `folder`, in the order of their file names; and the problems found."""
     entries, problems = [], []
     for toml_path in sorted(folder.glob("*.toml")):

@@ -61,6 +61,10 @@ from mutants.model import (
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER_SOURCE = (ROOT / catalogue.TRAINER).read_text(encoding="utf-8")
+GRPO_TRAINER = mutmut_algorithms.ALGORITHMS["grpo"].trainer
+COMMON = "reference_trainers/common.py"
+"""What both trainers share: a mutant of either algorithm may patch it."""
+ENTRIES = ROOT / "mutants" / "catalogue" / load.ENTRIES
 
 
 # ---------------------------------------------------------------- the catalogue
@@ -138,7 +142,8 @@ def test_a_diff_is_read_hunk_by_hunk_into_replacements_with_their_context():
 
 
 def test_every_entry_is_a_toml_file_with_its_diff_and_the_loader_reports_what_is_wrong(tmp_path):
-    tomls, diffs = sorted(load.ENTRIES.glob("*.toml")), sorted(load.ENTRIES.glob("*.diff"))
+    assert list(catalogue.FOLDERS) == [ENTRIES.parent]  # the built-in algorithms share one catalogue folder
+    tomls, diffs = sorted(ENTRIES.glob("*.toml")), sorted(ENTRIES.glob("*.diff"))
     assert len(catalogue.MUTANTS) == len(tomls) == len(diffs)  # every file read, none left over
     assert [m.id for m in catalogue.MUTANTS] == [p.stem for p in tomls] == [p.stem for p in diffs]
     for path in diffs:  # a real unified diff of a trainer file, paths relative to the repository root
@@ -160,7 +165,7 @@ def test_every_entry_is_a_toml_file_with_its_diff_and_the_loader_reports_what_is
         'classes = [{ number = 2, algorithm = "ppo", name = "b" }, { number = 1, algorithm = "dpo", name = "a" }]\n',
         encoding="utf-8",
     )
-    classes, problems = load.read_classes(tmp_path / "classes.toml")
+    classes, problems = load.read_classes(tmp_path / "classes.toml", ("ppo", "grpo"))
     assert [c.number for c in classes] == [2] and "class 1: a number, an algorithm" in problems[0]
 
 
@@ -169,11 +174,11 @@ def test_metadata_is_complete_for_every_ppo_and_grpo_class():
     ppo = [m for m in catalogue.MUTANTS if m.algorithm == "ppo"]
     classes = sorted([m.bug_class for m in ppo] + [n.bug_class for n in catalogue.NOT_APPLICABLE])
     ppo_classes = [c.number for c in catalogue.CLASSES if c.algorithm == "ppo"]
-    assert list(catalogue.PPO_CLASSES) == ppo_classes and ppo_classes
+    assert list(catalogue.CLASSES_OF["ppo"]) == ppo_classes and ppo_classes
     assert classes == ppo_classes, "one mutant (or a reason) per PPO bug class"
     grpo = [m for m in catalogue.MUTANTS if m.algorithm == "grpo"]
     grpo_classes = {c.number for c in catalogue.CLASSES if c.algorithm == "grpo"}
-    assert set(catalogue.GRPO_CLASSES) == grpo_classes and grpo_classes
+    assert set(catalogue.CLASSES_OF["grpo"]) == grpo_classes and grpo_classes
     assert grpo_classes <= {m.bug_class for m in grpo}, "a GRPO mutant per GRPO bug class"
     named = {catalogue.ALGORITHM_CHECKS["grpo"][c][0] for m in grpo for c in catalogue.named_checks(m)}
     scenarios = {scenario for scenario, _ in catalogue.ALGORITHM_CHECKS["grpo"].values()}
@@ -217,11 +222,11 @@ def test_the_bug_catalogue_overview_is_the_classes_table():
     ]
     assert rows == [(str(c.number), c.algorithm.upper(), c.name) for c in catalogue.CLASSES]
     prose = " ".join(overview.split())
-    assert f"Classes {_ranges(catalogue.PPO_CLASSES)} concern PPO" in prose
-    assert f"Classes {_ranges(catalogue.GRPO_CLASSES)} concern GRPO" in prose
+    assert f"Classes {_ranges(catalogue.CLASSES_OF['ppo'])} concern PPO" in prose
+    assert f"Classes {_ranges(catalogue.CLASSES_OF['grpo'])} concern GRPO" in prose
     # a class's prefix once, however many GRPO mutants it has (g12: an empty micro-batch, an empty interval)
     ppo_form = list(dict.fromkeys(
-        m.id[:3] for m in catalogue.MUTANTS if m.algorithm == "grpo" and m.bug_class in catalogue.PPO_CLASSES
+        m.id[:3] for m in catalogue.MUTANTS if m.algorithm == "grpo" and m.bug_class in catalogue.CLASSES_OF["ppo"]
     ))  # fmt: skip
     assert f"number: {', '.join(ppo_form[:-1])} and {ppo_form[-1]}" in prose, "the GRPO mutants of PPO classes"
 
@@ -390,7 +395,9 @@ def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(t
 
 
 def test_the_gate_server_preloads_no_trainer_and_checks_where_each_run_got_it(tmp_path):
-    assert not {name.partition(".")[0] for name in harness_run.PRELOAD} & set(harness_run.TRAINER_PACKAGES)
+    preloaded = harness_run.preload_modules()
+    assert {"harness.algorithms.ppo.scenarios", "harness.algorithms.grpo.scenarios"} <= set(preloaded)
+    assert not {name.partition(".")[0] for name in preloaded} & set(harness_run.TRAINER_PACKAGES)
     with harness_run.GateServer(preload=("json", "reference_trainers")) as server:
         why = server.started()
     assert "preloading imported reference_trainers" in why and "each run must import its own" in why
@@ -868,11 +875,11 @@ def test_report_json_is_schema_v2():
     assert entry["language"] == "python" and entry["source"] == TRAINER_SOURCE
     statuses = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
     ids = [m["id"] for m in entry["mutants"]]
-    common = [r.id for r in curated.mutants if r.mutant.patch[0].file == catalogue.COMMON]  # either algorithm's
+    common = [r.id for r in curated.mutants if r.mutant.patch[0].file == COMMON]  # either algorithm's
     grpo = [r.id for r in curated.mutants if r.mutant.algorithm == "grpo" and r.id not in common]
     assert len(ids) == len(set(ids)) == 3 + len(curated.mutants) - len(grpo) - len(common)
-    assert sorted(m["id"] for m in doc["files"][catalogue.COMMON]["mutants"]) == sorted(common) and common
-    grpo_entry = doc["files"][catalogue.GRPO_TRAINER]  # the GRPO mutants patch the GRPO trainer
+    assert sorted(m["id"] for m in doc["files"][COMMON]["mutants"]) == sorted(common) and common
+    grpo_entry = doc["files"][GRPO_TRAINER]  # the GRPO mutants patch the GRPO trainer
     assert sorted(m["id"] for m in grpo_entry["mutants"]) == sorted(grpo) and grpo
     tests = {t["id"] for t in doc["testFiles"]["harness/suite/test_verify.py"]["tests"]}
     assert all(k.startswith("grpo:") and k in tests for m in grpo_entry["mutants"] for k in m.get("killedBy", []))
@@ -911,7 +918,7 @@ def test_each_mutated_file_gets_its_own_entry_in_mutation_json():
     doc, _ = schema.schema_report(curated, mutmut, TRAINER_SOURCE, baseline=None)
     assert schema.validate(doc) == []
     # grpo.py and common.py: curated mutants only (common.py's patch what both trainers share)
-    assert set(doc["files"]) == {catalogue.TRAINER, config_path, catalogue.GRPO_TRAINER, catalogue.COMMON}
+    assert set(doc["files"]) == {catalogue.TRAINER, config_path, GRPO_TRAINER, COMMON}
     assert [m["id"] for m in doc["files"][config_path]["mutants"]] == ["x_exact_div__mutmut_1"]
     assert "x_exact_div__mutmut_1" not in {m["id"] for m in doc["files"][catalogue.TRAINER]["mutants"]}
 
@@ -932,7 +939,7 @@ def test_the_two_curated_halves_run_the_whole_catalogue():
     """test_curated_ppo.py and test_curated_grpo.py run the mutants of one algorithm each: between them, every
     entry of the catalogue (tests/support/curated.py)."""
     ids = [m.id for m in catalogue.MUTANTS]
-    assert len(ids) == len(set(ids)) == len(list(load.ENTRIES.glob("*.toml")))  # every entry of the catalogue
+    assert len(ids) == len(set(ids)) == len(list(ENTRIES.glob("*.toml")))  # every entry of the catalogue
     halves = sorted(p.stem.removeprefix("test_curated_") for p in Path(__file__).parent.glob("test_curated_*.py"))
     assert sorted({m.algorithm for m in catalogue.MUTANTS}) == halves == ["grpo", "ppo"]
 
@@ -1011,7 +1018,7 @@ def check_rendered(chromium: str, page: Path, doc: dict, tmp_path: Path) -> None
     overview = render(chromium, page, "", tmp_path)
     assert overview["shadow"], "mutation-test-report-app was never defined: the component did not load"
     assert Path(catalogue.TRAINER).name in overview["text"]
-    assert catalogue.GRPO_TRAINER not in doc["files"] or "grpo.py" in overview["text"]
+    assert GRPO_TRAINER not in doc["files"] or "grpo.py" in overview["text"]
     every = [m for entry in doc["files"].values() for m in entry["mutants"]]  # the overview counts every file
     detected = sum(m["status"] in ("Killed", "Timeout") for m in every)
     survived = sum(m["status"] == "Survived" for m in every)

@@ -50,6 +50,8 @@ class GRPOAlgorithm:
         ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", "reference_trainers/common.py"),
         "equivalent_grpo.toml",
         "grpo",
+        id_prefix="g",
+        catalogue="mutants/catalogue",
         unit_tests=("tests/trainers/test_grpo_config.py",),
         rank_functions=tuple(
             f"reference_trainers.grpo:GRPOTrainer.{name}"

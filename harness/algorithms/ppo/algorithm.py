@@ -50,6 +50,8 @@ class PPOAlgorithm:
         ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", "reference_trainers/common.py"),
         "equivalent.toml",
         None,
+        id_prefix="c",
+        catalogue="mutants/catalogue",
     )
 
     @property

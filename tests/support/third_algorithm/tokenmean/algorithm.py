@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.algorithms import Mutation
 from harness.compare import compare
 from harness.contract import Contract
 from harness.errors import HarnessConfigError
@@ -117,7 +118,14 @@ class TokenMeanAlgorithm:
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(
         default_factory=lambda: {METRIC: ((1e-9, 1e-9), (1e-6, 1e-6), (1e-2, 1e-2))}
     )
-    mutation: None = None
+    mutation: Mutation | None = Mutation(
+        ("tests/support/third_algorithm/tokenmean/trainer.py",),
+        "equivalent_tokenmean.toml",
+        "tokenmean",
+        id_prefix="t",
+        catalogue="tests/support/third_algorithm/mutants",
+    )
+    """Its curated mutants are in its own folder (mutants/), their classes beside them."""
     contract: Contract = Contract(version=1, document="tests/support/third_algorithm/README.md")
 
     @property
