@@ -12,7 +12,8 @@ The file is TOML, one `[[known]]` table per check::
 line naming the file and the entry for the first thing wrong). `outcome` is what an entry makes
 of its check's result: a failed check is `known` (it does not fail the run), a passed check is
 `stale` (it fails the run: the entry is to be removed); an errored or skipped check is neither,
-and so is a check that did not run. `render` and `write` make a baseline of a run's failed checks.
+and so is a check that did not run. Writing a baseline from a run's failed checks is the report's
+(harness/report/baseline_file.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.errors import HarnessConfigError
 from harness.verdict import CheckStatus
@@ -32,18 +33,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest, which runs the gate, brings tomli there
     import tomli as tomllib
 
-if TYPE_CHECKING:
-    from harness.report import Report
-
 KEYS = ("check", "reason", "link")
 """The keys of an entry; `link` is optional."""
 KNOWN = "known"
 STALE = "stale"
-
-HEADER = """\
-# Known failures of the gate on target {target} ({algorithm}): with `--baseline FILE` they are reported
-# as known; a new failure still fails the run, and so does a check listed here that passes (remove it).
-"""
 
 
 @dataclass(frozen=True)
@@ -140,45 +133,3 @@ def parse(data: dict[str, Any], path: str, algorithm: str, target: str | None = 
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def toml_string(text: str) -> str:
-    """`text` as a TOML basic string (JSON's escapes are TOML's, but for DEL, which TOML wants escaped)."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def failed_entries(report: Report) -> list[Entry]:
-    """One entry per failed check of `report`, in report order: its baseline entry when it has one (a known
-    failure keeps its reason and link), else one whose reason is the check's first failure line (without its
-    leading `FAIL <scenario>`)."""
-    from harness.report.terminal import first_failure
-
-    entries = []
-    for check in report.checks:
-        if check.status is not CheckStatus.FAIL:
-            continue
-        listed = report.baseline.entry(str(check.id)) if report.baseline is not None else None
-        line = first_failure(check)
-        reason = line.removeprefix(f"FAIL {check.scenario}").lstrip(": ") or line
-        entries.append(listed or Entry(str(check.id), reason))
-    return entries
-
-
-def render(entries: list[Entry], target: str, algorithm: str | None) -> str:
-    """The text of a baseline file listing `entries`."""
-    lines = [HEADER.format(target=target, algorithm=algorithm)]
-    for entry in entries:
-        lines += ["[[known]]", f"check = {toml_string(entry.check)}", f"reason = {toml_string(entry.reason)}"]
-        if entry.link:
-            lines.append(f"link = {toml_string(entry.link)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write(path: str | os.PathLike[str], report: Report) -> int:
-    """Write `report`'s failed checks to `path` as a baseline file; return how many it lists."""
-    entries = failed_entries(report)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(entries, report.target, report.algorithm), encoding="utf-8")
-    return len(entries)

@@ -251,7 +251,7 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
 
 def write_config_error(args: argparse.Namespace, message: str) -> None:
     """verify.json (and verify.md) saying once that the run could not be configured, with no check run."""
-    from .report import Report
+    from .report import Report, write_report
 
     try:
         from .targets import resolve
@@ -261,7 +261,7 @@ def write_config_error(args: argparse.Namespace, message: str) -> None:
         algorithm = None
     report = Report(target=args.target, device=args.device, seed=args.seed, dtype=args.dtype, algorithm=algorithm)
     report.config_errors.append(message)
-    report.write(args.report_dir, step_summary=False)
+    write_report(report, args.report_dir, step_summary=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from .oracle.precision import FIT_RATIO, fits_better
 from .tolerances import tolerance
-from .verdict import Diagnosis, MetricStatus, MetricVerdict
+from .verdict import Diagnosis, MetricStatus, MetricVerdict, Wording
 
 NO_MATCH = "no known pooling reproduces it"
 
@@ -97,7 +97,7 @@ def better_fit(verdict: MetricVerdict, candidates: Iterable[Candidate]) -> Metri
     right = abs(verdict.logged - verdict.expected)
     reason = (f"fit: within tolerance {verdict.tol:.3g}, but the contract's value misses the logged one by "
               f"{right:.3g} and a known wrong formula reproduces it to {diagnosis.gap:.3g}")  # fmt: skip
-    return replace(verdict, status=MetricStatus.FAIL, reason=reason, diagnosis=diagnosis)
+    return replace(verdict, status=MetricStatus.FAIL, reason=reason, diagnosis=diagnosis, wording=Wording.FIT)
 
 
 def diagnosed(

@@ -320,12 +320,12 @@ def run_failed(message: str):
 
 def finish(report, report_dir: str) -> int:
     """Write reports/dist/verify.*, print the table; exit 0 only when every check passed."""
-    from .report import JSON_NAME
+    from .report import JSON_NAME, write_report
     from .report.terminal import render_terminal
     from .verdict import CheckStatus
 
     out = Path(report_dir) / "dist"
-    report.write(out)
+    write_report(report, out)
     print(render_terminal(report, verbose=True))
     print(f"report: {out / JSON_NAME}")
     return 0 if report.status is CheckStatus.PASS else 1

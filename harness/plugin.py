@@ -248,7 +248,7 @@ def apply_baseline(rep: pytest.TestReport, call: pytest.CallInfo, recorded: list
         if (
             failed
             and all(collector.known(c) for c in failed)
-            and any(c.failure_lines() and said[: len(c.failure_lines())] == lines_of(c) for c in failed)
+            and any(lines and said[: len(lines)] == lines for lines in map(lines_of, failed))
         ):
             reasons = "; ".join(collector.baseline.entry(str(c.id)).reason for c in failed)
             rep.outcome, rep.wasxfail = "skipped", f"known failure (baseline: {reasons})"
@@ -262,11 +262,16 @@ def apply_baseline(rep: pytest.TestReport, call: pytest.CallInfo, recorded: list
 
 
 def lines_of(check) -> list[str]:
-    """A check's failure lines, each stripped (an assert's message comes back with its lines indented)."""
-    return [line.strip() for line in check.failure_lines()]
+    """A check's failure lines (harness/report/format.py, what suite/test_verify.py fails with), each stripped (an
+    assert's message comes back with its lines indented)."""
+    from .report.format import check_failure_lines
+
+    return [line.strip() for line in check_failure_lines(check)]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from .report import write_report
+
     errors = session.config.stash.get(CONFIG_ERROR, [])
     report = session.config.stash.get(COLLECTOR, None)
     report_dir = session.config.option.ppo_report_dir
@@ -274,7 +279,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_baseline(session.config, report, errors)
     if report is not None and report_dir:
         report.config_errors.extend(errors)
-        report.write(report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
+        write_report(report, report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
     if errors:
         session.exitstatus = 2
 
@@ -282,7 +287,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def write_baseline(config: pytest.Config, report, errors: list[str]) -> None:
     """--ppo-write-baseline: the run's failed checks as a baseline file, unless the run could not be configured
     or ran no check; what was done is said in the terminal summary, a file that cannot be written is an error."""
-    from .baseline import write
+    from .report.baseline_file import write
 
     path = config.option.ppo_write_baseline
     if errors or report is None:

@@ -65,11 +65,12 @@ class CheckId:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A known wrong pooling that reproduces a failing metric's logged value (harness/diagnose.py picks it).
+    """A known wrong pooling that reproduces a failing metric's logged value (harness/diagnose.py picks it), or a
+    known bug a check found by itself (`Check.diagnose`).
 
     `classes` are numbers of docs/bug-catalogue.md (two for a combination; none for a wrong pooling the
     catalogue has no number for, e.g. a biased variance); `value` is what `formula` gives from the records,
-    `gap` its distance to the logged value.
+    `gap` its distance to the logged value (both NaN when no one number is reproduced, as for a check's own).
     """
 
     classes: tuple[int, ...]
@@ -82,12 +83,6 @@ class Diagnosis:
     def bug_class(self) -> int | None:
         """The first class named (the one a single-number summary uses), or None."""
         return self.classes[0] if self.classes else None
-
-    def line(self) -> str:
-        """`= <formula> (class 5 + 2)`: what the failure line is followed by."""
-        from harness.report.format import diagnosis_line
-
-        return diagnosis_line(self)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for verify.json."""
@@ -113,6 +108,20 @@ class Diagnosis:
             gap=math.nan if gap is None else gap,
             source=data.get("source", ""),
         )
+
+
+class Wording(str, Enum):
+    """Whose words a metric verdict's `reason` is; its failure line reads it by this (harness/report/format.py)."""
+
+    COMPARE = "compare"
+    """harness/compare.py's: `<kind>: gap <g> exceeds tolerance <t>` for a fail, or why the metric is missing, not
+    finite or not recomputable. A fail's line gives the numbers."""
+    FIT = "fit"
+    """harness/diagnose.py's `better_fit`: inside the tolerance, but a known wrong formula explains the logged value
+    better than the contract's. The line gives the numbers, then the reason."""
+    CHECK = "check"
+    """The check's own words for what it compared (e.g. the token of a gradient gap): the line gives them instead of
+    the numbers."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +154,12 @@ class MetricVerdict:
     precision: Any = None
     """The `Precision` the tolerance was derived from (None for a table row): the diagnosis judges candidates by
     it."""
+    wording: Wording = Wording.COMPARE
+    """Whose words `reason` is (verify.json does not carry it)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", MetricStatus(self.status))  # ValueError for an unknown status
+        object.__setattr__(self, "wording", Wording(self.wording))
 
     @property
     def passed(self) -> bool:
@@ -186,7 +198,8 @@ class MetricVerdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetricVerdict:
-        """The inverse of `as_dict` (for readers of verify.json, such as the mutant runner)."""
+        """The inverse of `as_dict` (for readers of verify.json, such as the mutant runner), but for `wording`, which
+        verify.json does not carry: a verdict read back has compare's."""
         numbers = {k: data.get(k) for k in ("logged", "expected", "abs_err", "rel_err", "tol", "scale")}
         return cls(
             name=data["name"],
@@ -208,13 +221,15 @@ def _finite(value: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The frozen verdict of one named check: what failed (`problems`), what it noted, each metric."""
+    """The frozen verdict of one named check: what failed (`problems`), what it noted, each metric, and what the check
+    itself diagnosed (`diagnoses`: known bugs it found that no single metric's diagnosis names)."""
 
     id: CheckId
     status: CheckStatus
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     metrics: tuple[MetricVerdict, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()
     contract_changes: tuple[str, ...] = ()
     """For a failed check: one line per change of the contract since the version the target pins that touches it
     (harness/contract.py); they never change the verdict."""
@@ -237,12 +252,6 @@ class CheckResult:
         """Problems, then notes, in one line."""
         return "; ".join(self.problems + self.notes)
 
-    def failure_lines(self) -> list[str]:
-        """The check's problems and each failing metric, one pasteable line each (harness/report/format.py)."""
-        from harness.report.format import check_failure_lines
-
-        return check_failure_lines(self)
-
     def as_dict(self) -> dict[str, Any]:
         """Plain data for verify.json."""
         return {
@@ -251,6 +260,7 @@ class CheckResult:
             "status": self.status.value,
             "message": self.message,
             "metrics": [m.as_dict() for m in self.metrics],
+            "diagnoses": [d.as_dict() for d in self.diagnoses],
             "contract_changes": list(self.contract_changes),
         }
 
@@ -263,6 +273,7 @@ class Check:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     metrics: list[MetricVerdict] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -278,6 +289,13 @@ class Check:
         """Record something a reviewer should read that does not fail the check."""
         self.notes.append(text)
 
+    def diagnose(self, diagnosis: Diagnosis) -> None:
+        """Record a known bug the check found (not one metric's: e.g. where the optimizer steps fell), as data; the
+        check's notes say it too, `<formula> (class N)`. It does not fail the check."""
+        self.diagnoses.append(diagnosis)
+        named = f" (class {' + '.join(str(c) for c in diagnosis.classes)})" if diagnosis.classes else ""
+        self.note(diagnosis.formula + named)
+
     def absorb(self, verdicts: Iterable[MetricVerdict]) -> None:
         """Add metric verdicts; any that failed fails the check, naming them once."""
         verdicts = list(verdicts)
@@ -292,4 +310,6 @@ class Check:
     def finish(self) -> CheckResult:
         """The frozen result: FAIL with any problem, else PASS."""
         status = CheckStatus.FAIL if self.problems else CheckStatus.PASS
-        return CheckResult(self.id, status, tuple(self.problems), tuple(self.notes), tuple(self.metrics))
+        return CheckResult(
+            self.id, status, tuple(self.problems), tuple(self.notes), tuple(self.metrics), tuple(self.diagnoses)
+        )

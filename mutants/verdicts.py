@@ -6,7 +6,6 @@ raising, unless the mutant's bug is a raise (`raises = true`; see runner.py for 
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from . import catalogue
@@ -19,18 +18,14 @@ RAISED = "the trainer raised during the run"
 """What a check's message says when the trainer raised instead of finishing its run (harness/require.py)."""
 
 
-NOTED_CLASS = re.compile(r"\(class (\d+)\)(?:;|$)")
-"""A check note's diagnosis: "...: <what it is> (class N)", at the end of a note."""
-
-
 def diagnosed_classes(checks: list[dict]) -> tuple[int, ...]:
     """The classes named most often by the diagnoses of the failing metrics in `checks` (verify.json), in order; ()
     for none.
 
     Each class a diagnosis names counts once (a combination counts for both), so a run whose every diagnosis is one
     combination names its classes together (a tie is kept, not broken: `nansum` over the reward functions both drops
-    their weights and rewards an unscorable completion 0, classes 50 and 51). A failed check whose message carries
-    a diagnosis note ending "(class N)" (the gradient checks') votes too.
+    their weights and rewards an unscorable completion 0, classes 50 and 51). The diagnoses a failed check made by
+    itself (its `diagnoses`: the gradient checks' class 15) vote too.
     """
     votes: Counter[int] = Counter()
     for check in checks:
@@ -38,7 +33,7 @@ def diagnosed_classes(checks: list[dict]) -> tuple[int, ...]:
             diagnosis = metric.get("diagnosis") if metric.get("failed") else None
             votes.update(set((diagnosis or {}).get("classes") or ()))
         if check.get("status") == "fail":
-            votes.update({int(n) for n in NOTED_CLASS.findall(check.get("message") or "")})
+            votes.update({c for diagnosis in check.get("diagnoses") or () for c in diagnosis.get("classes") or ()})
     if not votes:
         return ()
     most = max(votes.values())

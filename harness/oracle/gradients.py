@@ -7,12 +7,13 @@ gradient recorder's trace (`harness.instrument.grad.GradTrace`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 
 from harness.compare import compare
-from harness.verdict import Check
+from harness.verdict import Check, Diagnosis
 
 Factor = tuple[float, int, int]
 """(<recorded, formula> / <formula, formula>, tokens of the micro-batch, tokens of what it is part of)."""
@@ -94,19 +95,22 @@ def step_ends(grads) -> list[int]:
     return [max(step.backward_ids) + 1 if step.backward_ids else 0 for step in grads.steps]
 
 
-def running_counter(grads, accumulation: int, aligned: Callable[[list[int]], bool], ends: str, parts: str) -> str:
-    """The class-15 diagnosis, or '': the steps are not where they belong (`aligned(step_ends)` is false), and
+def running_counter(
+    grads, accumulation: int, aligned: Callable[[list[int]], bool], ends: str, parts: str
+) -> Diagnosis | None:
+    """The class-15 diagnosis, or None: the steps are not where they belong (`aligned(step_ends)` is false), and
     each came after a multiple of `accumulation` backward passes counted across the run: an accumulation
     counter never reset at the end of one of the `parts` (minibatches, windows). `ends` names where the steps
-    belong, for the note. A step after no backward pass is no counter's: no diagnosis then."""
+    belong, for its formula. A step after no backward pass is no counter's: no diagnosis then."""
     after = step_ends(grads)
     if not after or aligned(after) or accumulation < 1 or any(a == 0 or a % accumulation for a in after):
-        return ""
+        return None
     listed = ", ".join(str(a) for a in after[:-1]) + (" and " if len(after) > 1 else "") + str(after[-1])
-    return (
+    said = (
         f"steps after micro-batches {listed} (counted across the run), not at the ends of {ends}: an accumulation "
-        f"counter running across {parts} (class 15)"
+        f"counter running across {parts}"
     )
+    return Diagnosis((15,), said, math.nan, math.nan)
 
 
 def _badness(item: tuple[str, float]) -> float:

@@ -1,27 +1,23 @@
 """How verdicts read to people: numbers, the one-line failure of a metric, its diagnosis, a check's lines.
 
-The model (harness/verdict.py) holds what was found; every renderer (terminal, Markdown, pytest's
-failure message) writes it through these functions, so a failure reads the same everywhere.
+The model (harness/verdict.py) holds what was found, as data: whose words a metric's reason is
+(`MetricVerdict.wording`), each diagnosis with its classes. Every surface (the terminal, Markdown, pytest's failure
+message, live mode) writes it through these functions, so a failure reads the same everywhere; nothing here reads
+the model's prose back.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Any
 
-from harness.verdict import MetricStatus
+from harness.verdict import CheckStatus, MetricStatus, Wording
 
 if TYPE_CHECKING:
     from harness.verdict import CheckResult, Diagnosis, MetricVerdict
 
-COMPARED = re.compile(r"^(?:[\w ]+: gap \S+ exceeds tolerance \S+|fit: .*)$")
-"""The reason harness/compare.py gives a plain fail. A fail whose reason has another form carries the check's own
-words for what it compared (e.g. the token of a gradient gap): its failure line prints those words instead. A fail
-by fit (harness/diagnose.py, `better_fit`: inside the tolerance, but a known wrong formula explains the logged value)
-prints the numbers and then its reason."""
-NOTED = re.compile(r"\(class \d+(?: \+ \d+)*\)$")
-"""A check note that is a diagnosis ends by naming its class: "...: <what it is> (class 15)"."""
+FAILED = (CheckStatus.FAIL, CheckStatus.ERROR)
+"""The statuses of a check that has failure lines."""
 
 
 def fmt(value: Any) -> str:
@@ -36,17 +32,18 @@ def fmt(value: Any) -> str:
 def failure_line(scenario: str, metric: MetricVerdict) -> str:
     """`FAIL <scenario> <metric>: logged=<v> expected=<v> gap=<abs> (rel <r>, tol <t>)`, one pasteable line.
 
-    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`; a plain fail whose
-    reason is the check's own words (not compare's, `COMPARED`) reads `FAIL <scenario> <metric>: <words>`.
+    Statuses other than a plain fail (missing, nan, not_recomputable) add `[status: reason]`; a plain fail by fit
+    (`Wording.FIT`) adds `[<reason>]`; a plain fail whose reason is the check's own words (`Wording.CHECK`) reads
+    `FAIL <scenario> <metric>: <words>`.
     """
-    if metric.status is MetricStatus.FAIL and metric.reason and not COMPARED.match(metric.reason):
+    if metric.status is MetricStatus.FAIL and metric.wording is Wording.CHECK and metric.reason:
         return f"FAIL {scenario} {metric.label}: {metric.reason}"
     logged = "missing" if metric.status is MetricStatus.MISSING else fmt(metric.logged)
     line = (
         f"FAIL {scenario} {metric.label}: logged={logged} expected={fmt(metric.expected)} "
         f"gap={fmt(metric.abs_err)} (rel {fmt(metric.rel_err)}, tol {fmt(metric.tol)}{tol_from(metric)})"
     )
-    if metric.status is MetricStatus.FAIL and metric.reason.startswith("fit: "):
+    if metric.status is MetricStatus.FAIL and metric.wording is Wording.FIT:
         line += f" [{metric.reason}]"
     if metric.status is not MetricStatus.FAIL:
         line += f" [{metric.status.value}: {metric.reason or 'no reason given'}]"
@@ -61,7 +58,7 @@ def tol_from(metric: MetricVerdict) -> str:
 def diagnosis_text(metric: MetricVerdict) -> str:
     """What the gate says about why `metric` failed: `= <formula> (class N): ...`, the reason there is none, or ''."""
     if metric.diagnosis is not None:
-        return metric.diagnosis.line()
+        return diagnosis_line(metric.diagnosis)
     return f"= ? {metric.diagnosis_reason}" if metric.diagnosis_reason else ""
 
 
@@ -75,29 +72,40 @@ def diagnosis_line(diagnosis: Diagnosis) -> str:
     return f"= {diagnosis.formula} ({named}): {fmt(diagnosis.value)}, gap {fmt(diagnosis.gap)}"
 
 
-def noted_diagnosis(result: CheckResult) -> str:
-    """The first of a check's notes that is a diagnosis (`NOTED`), as `= <note>`; '' when none is."""
-    return next((f"= {note}" for note in result.notes if NOTED.search(note)), "")
-
-
 def first_diagnosis(result: CheckResult) -> str:
     """The diagnosis a check's one line shows after its first failing metric: that metric's, else the first other
-    failing metric's (`; <metric> = <formula> ...`), else the check's diagnosing note (`NOTED`); '' when none."""
+    failing metric's (`; <metric> = <formula> ...`), else the check's own first diagnosis; '' when none."""
     failing = [m for m in result.metrics if m.failed]
     if failing and failing[0].diagnosis is not None:
-        return failing[0].diagnosis.line()
+        return diagnosis_line(failing[0].diagnosis)
     other = next((m for m in failing if m.diagnosis is not None), None)
     if other is not None:
-        return f"; {other.label} {other.diagnosis.line()}"
-    return noted_diagnosis(result)
+        return f"; {other.label} {diagnosis_line(other.diagnosis)}"
+    return diagnosis_line(result.diagnoses[0]) if result.diagnoses else ""
 
 
-def check_failure_lines(result: CheckResult) -> list[str]:
-    """A check's problems and each failing metric, one pasteable line each, a diagnosis indented under its metric."""
-    lines = [f"FAIL {result.scenario}: {result.message}"] if result.problems else []
-    for m in result.metrics:
-        if m.failed:
-            lines.append(failure_line(result.scenario, m))
-            if diagnosis_text(m):
-                lines.append("    " + diagnosis_text(m))
+def check_failure_lines(result: CheckResult, known: bool = False, stale: str = "") -> list[str]:
+    """A check's failure lines, the same on every surface (pytest's failure message, the verbose terminal): for a
+    failed or errored check, `<STATUS> <scenario> <id>: <problems and notes>` (when it has problems, or no failing
+    metric), then each failing metric's pasteable line with its diagnosis indented under it, then the check's own
+    diagnoses (indented), then the lines of the contract changes that touch it; [] for any other check.
+
+    With a baseline: `known` (a failure the baseline lists) starts the check's and its metrics' lines with
+    `known `; `stale` (for a passed check the baseline lists: what to do about it) makes the one line
+    `STALE <scenario> <id>: <stale>`.
+    """
+    if stale:
+        return [f"STALE {result.scenario} {result.id}: {stale}"]
+    if result.status not in FAILED:
+        return []
+    mark = "known " if known else ""
+    failing = [m for m in result.metrics if m.failed]
+    lines = []
+    if result.problems or not failing:
+        lines.append(f"{mark}{result.status.value.upper()} {result.scenario} {result.id}: {result.message}")
+    for m in failing:
+        lines.append(mark + failure_line(result.scenario, m))
+        if diagnosis_text(m):
+            lines.append("    " + diagnosis_text(m))
+    lines += ["    " + diagnosis_line(d) for d in result.diagnoses]
     return lines + list(result.contract_changes)

@@ -4,8 +4,10 @@ Schema of `verify.json`::
 
     {"target", "algorithm", "device", "dtype", "torch", "status", "seed",
      "checks": [{"id", "scenario", "status", "message",
-                 "metrics": [{"name", "where", "logged", "expected", "abs_err", "rel_err", "tol",
-                              "status", "reason", "failed"}],
+                 "metrics": [{"name", "where", "logged", "expected", "abs_err", "rel_err", "tol", "scale",
+                              "status", "reason", "failed", "diagnosis", "diagnosis_reason", "tol_source",
+                              "precision"}],
+                 "diagnoses", "contract_changes",
                  "known", "stale", "baseline_reason", "baseline_link"}],
      "verdict", "baseline": {"file", "known", "stale", "not_run"}}
 
@@ -14,9 +16,11 @@ Schema of `verify.json`::
 false for a pass and for a not-recomputable metric the check opted out of (no scores
 supplied), true otherwise. NaN, inf and None are written as null. A check's status is
 "pass", "fail", "error" or "skip"; the run's is "fail" if any check failed, else "error"
-if any errored or none passed (nothing was verified), else "pass".
+if any errored or none passed (nothing was verified), else "pass". A metric's `diagnosis` and each
+of a check's `diagnoses` (the known bugs the check found by itself, harness/verdict.py `Check.diagnose`)
+are `{"class", "classes", "formula", "value", "gap", "source"}`.
 
-The fields after `metrics` and after `checks` are there only when the run had a baseline
+The fields after `contract_changes` and after `checks` are there only when the run had a baseline
 (`--baseline`, harness/baseline.py); every other field stays what the checks found. A check's
 `known` is true for a failed check the baseline lists, its `stale` for a passed one, and
 `baseline_reason` / `baseline_link` are its entry's (null when it has none). `verdict` is the
@@ -28,16 +32,11 @@ entries and of the entries whose check did not run.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.baseline import KNOWN, STALE, Baseline, outcome
 from harness.verdict import CheckId, CheckResult, CheckStatus
-
-JSON_NAME = "verify.json"
-MARKDOWN_NAME = "verify.md"
 
 
 def torch_version() -> str | None:
@@ -148,20 +147,3 @@ class Report:
     def to_json(self) -> str:
         """The report as strict JSON."""
         return json.dumps(self.as_dict(), indent=2, allow_nan=False)
-
-    def write(self, directory: str | os.PathLike[str] = "reports", step_summary: bool = True) -> Path:
-        """Write verify.json and verify.md under `directory`; append the Markdown to $GITHUB_STEP_SUMMARY
-        when it is set and `step_summary`; return the JSON path."""
-        from .markdown import render_markdown
-
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        json_path = out / JSON_NAME
-        json_path.write_text(self.to_json() + "\n", encoding="utf-8")
-        markdown = render_markdown(self)
-        (out / MARKDOWN_NAME).write_text(markdown, encoding="utf-8")
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary and step_summary:
-            with open(summary, "a", encoding="utf-8") as handle:
-                handle.write(markdown + "\n")
-        return json_path

@@ -4,10 +4,10 @@ A failed check's line ends with its first failing metric as a pasteable failure 
 (`FAIL <scenario> <metric>: logged=... expected=... gap=... (rel ..., tol ...)`), or, when no
 metric failed, its first problem; `(+N more)` counts what else failed in it. When the check has a
 diagnosis (a known wrong pooling or formula that reproduces a logged number, harness/diagnose.py;
-or a note naming its class), the line shows it after what failed first: `= <formula> (class N)
-...`, or `; <metric> = <formula> ...` when it is another failing metric's. The verbose form is
-the metric table, then one failure line per failing metric or failed check, each diagnosis
-indented under it.
+or a known bug the check itself found, `CheckResult.diagnoses`), the line shows it after what failed
+first: `= <formula> (class N) ...`, or `; <metric> = <formula> ...` when it is another failing
+metric's. The verbose form is the metric table, then every check's failure lines
+(harness/report/format.py, `check_failure_lines`: the lines pytest's failure message has).
 
 With a baseline, a known failure's line starts with `known` and ends with its entry's reason
 (`known FAIL  <id>  <what failed first> (baseline: <reason>)`), a passed check the baseline
@@ -18,34 +18,22 @@ the headline gives the run's verdict with the baseline applied and counts both.
 from __future__ import annotations
 
 from harness.baseline import KNOWN, STALE, Entry
-from harness.report.format import diagnosis_text, failure_line, first_diagnosis, fmt, noted_diagnosis
-from harness.verdict import CheckResult, CheckStatus
+from harness.report.format import FAILED, check_failure_lines, failure_line, first_diagnosis, fmt
+from harness.verdict import CheckResult
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
 
-FAILED = (CheckStatus.FAIL, CheckStatus.ERROR)
-
 
 def failure_lines(report: Report) -> list[str]:
-    """One line per failing metric, and one per failed or errored check without a failing metric."""
-    lines = []
-    for check in report.all_checks():
-        if report.stale(check):
-            lines.append(f"STALE {check.scenario} {check.id}: {stale_text(report, check)}")
-        if check.status not in FAILED:
-            continue
-        known = "known " if report.known(check) else ""
-        failing = [m for m in check.metrics if m.failed]
-        for m in failing:
-            lines.append(known + failure_line(check.scenario, m))
-            if diagnosis_text(m):
-                lines.append("    " + diagnosis_text(m))
-        if not failing:
-            lines.append(f"{known}{check.status.value.upper()} {check.scenario} {check.id}: {check.message}")
-        if noted_diagnosis(check) and not any(m.diagnosis is not None for m in failing):
-            lines.append("    " + noted_diagnosis(check))
-    return lines
+    """Every check's failure lines (`check_failure_lines`), with what the baseline made of it, in report order."""
+    return [
+        line
+        for check in report.all_checks()
+        for line in check_failure_lines(
+            check, known=report.known(check), stale=stale_text(report, check) if report.stale(check) else ""
+        )
+    ]
 
 
 def entry_of(report: Report, check: CheckResult) -> Entry:

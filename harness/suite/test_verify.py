@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.report.format import check_failure_lines
+
 
 def test_check(ppo_case, ppo_cache, ppo_run_spec, ppo_report, ppo_contract_lines):
     """Run one case, record it in the report, and fail with the reviewer's lines when it failed (with the contract
@@ -11,7 +13,7 @@ def test_check(ppo_case, ppo_cache, ppo_run_spec, ppo_report, ppo_contract_lines
     result = ppo_contract_lines(ppo_case.run(ppo_cache, ppo_run_spec))
     ppo_report.add(result)
     if not result.passed:
-        pytest.fail("\n".join(result.failure_lines()), pytrace=False)
+        pytest.fail("\n".join(check_failure_lines(result)), pytrace=False)
 
 
 def test_sizes_that_do_not_divide_are_a_usage_error(ppo_target, ppo_run_spec, ppo_algorithm):

@@ -14,6 +14,7 @@ import pytest
 from harness.algorithms import case, get
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import ObservationCache
+from harness.report.format import check_failure_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "using-the-gate.md"
@@ -71,4 +72,4 @@ def test_the_guides_grpo_target_runs(check_id, monkeypatch):
     target = guide_target(monkeypatch)
     assert target.factory.algorithm == "grpo"
     result = case(check_id, "grpo").run(ObservationCache(target.factory), get("grpo").run_spec(0, "cpu", "float32"))
-    assert result.passed, "\n".join(result.failure_lines())
+    assert result.passed, "\n".join(check_failure_lines(result))

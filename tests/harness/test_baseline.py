@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import Baseline, Entry, failed_entries, load, outcome, write
+from harness.baseline import Baseline, Entry, load, outcome
 from harness.cli import main, without_options
 from harness.errors import HarnessConfigError
 from harness.report import Report
+from harness.report.baseline_file import failed_entries, write
 from harness.report.markdown import render_markdown
 from harness.report.terminal import render_terminal
 from harness.verdict import CheckId, CheckResult, CheckStatus
@@ -269,11 +270,12 @@ def test_a_new_failure_exits_1_and_an_entry_not_run_is_neither(tmp_path):
 
 OWN_TESTS = '''
 from harness.algorithms import case
+from harness.report import check_failure_lines
 
 
 def test_known(ppo_cache, ppo_run_spec, ppo_report):
     result = ppo_report.add(case("short_window", "grpo").run(ppo_cache, ppo_run_spec))
-    assert result.passed, "\\n".join(result.failure_lines())
+    assert result.passed, "\\n".join(check_failure_lines(result))
 
 
 def test_known_check_but_another_failure(ppo_cache, ppo_run_spec, ppo_report):

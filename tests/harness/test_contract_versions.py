@@ -13,6 +13,7 @@ import pytest
 from harness.algorithms import get, known_algorithms
 from harness.contract import Change, Contract, with_changes
 from harness.errors import HarnessConfigError
+from harness.report.format import check_failure_lines
 from harness.verdict import CheckId, CheckResult, CheckStatus
 from tests.support.gate_run import verify
 
@@ -51,7 +52,7 @@ def test_the_lines_ride_on_a_failed_check_only_and_change_no_verdict():
     annotated = with_changes(failed, "toy", TOY, None)
     assert annotated.status is CheckStatus.FAIL and annotated.problems == failed.problems
     assert annotated.contract_changes == (A.line("toy"),)
-    assert annotated.failure_lines()[-1] == A.line("toy")  # its own line, after the check's
+    assert check_failure_lines(annotated)[-1] == A.line("toy")  # its own line, after the check's
     assert annotated.as_dict()["contract_changes"] == [A.line("toy")]
     assert with_changes(passed, "toy", TOY, None) is passed
     assert with_changes(failed, "toy", TOY, 3) is failed

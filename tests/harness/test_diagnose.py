@@ -249,22 +249,22 @@ def test_running_accumulation_counter_is_named():
         return SimpleNamespace(backwards=tuple(range(ends[-1] + 1)), steps=steps)
 
     # micro-batches 4+2 per minibatch, gradient_accumulation_steps 3: steps after micro-batches 3 and 6
-    note = running_counter(trace(2, 5), per_minibatch=2, accumulation=3)
-    assert "micro-batches 3 and 6" in note and note.endswith("(class 15)")
-    assert running_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) == ""  # the right boundaries
-    assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) == ""  # off them, but no counter of 3
+    found = running_counter(trace(2, 5), per_minibatch=2, accumulation=3)
+    assert found.classes == (15,) and "micro-batches 3 and 6" in found.formula and "(class" not in found.formula
+    assert running_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) is None  # the right boundaries
+    assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) is None  # off them, but no counter of 3
 
 
-def test_diagnosed_classes_read_check_notes_and_keep_a_combinations_tie():
+def test_diagnosed_classes_read_check_diagnoses_and_keep_a_combinations_tie():
     from mutants.runner import diagnosed_classes
 
-    note = "3 backward passes; steps after micro-batches 3 and 6 ...: an accumulation counter (class 15)"
-    assert diagnosed_classes([{"status": "fail", "message": note, "metrics": []}]) == (15,)
-    assert diagnosed_classes([{"status": "pass", "message": note, "metrics": []}]) == ()
-    assert diagnosed_classes([{"status": "fail", "message": "class 15 of the catalogue", "metrics": []}]) == ()
+    counter = {"classes": [15], "formula": "steps after micro-batches 3 and 6 ...: an accumulation counter"}
+    noted = {"status": "fail", "message": f"{counter['formula']} (class 15)", "metrics": [], "diagnoses": [counter]}
+    assert diagnosed_classes([noted]) == (15,)
+    assert diagnosed_classes([{**noted, "status": "pass"}]) == ()
+    assert diagnosed_classes([{**noted, "diagnoses": []}]) == ()  # a message that names a class is no diagnosis
     metric = {"failed": True, "diagnosis": {"classes": [12]}}
-    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [metric, metric]},
-                              {"status": "fail", "message": note, "metrics": []}]) == (12,)  # fmt: skip
+    assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [metric, metric]}, noted]) == (12,)
     both = {"failed": True, "diagnosis": {"classes": [51, 50]}}  # one combined formula: both classes, neither first
     assert diagnosed_classes([{"status": "fail", "message": "", "metrics": [both, both]}]) == (50, 51)
     passing = {**both, "failed": False}  # a diagnosis of a metric that passed is no vote

@@ -14,6 +14,7 @@ from harness.algorithms import check_ids
 from harness.algorithms.ppo.checks import compare_pooled, oracle_update
 from harness.algorithms.ppo.contract import POOLED_STATS
 from harness.algorithms.ppo.scenarios import UNEVEN
+from harness.report.format import check_failure_lines
 from harness.verdict import Check, CheckId
 from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
@@ -34,7 +35,7 @@ def test_identical_responses_are_paired_or_shown_not_to_matter_at_lr_3e3_two_epo
         assert update is not None, check.problems
         compare_pooled(obs, update, check)
         result = check.finish()
-        assert result.passed, "\n".join(result.failure_lines() + list(result.notes))
+        assert result.passed, "\n".join(check_failure_lines(result) + list(result.notes))
         assert not result.notes, result.notes  # recomputable: nothing reported as not recomputable
 
 

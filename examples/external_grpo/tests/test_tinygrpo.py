@@ -15,6 +15,7 @@ from tinygrpo import broken, target, trainer
 from harness.algorithms import case
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import ObservationCache
+from harness.report import check_failure_lines
 
 
 def test_the_recorder_keeps_one_record_per_pass():
@@ -54,13 +55,13 @@ def test_the_mask_keeps_a_pad_before_the_stop_token():
 )
 def test_gate_checks_pass(check_id, ppo_cache, ppo_run_spec, ppo_report):
     result = ppo_report.add(case(check_id).run(ppo_cache, ppo_run_spec))
-    assert result.passed, "\n".join(result.failure_lines())
+    assert result.passed, "\n".join(check_failure_lines(result))
 
 
 def test_the_gate_catches_a_mean_of_pass_means(ppo_run_spec):
     result = case("short_window").run(ObservationCache(broken.factory), ppo_run_spec)
     assert not result.passed
-    assert any(line.startswith("FAIL short_window entropy:") for line in result.failure_lines())
+    assert any(line.startswith("FAIL short_window entropy:") for line in check_failure_lines(result))
 
 
 def test_settings_reject_a_generation_of_part_groups():

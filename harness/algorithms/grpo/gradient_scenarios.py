@@ -21,7 +21,7 @@ from harness.oracle.gradients import applied_gap, largest_gap, running_counter
 from harness.require import require, require_ran
 from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
-from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict
+from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wording
 
 from . import gradient_formulas, gradients
 from .checks import require_records, untrained_micro_batches, window_sizes
@@ -133,9 +133,9 @@ def explained(verdict: MetricVerdict, gap: gradients.Gaps, spec: GRPOSpec) -> Me
     if verdict.status is not MetricStatus.FAIL:
         return verdict
     diagnosis, why = gradient_formulas.diagnose(gap, gradients.Geometry.of(spec).settings, spec.dtype)
-    words = gradient_formulas.worded(gap, spec.dtype) or verdict.reason
-    return dataclasses.replace(verdict, where=spec.split_label, reason=words, diagnosis=diagnosis,
-                               diagnosis_reason=why)  # fmt: skip
+    words = gradient_formulas.worded(gap, spec.dtype)
+    said = {"reason": words, "wording": Wording.CHECK} if words else {}
+    return dataclasses.replace(verdict, where=spec.split_label, diagnosis=diagnosis, diagnosis_reason=why, **said)
 
 
 def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -192,8 +192,8 @@ def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case)
     ends = list(itertools.accumulate(windows))
     counter = running_counter(grads, spec.gradient_accumulation_steps, lambda after: after == ends,
                               f"the windows {ends}", "windows")  # fmt: skip
-    if counter:
-        check.note(counter)
+    if counter is not None:
+        check.diagnose(counter)
     tol = tolerance("gradient", spec.dtype)
     gaps = []
     for k, step in enumerate(grads.steps):

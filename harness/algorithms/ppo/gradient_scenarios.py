@@ -16,7 +16,7 @@ from harness.oracle.gradients import running_counter as counter_diagnosis
 from harness.require import require_ran
 from harness.scenario import Case
 from harness.tolerances import tolerance
-from harness.verdict import Check, CheckResult
+from harness.verdict import Check, CheckResult, Diagnosis
 
 from . import decomposition, gradients, value_gradients
 from .checks import require_view
@@ -52,8 +52,8 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     return check.finish()
 
 
-def running_counter(grads, per_minibatch: int, accumulation: int) -> str:
-    """The class-15 diagnosis, or '': the steps fall off the minibatch boundaries (multiples of `per_minibatch`),
+def running_counter(grads, per_minibatch: int, accumulation: int) -> Diagnosis | None:
+    """The class-15 diagnosis, or None: the steps fall off the minibatch boundaries (multiples of `per_minibatch`),
     each after a multiple of `accumulation` micro-batches counted across the whole run."""
     aligned = lambda after: per_minibatch < 1 or all(a % per_minibatch == 0 for a in after)  # noqa: E731
     return counter_diagnosis(grads, accumulation, aligned, f"minibatches of {per_minibatch}", "minibatches")
@@ -88,8 +88,8 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
     counter = running_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
-    if counter:
-        check.note(counter)
+    if counter is not None:
+        check.diagnose(counter)
     gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
     largest_gap(check, gaps, spec.dtype)
     return check.finish()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.report.format import check_failure_lines
 from harness.verdict import Check, CheckId, CheckResult, CheckStatus
 
 from .checks import require_logs
@@ -76,7 +77,7 @@ def partition_invariance(
                            num_ppo_epochs=epochs)  # fmt: skip
         result = compare_splits(cache, reference, other, check_id, means, variance)
         verdicts.append(result)
-        assert result.passed, "\n".join(result.failure_lines())  # Hypothesis shrinks on AssertionError
+        assert result.passed, "\n".join(check_failure_lines(result))  # Hypothesis shrinks on AssertionError
 
     try:
         invariant()

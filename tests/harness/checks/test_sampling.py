@@ -7,6 +7,7 @@ import torch
 from harness.algorithms.ppo.view import RolloutView
 from harness.checks.sampling import drawn_positions, judge_sampling, sampling_z
 from harness.instrument.tensors import reduce_logits
+from harness.report.format import check_failure_lines
 from harness.verdict import Check, CheckId
 
 PAD, STOP = 0, 3
@@ -67,7 +68,7 @@ def test_draws_from_the_described_distribution_pass_and_greedy_or_colder_draws_f
     assert sampling_z([_rollout(logits, colder)], None, pad=99)[0] < -5
     check = Check(CheckId("sampling"))
     judge_sampling([_rollout(logits, greedy)], None, 99, check, "uneven split")
-    assert check.failed and "more probable" in check.finish().failure_lines()[0]
+    assert check.failed and "more probable" in check_failure_lines(check.finish())[0]
 
 
 def test_it_fails_when_it_saw_no_drawn_token_or_no_variance():
@@ -82,4 +83,4 @@ def test_it_fails_when_it_saw_no_drawn_token_or_no_variance():
                         None, None, None, None)  # fmt: skip
     check = Check(CheckId("sampling"))
     judge_sampling([blind], STOP, 0, check, "x")
-    assert check.failed and "no log-prob variance" in check.finish().failure_lines()[0]
+    assert check.failed and "no log-prob variance" in check_failure_lines(check.finish())[0]

@@ -9,8 +9,8 @@ import pytest
 
 from harness.compare import compare
 from harness.oracle.expectation import Expectation
-from harness.report import JSON_NAME, MARKDOWN_NAME, Report
-from harness.report.format import failure_line
+from harness.report import JSON_NAME, MARKDOWN_NAME, Report, write_report
+from harness.report.format import check_failure_lines, failure_line
 from harness.report.markdown import render_markdown
 from harness.report.terminal import failure_lines, render_terminal
 from harness.verdict import (
@@ -72,7 +72,7 @@ def collector() -> Report:
 def test_json_schema_and_nulls(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     report = collector()
-    path = report.write(tmp_path / "reports")
+    path = write_report(report, tmp_path / "reports")
     assert path == tmp_path / "reports" / "verify.json" and path.name == JSON_NAME
     data = strict_load(path.read_text())
     assert set(data) == {"target", "algorithm", "device", "dtype", "torch", "status", "seed", "checks"}
@@ -80,7 +80,8 @@ def test_json_schema_and_nulls(tmp_path, monkeypatch):
     assert (data["algorithm"], data["dtype"]) == ("ppo", "float32")
     assert data["status"] == "fail"
     first, second = data["checks"]
-    assert set(first) == {"id", "scenario", "status", "message", "metrics", "contract_changes"}
+    assert set(first) == {"id", "scenario", "status", "message", "metrics", "diagnoses", "contract_changes"}
+    assert first["diagnoses"] == []
     assert (first["id"], first["scenario"], second["id"]) == ("uneven_split[epochs=1]", "uneven_split", "lr0_ratio")
     assert (first["status"], second["status"]) == ("fail", "pass")
     for metric in first["metrics"]:
@@ -93,13 +94,13 @@ def test_json_schema_and_nulls(tmp_path, monkeypatch):
     assert by_name["policy/entropy_avg"]["logged"] is None and by_name["policy/entropy_avg"]["status"] == "missing"
     assert by_name["val/ratio"]["abs_err"] == pytest.approx(0.3333)
     assert by_name["objective/scores"]["failed"] is False and by_name["val/ratio_var"]["failed"] is True
-    # The message is now the check's problems and notes; the pasteable FAIL lines are `failure_lines()`.
+    # The message is the check's problems and notes; the pasteable FAIL lines are `check_failure_lines`.
     assert first["message"] == (
         "3 metric(s) disagree: val/ratio, val/ratio_var, policy/entropy_avg; "
         "objective/scores not recomputable: no scores were supplied"
     )
     uneven = report.checks[0]
-    assert any(line.startswith("FAIL uneven_split val/ratio:") for line in uneven.failure_lines())
+    assert any(line.startswith("FAIL uneven_split val/ratio:") for line in check_failure_lines(uneven))
     assert (tmp_path / "reports" / MARKDOWN_NAME).read_text().startswith("## PPO statistics verify: FAIL")
 
 
@@ -166,8 +167,11 @@ def test_markdown_and_terminal_label_metrics_with_where():
     failing = render_markdown(report).split("### Failing metrics")[1].split("<details>")[0]
     assert "| partition | val/ratio @ bs=2 | 0.5 | 1 |" in failing
     assert strict_load(report.to_json())["checks"][0]["metrics"][0]["where"] == "bs=2"
-    assert failure_lines(report) == [failure_line("partition", report.checks[0].metrics[0])]
-    assert failure_lines(report)[0].startswith("FAIL partition val/ratio @ bs=2: logged=0.5 expected=1")
+    assert failure_lines(report) == [
+        "FAIL partition partition: 1 metric(s) disagree: val/ratio @ bs=2",
+        failure_line("partition", report.checks[0].metrics[0]),
+    ]
+    assert failure_lines(report)[1].startswith("FAIL partition val/ratio @ bs=2: logged=0.5 expected=1")
 
 
 def test_markdown_escapes_pipes():
@@ -181,12 +185,12 @@ def test_step_summary_is_appended(tmp_path, monkeypatch):
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     report = collector()
-    report.write(tmp_path / "a")
-    report.write(tmp_path / "b")
+    write_report(report, tmp_path / "a")
+    write_report(report, tmp_path / "b")
     text = summary.read_text()
     assert text.startswith("earlier step\n")
     assert text.count("## PPO statistics verify: FAIL") == 2
-    report.write(tmp_path / "c", step_summary=False)
+    write_report(report, tmp_path / "c", step_summary=False)
     assert summary.read_text().count("## PPO statistics verify") == 2
 
 
@@ -224,7 +228,8 @@ def test_terminal_table_lists_every_metric_and_the_failures():
     column = lines[1].index("metric")
     assert all(row[column - 2 : column] == "  " and row[column] != " " for row in table)  # aligned
     failures = [line for line in lines if line.startswith("FAIL ")]
-    assert len(failures) == 3  # val/ratio, val/ratio_var, policy/entropy_avg; optional scores left out
+    # the check's problems and notes, then val/ratio, val/ratio_var, policy/entropy_avg; optional scores left out
+    assert len(failures) == 4 and failures[0] == f"FAIL uneven_split uneven_split[epochs=1]: {report.checks[0].message}"
     assert failures == failure_lines(report) == lines[8:]
 
 
@@ -265,8 +270,15 @@ def test_add_a_check_object_and_validate_status():
     assert added is result and report.checks == [result]
     assert (str(added.id), added.status, added.message) == ("freshness", "fail", "stale")
     assert report.as_dict()["checks"] == [
-        {"id": "freshness", "scenario": "freshness", "status": "fail", "message": "stale", "metrics": [],
-         "contract_changes": []}
+        {
+            "id": "freshness",
+            "scenario": "freshness",
+            "status": "fail",
+            "message": "stale",
+            "metrics": [],
+            "diagnoses": [],
+            "contract_changes": [],
+        }
     ]
     # a status is a CheckStatus now: an unknown one cannot be made, a known string becomes the enum
     with pytest.raises(ValueError, match="passed"):
