@@ -32,8 +32,6 @@ ratios against their goals; the gate's --size is then medium unless given.
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +40,7 @@ import time
 
 from harness import needs
 
+from .measure import duration, machine_line
 from .sizes import SIZES, Size
 
 GOALS = {"small": 1.15, "medium": 1.05, "large": 1.05}
@@ -57,10 +56,6 @@ def _bytes(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
 
 
-def _seconds(s: float) -> str:
-    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.1f} ms"
-
-
 def verify_wall_time() -> tuple[float, int]:
     """Wall time and exit code of `python -m harness verify` in a subprocess (the venv is already there)."""
     with tempfile.TemporaryDirectory() as out:
@@ -71,17 +66,6 @@ def verify_wall_time() -> tuple[float, int]:
             stderr=subprocess.DEVNULL,
         )
         return time.perf_counter() - start, code
-
-
-def machine_line(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        name = torch.cuda.get_device_name()
-        return f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
-    threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    torch_threads = torch.get_num_threads()
-    return f"{os.cpu_count()} cores, OMP_NUM_THREADS={threads}, torch {torch.__version__} ({torch_threads} threads)"
 
 
 def _count(n: float) -> str:
@@ -101,7 +85,7 @@ def _ratio_line(label: str, bare: list, spied: list, oracle: list, goal: float |
     spread = f"pairs {pairs[0]:.3f}-{pairs[-1]:.3f}x" if len(pairs) > 1 else "one pair"
     goal_text = "" if goal is None else f"; goal <= {goal}x"
     line = (
-        f"{label:<5} bare {_seconds(b)} | spied {_seconds(t)} + checked {_seconds(o)} = {_seconds(t + o)}"
+        f"{label:<5} bare {duration(b)} | spied {duration(t)} + checked {duration(o)} = {duration(t + o)}"
         f" | ratio {ratio:.3f}x ({spread}{goal_text})"
     )
     return line, ratio
@@ -213,7 +197,8 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
         f"memory     spy records {_bytes(last.record_bytes)} ({last.records} records)"
         f" + gradient trace {_bytes(last.grad_trace_bytes)} without the .grad copies{kept} ({last.steps} steps)"
         f" | bare peak {_bytes(bare_peak)} ({memory.what}; {_bytes(bare_peak - bare_before)} above the"
-        f" built run) | spied peak {peak('spied')}" + (f" | with the copies {peak('copies')}" if copies else "")
+        f" built run) | spied peak {peak('spied')}"
+        + (f" | with the copies {peak('copies')}" if copies else "")
         + " (one untimed run each, before the steady heap)"
     )
     clock_of = (lambda stamp: stamp.wall) if cuda else (lambda stamp: stamp.cpu)
@@ -223,9 +208,9 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     verdicts = ", ".join(f"{n} {s}" for s, n in sorted(last.statuses.items()))
     problems = f"; mask problems: {len(last.problems)}" if last.problems else ""
     print(
-        f"oracle     {_seconds(o)} {kind} = view {_seconds(_median(clock_of(g.view) for g in gate))}"
-        f" + expectations {_seconds(_median(clock_of(g.expect) for g in gate))}"
-        f" + compare {_seconds(_median(clock_of(g.compare) for g in gate))}"
+        f"oracle     {duration(o)} {kind} = view {duration(_median(clock_of(g.view) for g in gate))}"
+        f" + expectations {duration(_median(clock_of(g.expect) for g in gate))}"
+        f" + compare {duration(_median(clock_of(g.compare) for g in gate))}"
         f" ({o / b:.2%} of the bare run); {sum(last.statuses.values())} metrics: {verdicts}{problems}"
     )
     print(
@@ -236,9 +221,9 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     table.insert(4, ("spy other", pieces.spy_other(), pieces.calls["record"], "the rest of the spy's record step"))
     table.append(("oracle", clock_of(profiled.oracle), 1, "view, masks, expectations, compare"))
     for piece, seconds, calls, what in table:
-        print(f"  {piece:<18}{_seconds(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
+        print(f"  {piece:<18}{duration(seconds):>10} {seconds / b:7.2%} {calls:5d} calls  {what}")
     total = pieces.gate_train_s() + clock_of(profiled.oracle)
-    print(f"  {'total':<18}{_seconds(total):>10} {total / b:7.2%}")
+    print(f"  {'total':<18}{duration(total):>10} {total / b:7.2%}")
     print(f"wall       {time.perf_counter() - started:.0f} s for {size.warmup + len(names) + len(names) * repeat} runs")
     return figures
 
@@ -312,11 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     if size.name == "small":
         small_extras(args.device)
     if args.live:
-        targets_live = importlib.import_module("harness.bench.targets.live")  # a target, by name
+        from .live import GOAL as LIVE_GOAL
+        from .live import bench_live
+
         print()
-        live = targets_live.bench_live(args.device, args.repeat or 2, args.live_every, args.live_steps)
+        live = bench_live(args.device, args.repeat or 2, args.live_every, args.live_steps)
         clock = "wall" if args.device == "cuda" else "cpu"
         print(f"\nboth       gate ({size.name}, ordinary run) {gate[f'ratio_{clock}']:.3f}x {clock} (goal <= "
               f"{GOALS[size.name]}x) | live, one interval in {args.live_every}: {live['live_ratio']:.4f}x {clock} "
-              f"(goal <= {targets_live.GOAL}x)")  # fmt: skip
+              f"(goal <= {LIVE_GOAL}x)")  # fmt: skip
     return 0

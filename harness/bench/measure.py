@@ -7,12 +7,14 @@ the comparison of every metric it recomputes. The gate's ordinary run keeps no `
 `copies=True` measures a run of the checks that read them (gradient_partition,
 gradient_decomposition, verify-dist), whose recorder keeps one per optimizer step. Peak memory is the
 process's RSS high-water during `train()` on the CPU (reset through /proc/self/clear_refs),
-`torch.cuda.max_memory_allocated` on CUDA.
+`torch.cuda.max_memory_allocated` on CUDA. `machine_line` and `duration` say, in every bench's output (the gate's
+and the live check's), on what it measured and how long something took.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import resource
 import time
@@ -82,6 +84,21 @@ def tensor_bytes(value) -> int:
     if dataclasses.is_dataclass(value):
         return sum(tensor_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
     return 0
+
+
+def duration(s: float) -> str:
+    """`2.35 s`, or `12.3 ms` below a second."""
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.1f} ms"
+
+
+def machine_line(device: str) -> str:
+    """The GPU and CUDA release on CUDA; on the CPU its cores, OMP_NUM_THREADS and torch's threads."""
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name()
+        return f"{name}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    torch_threads = torch.get_num_threads()
+    return f"{os.cpu_count()} cores, OMP_NUM_THREADS={threads}, torch {torch.__version__} ({torch_threads} threads)"
 
 
 HEAP_SETTINGS = {"M_MMAP_MAX": (-4, 0), "M_TRIM_THRESHOLD": (-1, -1), "M_TOP_PAD": (-2, 256 << 20)}

@@ -15,25 +15,7 @@ from dataclasses import dataclass
 from harness.algorithms.ppo.scenarios import UNEVEN
 from harness.algorithms.ppo.spec import ScenarioSpec
 
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A Llama shape: what `LlamaConfig` needs besides the vocabulary."""
-
-    hidden_size: int
-    layers: int
-    intermediate_size: int
-    heads: int
-    kv_heads: int
-    initializer_range: float = 0.02
-    """0.02 is transformers' default: next-token distributions close to uniform over 32k, as at init."""
-
-    def describe(self) -> str:
-        """`Llama h=1024 L=4 ffn=2816 heads=16/4`."""
-        return (
-            f"Llama h={self.hidden_size} L={self.layers} ffn={self.intermediate_size}"
-            f" heads={self.heads}/{self.kv_heads}"
-        )
+from .shapes import LARGE_SHAPE, MEDIUM_SHAPE, ModelShape
 
 
 @dataclass(frozen=True)
@@ -74,7 +56,7 @@ MEDIUM = Size(
     _SCALED.with_(name="bench_medium"),
     repeat=5,  # rounds of 16-20 s runs on 2 cores: three left the median to one round's page faults
     warmup=0,  # the profiled run warms the process up; a second ~20 s run would buy nothing
-    shape=ModelShape(hidden_size=1024, layers=4, intermediate_size=2816, heads=16, kv_heads=4),
+    shape=MEDIUM_SHAPE,
 )
 
 LARGE = Size(
@@ -88,7 +70,7 @@ LARGE = Size(
         num_mini_batches=2,
     ),
     repeat=5,
-    shape=ModelShape(hidden_size=2048, layers=22, intermediate_size=5632, heads=32, kv_heads=4),
+    shape=LARGE_SHAPE,
     meant_for="cuda",
 )
 

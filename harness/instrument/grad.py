@@ -12,7 +12,8 @@ unexplained part of `.grad`, the norms, the clipping coefficient, the non-finite
 tensors). It keeps a copy of `.grad` itself, and of the contributions' sums, only
 when the recorder is made with `copies=True`: a model-sized tensor per step,
 which only the checks that compare gradients themselves read (`Step.grad`,
-`Step.local_grad`); without the copies those raise `GradCopiesNotKept`, and each step
+`Step.local_grad`, in grad_trace.py, the frozen `GradTrace` this recorder's `trace()`
+returns); without the copies those raise `GradCopiesNotKept`, and each step
 sums its contributions into the storage of the step before (a fresh model-sized tensor
 per step costs mostly page faults: large blocks are mapped and unmapped each time).
 
@@ -43,9 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-
-class GradCopiesNotKept(RuntimeError):
-    """A check read a step's `.grad` copy from a run recorded without the copies (a harness bug, never a pass)."""
+from .grad_trace import GradTrace, Step
 
 
 class GradTrackingLost(RuntimeError):
@@ -60,19 +59,6 @@ TRACK_MIN = 1 << 18
 a tensor that size costs about what tracking's two hooks and sampled reads cost)."""
 TRACKED, SUMMED = "tracked", "summed"
 """How a parameter's contributions to the current step are known: autograd's `.grad` itself, or summed here."""
-
-
-NOT_KEPT = (
-    "this run's gradient trace kept no .grad copies: a check that reads them must get its runs inside "
-    "harness.instrument.observe.grad_copies()"
-)
-
-
-def _kept(tensors):
-    """`tensors`, or GradCopiesNotKept when the step kept none (None)."""
-    if tensors is None:
-        raise GradCopiesNotKept(NOT_KEPT)
-    return tensors
 
 
 def _max_abs(tensors: list[torch.Tensor]) -> float:
@@ -108,66 +94,8 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _same_storage_kind(spare: torch.Tensor, g: torch.Tensor) -> bool:
     """Whether `g` can be copied into `spare` in place of a clone: the same dense layout, dtype, device and shape."""
-    return (
-        spare.layout == g.layout == torch.strided
-        and (spare.dtype, spare.device, spare.shape, spare.stride()) == (g.dtype, g.device, g.shape, g.stride())
-    )
-
-
-@dataclass(frozen=True)
-class Step:
-    """One real optimizer step: when it ran, the backward passes it saw, and the gradient it applied."""
-
-    clock: int
-    backward_ids: list[int]
-    grads: list[torch.Tensor] | None
-    """Per-parameter copies of `.grad` at the step (flattened to float64 only when asked for); None when the
-    recorder kept no copies."""
-    unexplained: float
-    """Relative size of .grad minus the contributions since the last step (0 when every one is there)."""
-    raw_norm: float = 0.0
-    """Global L2 norm of the sum of the contributions since the last step (what clipping measures)."""
-    applied_norm: float = 0.0
-    """Global L2 norm of .grad at the step (what the optimizer applies)."""
-    coefficient: float = 1.0
-    """The scalar c that best explains .grad as c * (sum of contributions): 1 unclipped, <= 1 clipped."""
-    residual: float = 0.0
-    """|.grad - c * sum| / |.grad|: what no rescaling of the contributions explains (0 when clipping is all)."""
-    nonfinite_grads: int = 0
-    """Parameter tensors whose .grad holds a NaN or an inf at the step."""
-    local: tuple[torch.Tensor, ...] | None = ()
-    """Per-parameter sums of this process's backward contributions since the last step (the same tensors as
-    `grads` where they equal .grad; they differ where data parallelism reduced .grad across processes); None
-    when the recorder kept no copies."""
-
-    @property
-    def copies(self) -> bool:
-        """Whether the step kept its `.grad` copy (`grad` and `local_grad` raise GradCopiesNotKept when not)."""
-        return self.grads is not None
-
-    @property
-    def grad(self) -> torch.Tensor:
-        """The whole gradient of the step as one float64 vector on the CPU (GradCopiesNotKept without copies)."""
-        return torch.cat([g.to("cpu", torch.float64).flatten() for g in _kept(self.grads)])
-
-    @property
-    def local_grad(self) -> torch.Tensor:
-        """The sum of this process's contributions as one float64 vector on the CPU (GradCopiesNotKept without
-        copies)."""
-        return torch.cat([g.to("cpu", torch.float64).flatten() for g in _kept(self.local)])
-
-
-@dataclass(frozen=True)
-class GradTrace:
-    """What the recorder saw, frozen: the clock of each backward pass, each step, the unapplied passes."""
-
-    backwards: tuple[int, ...] = ()
-    steps: tuple[Step, ...] = ()
-    unapplied: tuple[int, ...] = ()
-    nonfinite_weights: tuple[int, ...] = ()
-    """Per step: parameter tensors holding a NaN or an inf right after it."""
-    copies: bool = True
-    """Whether the steps kept their `.grad` copies (a trace without them serves only the steps' summaries)."""
+    kind = (spare.dtype, spare.device, spare.shape, spare.stride())
+    return spare.layout == g.layout == torch.strided and kind == (g.dtype, g.device, g.shape, g.stride())
 
 
 @dataclass

@@ -7,7 +7,7 @@ a `HarnessConfigError` is a usage error instead (exit 2).
 
 The gradient recorder keeps each optimizer step's `.grad` copy only for the runs a check asks
 for inside `grad_copies()`: every other run keeps the steps' summaries alone, and reading a
-copy from it raises (`harness.instrument.grad.GradCopiesNotKept`), which fails the check. Those
+copy from it raises (`harness.instrument.grad_trace.GradCopiesNotKept`), which fails the check. Those
 runs are recorded with a tracking gradient recorder where the spec allows (`tracks`), and again
 with a summing one where the trainer's own writes to `.grad` lost the tracked sums (grad.py).
 """

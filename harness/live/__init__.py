@@ -13,7 +13,6 @@ interval is GRPO's (`harness/algorithms/grpo/live.py`).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,21 +24,30 @@ __all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveConfigError", 
            "check_interval", "expected_key", "live_reference", "merge_ranks"]  # fmt: skip
 
 
-ADAPTERS = {"LiveCheck": "harness.live.targets.trl", "live_reference": "harness.live.targets.reference"}
-"""Name -> the `targets/` module that defines it, loaded by name when first asked for (as the target resolver
-loads the gate's targets): the check itself never imports a trainer's adapter."""
-EXPORTS = {
-    **dict.fromkeys(("IntervalResult", "Summary", "check_interval", "expected_key", "merge_ranks"),
-                    "harness.algorithms.grpo.live"),
-    **dict.fromkeys(("LiveCheckFailed", "LiveConfigError", "LiveSession"), "harness.live.session"),
-    **ADAPTERS,
-}  # fmt: skip
-"""Every public name -> its module, each imported when first asked for: importing the package imports nothing
-else (not even torch), so that `python -m harness.live` without a module it needs says so in one line
-(harness/needs.py) rather than failing on the package's import."""
+GRPO_NAMES = ("IntervalResult", "Summary", "check_interval", "expected_key", "merge_ranks")
+"""The names of the check of an interval, GRPO's (harness/algorithms/grpo/live.py)."""
+SESSION_NAMES = ("LiveCheckFailed", "LiveConfigError", "LiveSession")
+"""The names of the sampling and the reports (harness/live/session.py)."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in EXPORTS:
-        return getattr(importlib.import_module(EXPORTS[name]), name)
+    """Each public name, imported when first asked for: importing the package imports nothing else (not even torch),
+    so that `python -m harness.live` without a module it needs says so in one line (harness/needs.py) rather than
+    failing on the package's import; and the check itself never imports a trainer's adapter."""
+    if name == "LiveCheck":
+        from .targets.trl import LiveCheck
+
+        return LiveCheck
+    if name == "live_reference":
+        from .targets.reference import live_reference
+
+        return live_reference
+    if name in GRPO_NAMES:
+        from harness.algorithms.grpo import live
+
+        return getattr(live, name)
+    if name in SESSION_NAMES:
+        from . import session
+
+        return getattr(session, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

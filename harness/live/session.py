@@ -21,7 +21,6 @@ import json
 import logging
 import operator
 import os
-import pickle
 import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping, Sequence
@@ -40,6 +39,8 @@ from harness.algorithms.grpo.live import (
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import LossRecord
 
+from .ranks import Unsendable, gather_records, rank_and_world
+
 logger = logging.getLogger("harness.live")
 
 
@@ -54,10 +55,6 @@ class LiveCheckFailed(AssertionError):
     def __init__(self, result: IntervalResult, lines: Sequence[str]) -> None:
         super().__init__("\n".join(lines))
         self.result = result
-
-
-class GatherFailed(RuntimeError):
-    """A rank's records of the interval could not be sent to the others (every rank raises it, at the same log)."""
 
 
 # ---------------------------------------------------------------- the run's log, seen without configuring logging
@@ -100,66 +97,6 @@ def make_visible() -> None:
         logger.addHandler(handler)
     if logger.level == logging.NOTSET and not _configured():
         logger.setLevel(logging.INFO)
-
-
-# ---------------------------------------------------------------- ranks
-
-
-def _world() -> tuple[int, int]:
-    """(rank, world size) of the process group, (0, 1) without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-class _Unsent:
-    """What a rank sends in place of records it could not serialise: why."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-
-class _Unsendable(list):
-    """No records: this rank's recording of the interval failed (why)."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__()
-        self.why = why
-
-
-def _payload(records: Sequence[LossRecord]) -> bytes:
-    """This rank's records, serialised (a failure here stays on this rank: it sends `_Unsent` instead)."""
-    return pickle.dumps(list(records), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def gather_records(records: Sequence[LossRecord]) -> list[list[LossRecord]]:
-    """Every rank's records of the interval, in rank order (all ranks call this at the same log).
-
-    A rank whose records cannot be serialised still takes part in the collective (it sends why), so no rank waits
-    for it; then every rank raises `GatherFailed` naming it, and every rank skips the interval alike."""
-    import torch.distributed as dist
-
-    rank, world = _world()
-    if world == 1:
-        if isinstance(records, _Unsendable):
-            raise GatherFailed(f"its recording failed ({records.why})")
-        return [list(records)]
-    mine: Any
-    if isinstance(records, _Unsendable):
-        mine = _Unsent(f"its recording failed ({records.why})")
-    else:
-        try:
-            mine = _payload(records)
-        except Exception as why:  # noqa: BLE001 - any failure of this rank's serialisation is sent, not raised
-            mine = _Unsent(f"its records could not be sent ({type(why).__name__}: {why})")
-    everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, mine)
-    unsent = [(r, p.why) for r, p in enumerate(everyone) if isinstance(p, _Unsent)]
-    if unsent:
-        raise GatherFailed("; ".join(f"rank {r}: {why}" for r, why in unsent))
-    return [pickle.loads(p) for p in everyone]
 
 
 # ---------------------------------------------------------------- options
@@ -311,7 +248,7 @@ class LiveSession:
         are not the interval's (its recording failed): every rank then skips the interval alike."""
         result = None
         with self.guard(interval, step, "the check"):
-            per_rank = gather_records(_Unsendable(unusable) if unusable else records)
+            per_rank = gather_records(Unsendable(unusable) if unusable else records)
             result = check_interval(per_rank, logged, settings, interval, step, geometry)
         if result is None:
             return None
@@ -350,7 +287,7 @@ class LiveSession:
                 raise LiveCheckFailed(result, self.lines(result))
 
     def _main(self) -> bool:
-        return _world()[0] == 0
+        return rank_and_world()[0] == 0
 
     def _report(self, result: IntervalResult) -> None:
         if not self._main():

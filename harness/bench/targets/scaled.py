@@ -17,7 +17,7 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.algorithms.ppo.targets.reference import ReferenceRun, build_config, scenario_reward
-from harness.bench.sizes import LARGE, MEDIUM, ModelShape, Size
+from harness.bench.shapes import LARGE_SHAPE, MEDIUM_SHAPE, ModelShape
 from harness.errors import HarnessConfigError
 from harness.targets.logged import LogTap
 
@@ -89,8 +89,8 @@ def world(shape: ModelShape, spec: ScenarioSpec) -> World:
     return _WORLDS[key]
 
 
-def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
-    """A reference trainer for `spec` on fresh copies of the size's world, on the spec's device and dtype."""
+def build_run(shape: ModelShape, spec: ScenarioSpec) -> ReferenceRun:
+    """A reference trainer for `spec` on fresh copies of the world of `shape`, on the spec's device and dtype."""
     from accelerate import Accelerator
 
     from reference_trainers import ConfigError
@@ -101,7 +101,7 @@ def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
     dtype = getattr(torch, spec.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise HarnessConfigError(f"unknown dtype {spec.dtype!r}")
-    pristine = world(size.shape, spec)
+    pristine = world(shape, spec)
     policy, ref_policy, value_model = (
         copy.deepcopy(m).to(device=spec.device, dtype=dtype)
         for m in (pristine.policy, pristine.ref_policy, pristine.value_model)
@@ -132,12 +132,12 @@ def build_run(size: Size, spec: ScenarioSpec) -> ReferenceRun:
 
 def medium(spec: ScenarioSpec) -> ReferenceRun:
     """The reference trainer on ~110M-parameter Llama models (vocabulary 32k)."""
-    return build_run(MEDIUM, spec)
+    return build_run(MEDIUM_SHAPE, spec)
 
 
 def large(spec: ScenarioSpec) -> ReferenceRun:
     """The reference trainer on 1.1B-parameter Llama models (TinyLlama's shape), meant for CUDA."""
-    return build_run(LARGE, spec)
+    return build_run(LARGE_SHAPE, spec)
 
 
 for _factory in (medium, large):

@@ -17,7 +17,8 @@ from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument import grad
-from harness.instrument.grad import SAMPLED, GradCopiesNotKept, GradRecorder, GradTrackingLost
+from harness.instrument.grad import SAMPLED, GradRecorder, GradTrackingLost
+from harness.instrument.grad_trace import GradCopiesNotKept
 from harness.instrument.observe import ObservationCache, grad_copies, observe, tracks
 from tests.support.gates import reference
 

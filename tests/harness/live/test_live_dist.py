@@ -132,11 +132,12 @@ def _gather_fault(spec, rank: int, checked: list[dict]) -> dict:
     """The reference run again, rank 1's records of the first log failing to serialise: what each rank saw."""
     import logging
 
+    import harness.live.ranks as ranks
     import harness.live.session as session
     from harness.algorithms.grpo.targets.reference import factory
     from harness.live import live_reference
 
-    payload, calls, warned = session._payload, [], []
+    payload, calls, warned = ranks._payload, [], []
 
     def failing(records):
         calls.append(1)
@@ -151,13 +152,13 @@ def _gather_fault(spec, rank: int, checked: list[dict]) -> dict:
 
     keep = Keep()
     session.logger.addHandler(keep)
-    session._payload = failing
+    ranks._payload = failing
     try:
         run = factory(spec)
         with live_reference(run.trainer, every=1) as live:
             history = run.trainer.train()
     finally:
-        session._payload = payload
+        ranks._payload = payload
         session.logger.removeHandler(keep)
 
     def trimmed(logs):
