@@ -3,7 +3,8 @@
 A metric missing from the log, or logged as NaN or inf, is never a pass. The tolerance is derived from
 the arithmetic behind the expected value where the oracle knows it (`Expectation.precision`: the dtype the
 trainer held the pooled terms in, their number and size; harness/oracle/precision.py), else the metric's own
-row of `tolerances.py` for the run's dtype; each verdict says which (`tol_source`).
+row, for the run's dtype, in the tolerance table of the algorithm it is judged for (`tolerances.py`: the shared
+rows and that algorithm's own); each verdict says which (`tol_source`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from .oracle.expectation import Expectation
 from .oracle.numbers import as_float
-from .tolerances import Tolerance, close, dtype_name, tolerance
+from .tolerances import Tolerance, ToleranceTable, close, dtype_name, tolerance
 from .verdict import MetricStatus, MetricVerdict
 
 
@@ -76,11 +77,13 @@ def compare(
     logged: Mapping[str, Any],
     expected: Mapping[str, Expectation | float],
     dtype: Any,
+    table: ToleranceTable,
     kind: str = "oracle",
     where: str | None = None,
 ) -> list[MetricVerdict]:
-    """Each expected metric (an `Expectation` or a number) against the logged one, in `expected`'s order."""
+    """Each expected metric (an `Expectation` or a number) against the logged one, in `expected`'s order; `table`:
+    the tolerances of the algorithm the metrics are judged for."""
     return [
-        compare_one(metric, logged, as_expectation(metric, want), tolerance(metric, dtype), kind, where, dtype)
+        compare_one(metric, logged, as_expectation(metric, want), tolerance(metric, dtype, table), kind, where, dtype)
         for metric, want in expected.items()
     ]

@@ -4,7 +4,7 @@ Algorithm-neutral. An algorithm computes, from the same records as its oracle, w
 known wrong way of pooling would have logged (`Candidate`s: classes of docs/bug-catalogue.md,
 a one-line formula, the value); `diagnose` picks the candidate that reproduces the logged
 value within the metric's own tolerance (the one its comparison used: derived from the recorded
-terms, harness/oracle/precision.py, or the table's row), or says that none does. It never
+terms, harness/oracle/precision.py, or the row of its algorithm's table), or says that none does. It never
 guesses: among the reproducing candidates with the fewest departures from the correct
 pooling, all must name the same classes, else there is no diagnosis.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .oracle.precision import FIT_RATIO, fits_better
-from .tolerances import tolerance
+from .tolerances import ToleranceTable, tolerance
 from .verdict import Diagnosis, MetricStatus, MetricVerdict, Wording
 
 NO_MATCH = "no known pooling reproduces it"
@@ -42,14 +42,16 @@ class Candidate:
     departures: int = 1
 
 
-def diagnose(verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str) -> tuple[Diagnosis | None, str]:
-    """(the candidate that reproduces `verdict.logged`, '') or (None, why not)."""
+def diagnose(verdict: MetricVerdict, candidates: Iterable[Candidate], dtype: str, table: ToleranceTable
+             ) -> tuple[Diagnosis | None, str]:  # fmt: skip
+    """(the candidate that reproduces `verdict.logged`, '') or (None, why not); `table`: the tolerances of the
+    algorithm `verdict` was judged for."""
     if verdict.status is not MetricStatus.FAIL or verdict.logged is None or not math.isfinite(verdict.logged):
         return None, ""
     if verdict.precision is not None:
         allowed = verdict.precision.bound
     else:
-        tol = tolerance(verdict.name, dtype)
+        tol = tolerance(verdict.name, dtype, table)
         allowed = lambda value: tol.allowed(value, verdict.scale)  # noqa: E731
     matches = [
         c
@@ -104,12 +106,13 @@ def diagnosed(
     verdicts: Sequence[MetricVerdict],
     candidates: Mapping[str, Callable[[], Sequence[Candidate]]],
     dtype: str,
+    table: ToleranceTable,
 ) -> list[MetricVerdict]:
     """`verdicts` with a diagnosis (or the reason for none) on each plain fail that has a candidate list, and
     each pass that a candidate explains better failed and diagnosed (`better_fit`).
 
     `candidates` maps a metric name to a function computing its candidates (called only when it failed).
-    A metric without an entry is left as it is.
+    A metric without an entry is left as it is. `table`: the tolerances of the algorithm they were judged for.
     """
     out = []
     for verdict in verdicts:
@@ -126,6 +129,6 @@ def diagnosed(
         if look:
             out.append(better_fit(verdict, found))
             continue
-        diagnosis, reason = diagnose(verdict, found, dtype)
+        diagnosis, reason = diagnose(verdict, found, dtype, table)
         out.append(replace(verdict, diagnosis=diagnosis, diagnosis_reason=reason))
     return out

@@ -1,7 +1,8 @@
-"""One table of tolerances: per logged metric and per dtype, (abs_tol, rel_tol, scale_tol).
+"""Tables of tolerances: per logged metric and per dtype, (abs_tol, rel_tol, scale_tol).
 
-The rows every algorithm shares are here; each algorithm declares its own (`Algorithm.tolerances`,
-in its folder's tolerances.py), and `tolerance()` reads them all.
+The rows every algorithm shares are here; each algorithm declares its own (`Algorithm.tolerances`, in its
+folder's tolerances.py) and judges its checks by its own `ToleranceTable`: the shared rows and its own, never
+another algorithm's. `tolerance(metric, dtype, table)` reads one table.
 
 A logged value `x` is close to the oracle's `y` when both are finite and
 `|x - y| <= abs_tol + rel_tol * |y| + scale_tol * scale`, where `scale` is the size of the
@@ -16,6 +17,8 @@ error of 1e-3 in any of the eight pooled metrics fails at float32 and at float64
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from harness.errors import HarnessConfigError
@@ -109,6 +112,33 @@ Measured on the uneven split's two updates (about 200 drawn tokens): the referen
 tokens drawn as reported, |Z| > 5 has a chance of about 6e-7 per run. A rollout that samples at 0.5 but takes its
 log-probs at 1 gives Z of -8.4 to -10.2 (seeds 0-3); greedy decoding -12 to -17."""
 
+# The rounding margins of a clip decision, one copy for every algorithm (PPO's training signal and gradients,
+# GRPO's clip metrics and token gradients). Where a value lies this close to the edge of a clip, the trainer's
+# rounding in its dtype may put it on either side: its flag is not compared, or allowed to flip.
+CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
+"""Distance of a ratio from a clip bound (GRPO: relative to the bound; PPO: of the ratio from 1 +- eps, and of a new
+value from v_old +- cliprange_value) within which a trainer's rounding in the dtype may put it on either side: a flag
+that close is uncertain (not compared, or allowed to flip). bfloat16 ratios near 1.2 are 1/128 apart, and flips were
+measured at 1e-2 from the edge (PPO's training signal); float16 has eight times bfloat16's resolution (without its
+entry, PPO's training signal judged float16 flags by float32's margin and failed ratios that rounded across the
+edge: reference, float16, seeds 3 and 4); float32's is about 170 u, room for a ratio of log-probs that rounded
+before their difference."""
+TIE_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 1.5e-2, "bfloat16": 1e-1}
+"""PPO's value clip indicator: tokens whose two squared errors are this close (relative to 1 + the larger) may be
+ordered either way by a trainer whose returns carry its dtype's rounding: their clip indicator, and its gradient,
+are not compared. Measured at bfloat16 (reference, uneven split): one flip at a near tie, the oracle's returns 3e-2
+from the trainer's."""
+
+
+def margin_of(dtype: str | None) -> float:
+    """CLIP_MARGIN of `dtype`; float32's for a dtype the table lacks."""
+    return CLIP_MARGIN.get(str(dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
+
+
+def tie_margin_of(dtype: str) -> float:
+    """TIE_MARGIN of `dtype`; float32's for a dtype the table lacks."""
+    return TIE_MARGIN.get(dtype, TIE_MARGIN["float32"])
+
 
 def _rows_of(rows: dict) -> dict[str, dict[str, Tolerance]]:
     """metric -> dtype -> Tolerance of rows given for (float64, float32, bfloat16[, float16]). A row without a
@@ -124,26 +154,26 @@ SHARED: dict[str, dict[str, Tolerance]] = _rows_of(_ROWS)
 """The rows every algorithm shares: the default and the gradient comparisons of the neutral core."""
 
 
-def table() -> dict[str, dict[str, Tolerance]]:
-    """metric -> dtype -> Tolerance: the shared rows and every registered algorithm's own (`Algorithm.tolerances`).
+@dataclass(frozen=True)
+class ToleranceTable:
+    """One algorithm's tolerances: the shared rows and its own (`own`, as its folder's tolerances.py declares
+    them), metric -> dtype -> Tolerance in `rows`. Another algorithm's rows are never in it."""
 
-    Read once; two algorithms that give one metric different rows are a HarnessConfigError.
-    """
-    global _TABLE
-    if _TABLE is None:
-        from harness.algorithms import get, known_algorithms
+    algorithm: str
+    own: Mapping[str, tuple[tuple[float, ...], ...]]
+    rows: Mapping[str, Mapping[str, Tolerance]]
 
-        merged, owner = dict(SHARED), dict.fromkeys(SHARED, "the shared rows")
-        for name in known_algorithms():
-            for metric, rows in _rows_of(dict(get(name).tolerances)).items():
-                if metric in merged and merged[metric] != rows:
-                    raise HarnessConfigError(f"tolerance rows for {metric!r} differ between {owner[metric]} and {name}")
-                merged[metric], owner[metric] = rows, name
-        _TABLE = merged
-    return _TABLE
-
-
-_TABLE: dict[str, dict[str, Tolerance]] | None = None
+    @classmethod
+    def of(cls, algorithm: str, own: Mapping[str, tuple[tuple[float, ...], ...]]) -> ToleranceTable:
+        """The table of `algorithm`, whose own rows are `own`; a HarnessConfigError where one of them gives a
+        shared metric another row (the shared rows judge the neutral core's comparisons alike for every algorithm)."""
+        rows = _rows_of(dict(own))
+        for metric in sorted(rows.keys() & SHARED.keys()):
+            if rows[metric] != SHARED[metric]:
+                raise HarnessConfigError(
+                    f"tolerance rows for {metric!r} differ between the shared rows and {algorithm}"
+                )
+        return cls(algorithm, dict(own), {**SHARED, **rows})
 
 
 def dtype_name(dtype: Any) -> str:
@@ -151,13 +181,13 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def tolerance(metric: str, dtype: Any) -> Tolerance:
-    """The (abs_tol, rel_tol) for `metric` logged by a trainer running in `dtype`."""
+def tolerance(metric: str, dtype: Any, table: ToleranceTable) -> Tolerance:
+    """The Tolerance for `metric` logged by a trainer running in `dtype`, from the table of the algorithm it is
+    judged for (its own row, else the shared one, else the default row)."""
     name = dtype_name(dtype)
     if name not in DTYPES:
         raise HarnessConfigError(f"no tolerances for dtype {name!r}; known dtypes: {', '.join(DTYPES)}")
-    rows = table()
-    return rows.get(metric, rows[DEFAULT])[name]
+    return table.rows.get(metric, table.rows[DEFAULT])[name]
 
 
 def close(logged: Any, expected: Any, tol: Tolerance | tuple[float, ...], scale: float | None = None) -> bool:

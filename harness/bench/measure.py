@@ -221,6 +221,7 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: 
     run as the gate does."""
     from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
     from harness.algorithms.ppo.expect import expected_metrics
+    from harness.algorithms.ppo.tolerances import TOLERANCES
     from harness.algorithms.ppo.view import build_view
     from harness.compare import compare
     from harness.instrument.observe import instrumented, tracks
@@ -247,7 +248,9 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: 
     verdicts = [
         v
         for logged, want in zip(logs, expected)
-        for v in compare({n: logged[n] for n in names if n in logged}, {n: want[n] for n in names}, spec.dtype)
+        for v in compare(
+            {n: logged[n] for n in names if n in logged}, {n: want[n] for n in names}, spec.dtype, TOLERANCES
+        )
     ]
     compared = clock.now()
     peak = memory.peak()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from harness.compare import compare
+from harness.tolerances import ToleranceTable
 from harness.verdict import Check, Diagnosis
 
 Factor = tuple[float, int, int]
@@ -43,13 +44,15 @@ def factor_note(factors: list[Factor], what: str = "dL/dlogp", whole: str = "min
     return f"recorded {what} over the formula's, per micro-batch: {listed}"
 
 
-def reduction(steps: Sequence, where: str, check: Check, dtype: str = "float32") -> float | None:
+def reduction(steps: Sequence, where: str, check: Check, table: ToleranceTable, dtype: str = "float32"
+              ) -> float | None:  # fmt: skip
     """The factor `a` of one optimizer step seen by every rank (`steps`: each rank's `Step` of it, from its
     gradient trace kept with the .grad copies): every rank's `.grad` must be one vector, `a` times the sum over
     ranks of their own backward contributions (`a` = 1 / world when data parallelism averages, 1 when it
     sums). A micro-batch whose backward ran outside the synchronised one (no_sync on the wrong micro-batch, or
     on every one) leaves a part of `.grad` that no `a` explains. The largest gap from it, and between the
-    ranks' `.grad`, is reported as a "gradient" metric; None (a failure) when no rank contributed."""
+    ranks' `.grad`, is reported as a "gradient" metric (judged by `table`, the algorithm's tolerances); None (a
+    failure) when no rank contributed."""
     grads = [s.grad for s in steps]
     total = torch.stack([s.local_grad for s in steps]).sum(dim=0)
     norm = float((total * total).sum())
@@ -60,18 +63,20 @@ def reduction(steps: Sequence, where: str, check: Check, dtype: str = "float32")
     peak = max(float(grads[0].abs().max()), 1e-30)
     spread = max(float((g - grads[0]).abs().max()) for g in grads) / peak
     left = float((grads[0] - a * total).abs().max()) / peak
-    check.absorb(compare({"gradient": max(spread, left)}, {"gradient": 0.0}, dtype, kind="gradient", where=where))
+    gap = {"gradient": max(spread, left)}
+    check.absorb(compare(gap, {"gradient": 0.0}, dtype, table, kind="gradient", where=where))
     return a
 
 
-def reductions(ranks: Sequence, steps: int, check: Check) -> list[float] | None:
+def reductions(ranks: Sequence, steps: int, check: Check, table: ToleranceTable) -> list[float] | None:
     """Every rank's optimizer steps (`ranks`: each rank's `Ran`, its gradient trace kept with the .grad copies)
-    reduced alike, by `reduction`; their factors `a`, noted, or None where a rank made other than `steps` steps
-    or no rank contributed to one (each a failure of `check`)."""
+    reduced alike, by `reduction` (judged by `table`); their factors `a`, noted, or None where a rank made other
+    than `steps` steps or no rank contributed to one (each a failure of `check`)."""
     if any(len(r.grads.steps) != steps for r in ranks):
         check.fail(f"ranks made {[len(r.grads.steps) for r in ranks]} optimizer steps, expected {steps} each")
         return None
-    factors = [reduction(each, f"step {k + 1}", check) for k, each in enumerate(zip(*(r.grads.steps for r in ranks)))]
+    per_step = enumerate(zip(*(r.grads.steps for r in ranks)))
+    factors = [reduction(each, f"step {k + 1}", check, table) for k, each in per_step]
     if any(a is None for a in factors):
         return None
     check.note(f"reduction across {len(ranks)} ranks: .grad = {factors[0]:.4g} x the sum of their gradients")
@@ -118,14 +123,14 @@ def _badness(item: tuple[str, float]) -> float:
     return item[1] if item[1] == item[1] else float("inf")
 
 
-def largest_gap(check: Check, gaps: Sequence[tuple[str, float]], dtype: str, metric: str = "gradient",
-                none: str | None = None) -> None:  # fmt: skip
-    """Report the largest relative gradient gap of a check, and its tolerance, as the metric `metric` (it fails
-    above the tolerance; a NaN gap is the largest, and fails). `none`: what the check fails with when there is
-    no gap at all (None: nothing is reported then)."""
+def largest_gap(check: Check, gaps: Sequence[tuple[str, float]], dtype: str, table: ToleranceTable,
+                metric: str = "gradient", none: str | None = None) -> None:  # fmt: skip
+    """Report the largest relative gradient gap of a check, and its tolerance (`metric`'s row in `table`, the
+    algorithm's tolerances), as the metric `metric` (it fails above the tolerance; a NaN gap is the largest, and
+    fails). `none`: what the check fails with when there is no gap at all (None: nothing is reported then)."""
     if not gaps:
         if none is not None:
             check.fail(none)
         return
     where, gap = max(gaps, key=_badness)
-    check.absorb(compare({metric: gap}, {metric: 0.0}, dtype, kind="gradient", where=where))
+    check.absorb(compare({metric: gap}, {metric: 0.0}, dtype, table, kind="gradient", where=where))

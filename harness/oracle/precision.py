@@ -43,18 +43,6 @@ correct trainer over its resolution, every pooled metric of every check at seeds
 trainer in bfloat16; 1.07 at float32; the example trainers 0.49), under a third of this (docs/tolerances.md)."""
 
 
-CLIP_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
-"""Relative distance of a ratio from a clip bound within which a trainer's rounding in the dtype may put it on
-either side: a flag that close is uncertain (not compared, or allowed to flip). bfloat16 ratios near 1.2 are 1/128
-apart, and flips were measured at 1e-2 from the edge; float16 has eight times bfloat16's resolution; float32's is
-about 170 u, room for a ratio of log-probs that rounded before their difference."""
-
-
-def margin_of(dtype: str | None) -> float:
-    """CLIP_MARGIN of `dtype`; float32's for a dtype the table lacks."""
-    return CLIP_MARGIN.get(str(dtype).removeprefix("torch."), CLIP_MARGIN["float32"])
-
-
 def unit_roundoff(dtype: str) -> float:
     """u of `dtype` ('float32', 'torch.float32'); float32's for a dtype the table lacks (an integer copy)."""
     return UNIT_ROUNDOFF.get(str(dtype).removeprefix("torch."), UNIT_ROUNDOFF["float32"])

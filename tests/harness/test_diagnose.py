@@ -10,6 +10,7 @@ import torch
 from harness.algorithms.ppo.contract import POOLED_MEANS
 from harness.algorithms.ppo.expect import pooled
 from harness.algorithms.ppo.poolings import Geometry, candidates
+from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.algorithms.ppo.view import MicroBatchView
 from harness.diagnose import NO_MATCH, Candidate, diagnose
 from harness.instrument.records import LogProbCall, MaskedMeanCall, Site
@@ -148,7 +149,7 @@ def test_made_up_poolings_get_no_diagnosis(micros, name):
     value = sums.token_mean()
     per_mb = sums.part_means()
     for logged in (value * 1.37, statistics.median(per_mb), value + 0.01 * abs(value) + 1e-3):
-        diagnosis, reason = diagnose(verdict(name, logged, value), found, "float32")
+        diagnosis, reason = diagnose(verdict(name, logged, value), found, "float32", TOLERANCES)
         assert diagnosis is None and reason.startswith(NO_MATCH), (logged, diagnosis)
 
 
@@ -156,7 +157,7 @@ def test_each_candidate_is_named_when_it_is_what_was_logged(micros):
     for name in ("loss/policy_avg", "policy/entropy_avg", "loss/value_avg", "val/ratio", "val/ratio_var"):
         found = candidates(name, micros, GEO)
         for c in found:
-            diagnosis, reason = diagnose(verdict(name, c.value, c.value + 1.0), found, "float32")
+            diagnosis, reason = diagnose(verdict(name, c.value, c.value + 1.0), found, "float32", TOLERANCES)
             if diagnosis is not None:  # an equal value reached more simply may win; never a class not behind it
                 same = {tuple(sorted(o.classes)) for o in found if abs(o.value - c.value) <= 1e-5 * (1 + abs(c.value))}
                 assert tuple(sorted(diagnosis.classes)) in same
@@ -167,7 +168,7 @@ def test_each_candidate_is_named_when_it_is_what_was_logged(micros):
 def test_ambiguous_simplest_explanations_name_nothing():
     a = Candidate((1,), "one", 0.5)
     b = Candidate((11,), "other", 0.5)
-    diagnosis, reason = diagnose(verdict("val/ratio", 0.5, 1.0), [a, b], "float32")
+    diagnosis, reason = diagnose(verdict("val/ratio", 0.5, 1.0), [a, b], "float32", TOLERANCES)
     assert diagnosis is None and "unambiguously" in reason
 
 
@@ -180,7 +181,7 @@ def test_empty_micro_batch_counted_as_one_token():
     found = [c for c in candidates("policy/entropy_avg", mbs, GEO) if c.formula == text]
     assert [c.classes for c in found] == [(12,)] and found[0].value == pytest.approx(want)
     diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want * 1.5), candidates("policy/entropy_avg", mbs, GEO),
-                            "float32")  # fmt: skip
+                            "float32", TOLERANCES)  # fmt: skip
     assert diagnosis is not None and diagnosis.classes == (12,)
 
 
@@ -194,7 +195,7 @@ def test_stale_rows_of_the_previous_update(micros):
     found = candidates("policy/entropy_avg", micros[2:], GEO, earlier=micros[:2])
     stale = [c for c in found if c.classes == (8,)]
     assert len(stale) == 1 and stale[0].value == pytest.approx(want)
-    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want + 1.0), found, "float32")
+    diagnosis, _ = diagnose(verdict("policy/entropy_avg", want, want + 1.0), found, "float32", TOLERANCES)
     assert diagnosis is not None and diagnosis.classes == (8,)
     ratio = [loop_masked(torch.exp(mb.record.logprobs - mb.old_logprobs), mb.response_mask) for mb in micros]
     found = candidates("val/ratio_var", micros[2:], GEO, earlier=micros[:2])
@@ -231,10 +232,12 @@ def test_rollout_candidates_match_slow_recomputations():
     assert [c.classes for c in kl] == [(13,)] and kl[0].value == pytest.approx(0.3 * 0.7)
     for logged, want in ((sentinel, (7,)), (right * 0.7, (13,))):
         diagnosis, _ = diagnose(verdict("objective/entropy", logged, right),
-                                rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+                                rollout_candidates("objective/entropy", rollout, right, 5), "float32",
+                                TOLERANCES)  # fmt: skip
         assert diagnosis is not None and diagnosis.classes == want
     diagnosis, reason = diagnose(verdict("objective/entropy", right * 1.37, right),
-                                 rollout_candidates("objective/entropy", rollout, right, 5), "float32")  # fmt: skip
+                                 rollout_candidates("objective/entropy", rollout, right, 5), "float32",
+                                 TOLERANCES)  # fmt: skip
     assert diagnosis is None and reason.startswith(NO_MATCH)
 
 

@@ -18,6 +18,7 @@ from harness.verdict import Check
 
 from .contract import OPTIONAL, POLICY_LOSS
 from .poolings import diagnose_interval
+from .tolerances import TOLERANCES
 from .view import IntervalView, view_of
 
 
@@ -124,7 +125,7 @@ def compare_interval(obs: Observation, interval: IntervalView, check: Check, nam
     logged = obs.ran.logs[interval.index]
     where = f"log {interval.index + 1}" if obs.spec.total_logs > 1 else None
     verdicts = compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
-                       where=where)  # fmt: skip
+                       TOLERANCES, where=where)  # fmt: skip
     check.absorb(diagnose_interval(verdicts, interval, obs.spec.dtype))
 
 

@@ -11,7 +11,6 @@ beta != 0) is an `Expectation` without a value, which fails the check that neede
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,17 +20,16 @@ import torch
 from harness.instrument.loss import LossRecord
 from harness.oracle.expectation import Expectation
 from harness.oracle.pooling import Pooled
-from harness.oracle.precision import Precision, coarsest, margin_of
+from harness.oracle.precision import Precision, coarsest
+from harness.tolerances import margin_of
 
 from .contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
 from .spec import CLIPPED_LOSS_TYPES
+from .vespo import vespo_operands, vespo_phi
 
-VESPO_CLAMP = (math.log(1e-8), 20.0)
-"""vespo's bounds on a sequence's log importance weight; each token's log-ratio is first bounded by +-20 (TRL's
-`get_gamma_weights`, docs/grpo-metrics.md section 4)."""
-# A clip flag whose ratio lies within CLIP_MARGIN (oracle/precision.py) of its bound is uncertain: the tolerance of a
-# clip metric grows by the share of flags that are. The margin is that of the dtype the trainer held the log-probs
-# in (`LossRecord.held`), the ratio being theirs, else the run's.
+# A clip flag whose ratio lies within CLIP_MARGIN (harness/tolerances.py) of its bound is uncertain: the tolerance
+# of a clip metric grows by the share of flags that are. The margin is that of the dtype the trainer held the
+# log-probs in (`LossRecord.held`), the ratio being theirs, else the run's.
 
 
 @dataclass(frozen=True)
@@ -116,23 +114,6 @@ class TokenTerms:
         return (values * self.mask).sum(dim=1) / self.mask.sum(dim=1).clamp(min=1)
 
 
-def vespo_parts(log_ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, s: Settings) -> tuple:
-    """(B, 1) each: log w (the masked sum of the tokens' bounded log-ratios, bounded), k and lambda (the `_pos`
-    ones where A >= 0; `adv` is (B, 1))."""
-    log_w = (log_ratio.clamp(-20.0, 20.0) * mask).sum(dim=1, keepdim=True).clamp(*VESPO_CLAMP)
-    nonnegative = adv >= 0
-    k = torch.where(nonnegative, s.vespo_k_pos, s.vespo_k_neg)
-    lam = torch.where(nonnegative, s.vespo_lambda_pos, s.vespo_lambda_neg)
-    return log_w, k, lam
-
-
-def vespo_phi(log_ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, s: Settings) -> torch.Tensor:
-    """(B, 1) phi(w) = exp(lambda + k log w - lambda w), w = exp(the masked sum of the tokens' log-ratios), k and
-    lambda the `_pos` ones where A >= 0 (`adv` is (B, 1)); a weight that overflows is 0."""
-    log_w, k, lam = vespo_parts(log_ratio, mask, adv, s)
-    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-
-
 def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     """Ratio, flags, k3 and the per-token loss of one micro-batch: l_t = -min(r A, clip(r) A) + beta kl for the
     clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
@@ -201,15 +182,6 @@ def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
     flags = held("logps", "old_logps")
     kl = held("logps", "ref_logps") if s.beta != 0 else None
     return {"entropy": held("entropies"), "kl": kl, "flags": flags, "loss": coarsest(flags, kl, held("advantages"))}
-
-
-def vespo_operands(weight: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
-                   s: Settings) -> torch.Tensor:  # fmt: skip
-    """(B, 1) the size of what rounding vespo's weight carries: phi (1 + |k - lambda w| (1 + sum |log r|)), the
-    sensitivity of phi to its log-weight times the size of the sum of log-ratios it is made of."""
-    log_w, k, lam = vespo_parts(log_ratio, mask, adv, s)
-    size = 1 + (log_ratio.clamp(-20.0, 20.0).abs() * mask).sum(dim=1, keepdim=True)
-    return weight * (1 + (k - lam * torch.exp(log_w)).abs() * size)
 
 
 def precision(terms: Sequence[TokenTerms], quantity: str, count: int, magnitude: float, s: Settings,

@@ -32,6 +32,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Diagnosis, MetricVerdict
 
 from .rewards import STD_EPS, Generation, nan_mean, nan_std, weighted_rewards
+from .tolerances import TOLERANCES
 
 SOURCE = "reward calls"
 
@@ -109,7 +110,7 @@ def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spe
                         ) -> tuple[Diagnosis | None, str, int]:  # fmt: skip
     """(the one known wrong formula that reproduces every logged advantage, '', the worst row's index in `rows`) or
     (None, why there is none, that index)."""
-    tol = tolerance("advantage", dtype)
+    tol = tolerance("advantage", dtype, TOLERANCES)
     worst = worst_row(rows, dtype)
     if not all(math.isfinite(got) for _, _, got, _ in rows):
         return None, "", worst
@@ -179,14 +180,14 @@ def reward_stat_candidates(made: Mapping[int, Generation], rows, weights: Sequen
 def worst_row(rows: Sequence[Row], dtype: str) -> int:
     """The index of the row whose logged advantage is furthest off the oracle's, in tolerances (a NaN the worst;
     the first of equals)."""
-    tol = tolerance("advantage", dtype)
+    tol = tolerance("advantage", dtype, TOLERANCES)
     badness = [abs(got - want) / tol.allowed(want) for _, _, got, want in rows]
     return max(range(len(rows)), key=lambda i: (math.inf if math.isnan(badness[i]) else badness[i], -i))
 
 
 def off_count(rows: Sequence[Row], dtype: str) -> int:
     """How many rows' logged advantage is off the oracle's (beyond the tolerance, or not a number)."""
-    tol = tolerance("advantage", dtype)
+    tol = tolerance("advantage", dtype, TOLERANCES)
     return sum(not abs(got - want) <= tol.allowed(want) for _, _, got, want in rows)
 
 
@@ -202,12 +203,12 @@ def across_logs(verdicts: Sequence[Sequence[MetricVerdict]], candidates: Sequenc
         seen = [(v, {c.formula: c for c in m.get(name, ())}) for vs, m in zip(verdicts, made) for v in vs
                 if v.name == name and v.logged is not None and math.isfinite(v.logged)]  # fmt: skip
         shared = set.intersection(*(set(c) for _, c in seen)) if seen else set()
-        tol = tolerance(name, dtype)
+        tol = tolerance(name, dtype, TOLERANCES)
         everywhere[name] = {f for f in shared if all(_close(v, c[f], tol) for v, c in seen)}
     out = []
     for vs, m in zip(verdicts, made):
         pick = {n: (lambda n=n, cs=cs: [c for c in cs if c.formula in everywhere[n]] or cs) for n, cs in m.items()}
-        out.append(diagnosed(vs, pick, dtype))
+        out.append(diagnosed(vs, pick, dtype, TOLERANCES))
     return out
 
 

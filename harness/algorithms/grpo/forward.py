@@ -53,6 +53,7 @@ from harness.verdict import Check, CheckResult
 from .checks import require_records
 from .runs import LR0, spec_for
 from .spec import GRPOSpec
+from .tolerances import TOLERANCES
 
 FORWARD = LR0.with_(name="forward_recompute", num_iterations=2, temperature=0.5)
 """Two generations of 8 completions, each trained twice in windows of two micro-batches of 4, at LR 0. At
@@ -103,7 +104,7 @@ def networks_forward(obs: Observation) -> tuple[tuple[RowForward, ...] | None, t
     lacking = next((k for k, r in enumerate(records) if r.completion_ids is None or r.logps is None), None)
     if lacking is not None:
         return None, (f"not recomputable: loss record {lacking + 1} keeps no `completion_ids` or no `logps`",)
-    tol = tolerance("forward/logprob", spec.dtype).abs_tol
+    tol = tolerance("forward/logprob", spec.dtype, TOLERANCES).abs_tol
     out, unexplained = [], []
     for k, record in enumerate(records):
         ids = torch.as_tensor(record.completion_ids).long()
@@ -162,7 +163,7 @@ def forward_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Che
             gap = (network - torch.as_tensor(used).double()).abs()
             gaps.add(quantity, gap, row.compared & row.known.unsqueeze(1), f"loss record {k + 1}", places)
     policy, prompts = obs.ran.networks["policy"], obs.ran.prompts
-    tol = tolerance("forward/logprob", obs.spec.dtype).abs_tol
+    tol = tolerance("forward/logprob", obs.spec.dtype, TOLERANCES).abs_tol
 
     def explains(row: RowForward, j: int, prompt: int) -> bool:
         ids = torch.as_tensor(row.record.completion_ids[j : j + 1]).long()
@@ -177,7 +178,7 @@ def forward_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Che
     for quantity, (name, row_name) in QUANTITIES.items():
         if quantity in gaps.largest:
             gap, where = gaps.largest[quantity]
-            check.absorb(compare({row_name: gap}, {row_name: 0.0}, obs.spec.dtype, kind="network",
+            check.absorb(compare({row_name: gap}, {row_name: 0.0}, obs.spec.dtype, TOLERANCES, kind="network",
                                  where=f"{quantity}: {where}"))  # fmt: skip
         elif quantity == "policy, loss" and not check.failed:
             check.fail("no position was compared (no row with a masked position some prompt explains)")

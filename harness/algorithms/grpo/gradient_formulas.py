@@ -33,6 +33,7 @@ from harness.verdict import Diagnosis
 from .expect import Settings
 from .gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient
 from .spec import CLIPPED_LOSS_TYPES
+from .tolerances import TOLERANCES
 
 SOURCE = "loss records"
 
@@ -40,7 +41,7 @@ SOURCE = "loss records"
 def worded(gap: Gaps, dtype: str) -> str:
     """What the largest gap compared, in words: 'dL/dlogp recorded at window 1 micro-batch 2, row 1, token 3 is 3
     where the formula gives 0 (...)'."""
-    worst, allowed = gap.worst, tolerance(METRIC, dtype).allowed(0.0, 1.0)
+    worst, allowed = gap.worst, tolerance(METRIC, dtype, TOLERANCES).allowed(0.0, 1.0)
     if worst is None:
         return ""
     label = worst.label.replace(" micro-batch", ", micro-batch")
@@ -121,7 +122,7 @@ def diagnose(gap: Gaps, s: Settings, dtype: str) -> tuple[Diagnosis | None, str]
     """(the one known wrong formula that reproduces the recorded gradient, '') or (None, why there is none)."""
     if not gap.rows or not all(torch.isfinite(r.got).all() for r in gap.rows):
         return None, ""
-    allowed = tolerance(METRIC, dtype).allowed(0.0, 1.0)
+    allowed = tolerance(METRIC, dtype, TOLERANCES).allowed(0.0, 1.0)
     matches = []
     for classes, formula, wants, departures in candidates(gap, s):
         left = reproduces(gap.rows, wants, allowed)

@@ -27,6 +27,7 @@ from . import gradient_formulas, gradients
 from .checks import require_records, untrained_micro_batches, window_sizes
 from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
+from .tolerances import TOLERANCES
 
 DELTA = 1.3
 """delta of the `run=delta` case: above 1 + epsilon_high (TRL's advice), below many ratios of the extremes run, so
@@ -120,7 +121,8 @@ def judge(check: Check, gap: gradients.Gaps, spec: GRPOSpec, where: str) -> None
     it is, what was recorded there and what the formula gives, names the known wrong formula that reproduces the
     recorded gradient when one does (gradient_formulas.py), and notes the factors."""
     logged, expected, note = gradients.expectation(gap)
-    verdicts = [explained(v, gap, spec) for v in compare(logged, expected, spec.dtype, kind="formula", where=where)]
+    verdicts = compare(logged, expected, spec.dtype, TOLERANCES, kind="formula", where=where)
+    verdicts = [explained(v, gap, spec) for v in verdicts]
     check.absorb(verdicts)
     if note and any(v.failed for v in verdicts):
         check.note(note)
@@ -155,7 +157,7 @@ def gradient_partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     first = observed[0].ran.grads.steps[0].grad
     scale = max(first.abs().max().item(), 1e-30)
     gaps = [(o.spec.split_label, (o.ran.grads.steps[0].grad - first).abs().max().item() / scale) for o in observed[1:]]
-    largest_gap(check, gaps, run.dtype, none=NO_GRADIENT)
+    largest_gap(check, gaps, run.dtype, TOLERANCES, none=NO_GRADIENT)
     return check.finish()
 
 
@@ -194,13 +196,13 @@ def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case)
                               f"the windows {ends}", "windows")  # fmt: skip
     if counter is not None:
         check.diagnose(counter)
-    tol = tolerance("gradient", spec.dtype)
+    tol = tolerance("gradient", spec.dtype, TOLERANCES)
     gaps = []
     for k, step in enumerate(grads.steps):
         gaps.append((f"step {k + 1}", applied_gap(step, spec.max_grad_norm)))
         if spec.max_grad_norm is not None and step.applied_norm > spec.max_grad_norm * (1 + tol.rel_tol) + tol.abs_tol:
             check.fail(f"step {k + 1}: applied gradient norm {step.applied_norm:.6g} exceeds {spec.max_grad_norm}")
-    largest_gap(check, gaps, spec.dtype, none=NO_GRADIENT)
+    largest_gap(check, gaps, spec.dtype, TOLERANCES, none=NO_GRADIENT)
     return check.finish()
 
 

@@ -21,6 +21,7 @@ from harness.algorithms.grpo.contract import pooled_names
 from harness.algorithms.grpo.expect import Settings, record_problems
 from harness.algorithms.grpo.poolings import diagnose_interval
 from harness.algorithms.grpo.spec import LOSS_TYPES
+from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.algorithms.grpo.view import IntervalView
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
@@ -188,7 +189,7 @@ def gap_verdicts(records: Sequence[LossRecord], dtype: str, where: str) -> list[
         if gaps and all(g is not None for g in gaps):
             values = [float(g) for g in gaps]
             worst[name] = next((g for g in values if math.isnan(g)), max(values))
-    return compare(worst, {name: 0.0 for name in worst}, dtype, kind="recompute", where=where)
+    return compare(worst, {name: 0.0 for name in worst}, dtype, TOLERANCES, kind="recompute", where=where)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def gradient_verdicts(
     if gap.compared == 0 or not gap.scale > 0:
         return [], "logp_gradient (no token with a non-zero gradient)"
     logged, expected, _ = gradients.expectation(gap)
-    return compare(logged, expected, settings.dtype, kind="formula", where=f"{where} {gap.where}".strip()), ""
+    where = f"{where} {gap.where}".strip()
+    return compare(logged, expected, settings.dtype, TOLERANCES, kind="formula", where=where), ""
 
 
 def check_interval(
@@ -248,7 +250,7 @@ def check_interval(
                               cpu_seconds=time.process_time() - cpu, **base)  # fmt: skip
     expected = view.expected
     where = f"log {interval + 1} (step {step})"
-    verdicts = compare(present, {n: expected[n] for n in present}, settings.dtype, where=where)
+    verdicts = compare(present, {n: expected[n] for n in present}, settings.dtype, TOLERANCES, where=where)
     verdicts = diagnose_interval(verdicts, view, settings.dtype)
     every = [r for rs in per_rank for r in rs]
     verdicts += gap_verdicts(every, settings.dtype, where)

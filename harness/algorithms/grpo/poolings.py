@@ -29,6 +29,7 @@ from harness.verdict import MetricVerdict
 from .contract import KL, POLICY_LOSS
 from .expect import TokenTerms, expected_from_terms
 from .spec import CLIPPED_LOSS_TYPES
+from .tolerances import TOLERANCES
 from .view import IntervalView
 
 PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
@@ -155,4 +156,4 @@ def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView,
         names |= {v.name for v in verdicts if v.name == POLICY_LOSS}
     if interval.unusable:
         return list(verdicts)
-    return diagnosed(verdicts, {n: (lambda n=n: candidates(interval, n)) for n in names}, dtype)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(interval, n)) for n in names}, dtype, TOLERANCES)

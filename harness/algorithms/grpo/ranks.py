@@ -33,6 +33,7 @@ from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
 from .runs import UNEVEN
 from .spec import GRPOSpec
+from .tolerances import TOLERANCES
 
 ENTROPY = "entropy"
 """The metric whose per-rank values are compared with the pooled one to show the run has teeth."""
@@ -86,7 +87,7 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
     if not all(r.loss_inputs for r in ranks):
         check.fail("a rank recorded no loss inputs")
         return check.finish()
-    if reductions(ranks, spec.max_steps, check) is None:
+    if reductions(ranks, spec.max_steps, check, TOLERANCES) is None:
         return check.finish()
     records = [rec for r in ranks for rec in r.loss_inputs]
     try:
@@ -126,7 +127,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_
     pooled = expected_metrics([rec for records in per_rank for rec in records], spec)
     if ranks_differ(per_rank, pooled[ENTROPY].value, spec, check):
         logged = {n: logs[0][index][n] for n in names if n in logs[0][index]}
-        check.absorb(compare(logged, {n: pooled[n] for n in names}, spec.dtype))
+        check.absorb(compare(logged, {n: pooled[n] for n in names}, spec.dtype, TOLERANCES))
     return check.finish()
 
 
@@ -167,7 +168,7 @@ def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: Chec
     if problem is not None:
         check.fail(f"not recomputable: {problem}")
         return check.finish()
-    tol, off, moved, worst = tolerance("advantage", spec.dtype), 0, 0, (0.0, "")
+    tol, off, moved, worst = tolerance("advantage", spec.dtype, TOLERANCES), 0, 0, (0.0, "")
     for generation, row, k, j in rows:
         record = records[k]
         logged, want = float(record.advantages[j]), float(made[generation].advantages[row])

@@ -32,6 +32,7 @@ from . import formulas, lengths, reward_model, rewards
 from .checks import require_logs, require_records
 from .runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
+from .tolerances import TOLERANCES
 
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
@@ -145,7 +146,7 @@ def judge_advantages(check: Check, obs: Observation, per_interval, made, rows) -
     off = formulas.off_count(compared, dtype)
     where = places[worst] + (f"; the worst of {off} of {len(compared)} rows off)" if off > 1 else ")")
     _, _, logged, expected = compared[worst]
-    verdicts = compare({"advantage": logged}, {"advantage": expected}, dtype, where=where)
+    verdicts = compare({"advantage": logged}, {"advantage": expected}, dtype, TOLERANCES, where=where)
     if any(v.status is MetricStatus.FAIL for v in verdicts):
         diagnosis, why, _ = formulas.diagnose_advantages(made, compared, obs.spec, dtype)
         verdicts = [dataclasses.replace(v, diagnosis=diagnosis, diagnosis_reason=why) for v in verdicts]
@@ -182,7 +183,8 @@ def judge_reward_stats(check: Check, obs: Observation, made, rows) -> None:
         empty = [n for n, e in want.items() if e.count == 0 and finite_float(log.get(n)) is None]
         if empty:
             check.note(f"{where or 'the log'}: {', '.join(empty)} over too few scores, not logged as a number: open")
-        per_log.append(compare(log, {n: e for n, e in want.items() if n not in empty}, obs.spec.dtype, where=where))
+        wanted = {n: e for n, e in want.items() if n not in empty}
+        per_log.append(compare(log, wanted, obs.spec.dtype, TOLERANCES, where=where))
     made_up = [formulas.reward_stat_candidates(made, trained, weights) for trained in rows]
     for verdicts in formulas.across_logs(per_log, made_up, obs.spec.dtype):
         check.absorb(verdicts)
@@ -248,7 +250,8 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
         return check.finish()
     for index, completions in enumerate(trained):
         where = f"log {index + 1}" if len(trained) > 1 else None
-        verdicts = compare(obs.ran.logs[index], lengths.length_stats(completions), obs.spec.dtype, where=where)
+        stats = lengths.length_stats(completions)
+        verdicts = compare(obs.ran.logs[index], stats, obs.spec.dtype, TOLERANCES, where=where)
         check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype))
         if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):
             check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
@@ -265,13 +268,15 @@ def pad_diagnosed(verdicts, completions, dtype) -> list:
     wrong = lengths.length_stats(padded)
     said = "a completion whose last token is the pad counted as ended with the stop token"
     make = {n: (lambda n=n: [Candidate((54,), said, wrong[n].value, "loss records")]) for n in wrong}
-    return diagnosed(verdicts, make, dtype)
+    return diagnosed(verdicts, make, dtype, TOLERANCES)
 
 
 def _pad_explains(log, completions, dtype) -> bool:
     """Whether the logged length statistics are those of a trainer that takes a final pad for the stop token."""
     padded = lengths.pad_as_stop(completions)
-    return padded != completions and not any(v.failed for v in compare(log, lengths.length_stats(padded), dtype))
+    return padded != completions and not any(
+        v.failed for v in compare(log, lengths.length_stats(padded), dtype, TOLERANCES)
+    )
 
 
 REWARD_SCENARIOS = (

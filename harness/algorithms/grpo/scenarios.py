@@ -42,6 +42,7 @@ from .runs import EXTREME as EXTREME
 from .runs import GRADIENT_CUTS as GRADIENT_CUTS
 from .runs import NO_GRADIENT as NO_GRADIENT
 from .spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
+from .tolerances import TOLERANCES
 
 
 def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None:
@@ -227,10 +228,11 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
     for obs in observed:
         log = obs.ran.logs[0]
         where = obs.spec.split_label
-        check.absorb(compare(log, lr0_identities(base.loss_type), obs.spec.dtype, kind="identity", where=where))
+        identities = lr0_identities(base.loss_type)
+        check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
         if obs is not observed[0]:
             check.absorb(compare({n: log[n] for n in names}, {n: first[n] for n in names}, obs.spec.dtype,
-                                 kind="partition", where=where))  # fmt: skip
+                                 TOLERANCES, kind="partition", where=where))  # fmt: skip
     if check.failed:
         check.note(f"reference cut {observed[0].spec.split_label}")
     return check.finish()
@@ -261,8 +263,8 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
             if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
                 worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
     for key, (gap, where) in worst.items():
-        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, kind="recompute",
-                             where=where))  # fmt: skip
+        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, TOLERANCES,
+                             kind="recompute", where=where))  # fmt: skip
     return check.finish()
 
 

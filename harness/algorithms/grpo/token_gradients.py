@@ -29,8 +29,9 @@ import torch
 from harness.errors import NotRecomputable
 from harness.instrument.loss import LossRecord
 
-from .expect import Settings, vespo_phi
+from .expect import Settings
 from .spec import CLIPPED_LOSS_TYPES
+from .vespo import vespo_phi
 
 SATURATED = 1e4
 """sapo's tokens whose gate sigma(x) is within SATURATED * the dtype's clip margin of 1 (at most 0.1) are not

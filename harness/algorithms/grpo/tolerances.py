@@ -12,9 +12,11 @@ exact. A length off by one token moves a mean by 1/16 or more.
 
 from __future__ import annotations
 
+from harness.tolerances import ToleranceTable
+
 ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # GRPO clip metrics (docs/grpo-metrics.md): a flag mean or extreme; its scale is the share of flags whose ratio
-    # lies within the dtype's rounding margin of a clip bound (CLIP_MARGIN, harness/oracle/precision.py), so
+    # lies within the dtype's rounding margin of a clip bound (CLIP_MARGIN, harness/tolerances.py), so
     # scale_tol 1 lets exactly those flip. Measured on the reference GRPO trainer, every GRPO check, seeds 0-4: no
     # uncertain flag at float32 and float64 (worst gaps 1e-8, the float32 rounding of the logged means: under 10%
     # of the abs/rel allowance); at bfloat16 uncertain shares up to 0.061 of the tokens (means) and 0.29 of a
@@ -68,3 +70,6 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # (token_gradients.SATURATED; one such token reached 4.7e-6 at float32, seed 0).
     "gradient/logp_relative": ((0.0, 0.0, 1e-6), (0.0, 0.0, 4e-6), (0.0, 0.0, 1.5e-1)),
 }
+
+TOLERANCES = ToleranceTable.of("grpo", ROWS)
+"""What GRPO's checks are judged by: the shared rows and these, never another algorithm's."""

@@ -18,12 +18,13 @@ from harness.verdict import Check
 from .contract import POOLED_STATS
 from .expect import expected_metrics
 from .poolings import diagnose_pooled
+from .tolerances import TOLERANCES
 from .view import RunView, UpdateView, view_of
 
 
 def logprob_problems(ran: Ran, dtype: str) -> list[str]:
     """Where a `selective_log_softmax` call returned other than log_softmax(logits)[index] (beyond tolerance)."""
-    tol = tolerance("logprob", dtype)
+    tol = tolerance("logprob", dtype, TOLERANCES)
     problems = []
     for record in ran.records:
         gap = getattr(record, "logprob_gap", None)
@@ -113,6 +114,6 @@ def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Se
         check.fail(f"update {update.index + 1}: {problem}")
     expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, None, obs.spec.missing_eos_penalty)
     logged = obs.ran.logs[update.index]
-    verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype)
+    verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype, TOLERANCES)
     previous = earlier.micro_batches if earlier is not None else ()
     check.absorb(diagnose_pooled(verdicts, update.micro_batches, obs.spec, previous))

@@ -40,6 +40,7 @@ from harness.verdict import Check, CheckResult
 from .checks import require_view
 from .runs import FORWARD_RUNS, spec_for
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 from .values import micro_batch_values, rollout_values
 from .view import UpdateView
 
@@ -116,7 +117,7 @@ def forward_recompute(cache: ObservationCache, run: ScenarioSpec, case: Case) ->
         check.fail(f"not recomputable: {why}")
         return check.finish()
     spec, pad, gaps = obs.spec, obs.ran.pad_token_id, Gaps()
-    tol = tolerance("forward/logprob", spec.dtype).abs_tol
+    tol = tolerance("forward/logprob", spec.dtype, TOLERANCES).abs_tol
     padded = False
     for update in view.updates:
         chosen = compare_update(update, networks, prompts, pad, spec.temperature, gaps, check, tol)
@@ -130,5 +131,6 @@ def forward_recompute(cache: ObservationCache, run: ScenarioSpec, case: Case) ->
                 check.fail(f"{quantity}: no position was compared")
             continue
         gap, where = gaps.largest[quantity]
-        check.absorb(compare({metric: gap}, {metric: 0.0}, spec.dtype, kind="network", where=f"{quantity}: {where}"))
+        check.absorb(compare({metric: gap}, {metric: 0.0}, spec.dtype, TOLERANCES, kind="network",
+                             where=f"{quantity}: {where}"))  # fmt: skip
     return check.finish()

@@ -25,6 +25,7 @@ from harness.verdict import Check, CheckId, CheckResult
 from . import gradients
 from .poolings import Geometry
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 from .view import UpdateView, build_view
 
 DTYPE = "float32"
@@ -33,7 +34,7 @@ DTYPE = "float32"
 def gradients_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: CheckId) -> CheckResult:
     """Steps reduced alike on every rank, and each rank's dL/dlogp against the formula with global counts."""
     check = Check(check_id)
-    factors = reductions(ranks, spec.steps_per_update * spec.total_updates, check)
+    factors = reductions(ranks, spec.steps_per_update * spec.total_updates, check, TOLERANCES)
     if factors is None:
         return check.finish()
     per_rank = [build_view(r.records, r.stop_token_id, r.pad_token_id, r.sites).updates for r in ranks]
@@ -44,7 +45,7 @@ def gradients_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: C
     for index in range(spec.total_updates):
         updates = [u[index] for u in per_rank]
         logged, expected = logp_against_formula(updates, per_minibatch, spec, factors)
-        check.absorb(compare(logged, expected, DTYPE, kind="formula", where=f"update {index + 1}"))
+        check.absorb(compare(logged, expected, DTYPE, TOLERANCES, kind="formula", where=f"update {index + 1}"))
     return check.finish()
 
 

@@ -24,6 +24,7 @@ from .poolings import Geometry
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
 from .scores import update_scores
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 
 
 def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -48,7 +49,7 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         for k, (a, b) in enumerate(zip(first.ran.grads.steps, steps)):
             gap = (a.grad - b.grad).abs().max().item()
             gaps.append((f"{label} step {k + 1}", gap / max(a.grad.abs().max().item(), 1e-30)))
-    largest_gap(check, gaps, run.dtype)
+    largest_gap(check, gaps, run.dtype, TOLERANCES)
     return check.finish()
 
 
@@ -75,7 +76,7 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
         if n_back != per_update or n_steps != spec.steps_per_update:
             check.fail(f"update {u + 1}: {n_back} backward passes and {n_steps} optimizer steps, "
                        f"expected {per_update} and {spec.steps_per_update}")  # fmt: skip
-    tol = tolerance("gradient", spec.dtype)
+    tol = tolerance("gradient", spec.dtype, TOLERANCES)
     for k, step in enumerate(grads.steps):
         owners = {view.update_at(grads.backwards[i]) for i in step.backward_ids}
         if owners != {view.update_at(step.clock)}:
@@ -91,7 +92,7 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
     if counter is not None:
         check.diagnose(counter)
     gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
-    largest_gap(check, gaps, spec.dtype)
+    largest_gap(check, gaps, spec.dtype, TOLERANCES)
     return check.finish()
 
 
@@ -122,7 +123,7 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
             value_gradients.expectation(update, obs.spec, score, per_minibatch),
         ):
             where = f"{obs.spec.split_label} update {update.index + 1}"
-            verdicts = list(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+            verdicts = list(compare(logged, expected, obs.spec.dtype, TOLERANCES, kind="formula", where=where))
             check.absorb(verdicts)
             if note and any(v.failed for v in verdicts) and note not in check.notes:
                 check.note(note)
@@ -172,5 +173,5 @@ def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Cas
         return check.finish()
     gaps = [(f"{a.spec.split_label} step {k + 1}", decomposition.relative_gap(step.local_grad, w))
             for k, (step, w) in enumerate(zip(steps, want))]  # fmt: skip
-    largest_gap(check, gaps, run.dtype, "gradient/decomposition")
+    largest_gap(check, gaps, run.dtype, TOLERANCES, "gradient/decomposition")
     return check.finish()

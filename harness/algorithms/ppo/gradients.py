@@ -12,9 +12,10 @@ The value term does not depend on logp_new. The spy records dL/dlogp_new per tok
 `selective_log_softmax` returned in each micro-batch); the oracle recomputes the above in float64 from the
 records, A whitened as in `signal.py`. Unlike a comparison of two cuts, the formula does not move with the
 cut: a normaliser off by the same factor everywhere, a mean of micro-batch means, a loss divided by the
-accumulation steps all show. Tokens within CLIP_MARGIN of the clip edges may round to either side in the
-trainer's dtype: not compared. One process: on more, data parallelism averages the ranks' gradients and each
-rank's own dL/dlogp is world / N_R(global) times the above; `verify-dist` is left to compare those.
+accumulation steps all show. Tokens within CLIP_MARGIN (harness/tolerances.py) of the clip edges may round to
+either side in the trainer's dtype: not compared. One process: on more, data parallelism averages the ranks'
+gradients and each rank's own dL/dlogp is world / N_R(global) times the above; `verify-dist` is left to compare
+those.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import torch
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.gradients import Factor, factor_note
+from harness.tolerances import margin_of
 
-from .signal import advantages, margin_of, near_the_clip
+from .signal import advantages, near_the_clip
 from .view import MicroBatchView, UpdateView
 
 METRIC = "gradient/logp"

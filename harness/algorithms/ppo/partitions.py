@@ -20,6 +20,7 @@ from harness.verdict import Check, CheckId, CheckResult, CheckStatus
 
 from .checks import require_logs
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 
 LOCAL_BATCH = 12
 DIVISORS = [d for d in range(1, LOCAL_BATCH + 1) if LOCAL_BATCH % d == 0]
@@ -48,10 +49,11 @@ def compare_splits(
     first, second = observed
     for obs in observed:  # the LR-0 identity holds at every split, one micro-batch or many
         logged = {variance: obs.ran.logs[0].get(variance, math.nan)}
-        check.absorb(compare(logged, {variance: 0.0}, obs.spec.dtype, kind="identity", where=obs.spec.split_label))
+        check.absorb(compare(logged, {variance: 0.0}, obs.spec.dtype, TOLERANCES, kind="identity",
+                             where=obs.spec.split_label))  # fmt: skip
     logged = {n: second.ran.logs[0][n] for n in means}
-    check.absorb(compare(logged, {n: first.ran.logs[0][n] for n in means}, second.spec.dtype, kind="partition",
-                         where=second.spec.split_label))  # fmt: skip
+    check.absorb(compare(logged, {n: first.ran.logs[0][n] for n in means}, second.spec.dtype, TOLERANCES,
+                         kind="partition", where=second.spec.split_label))  # fmt: skip
     if check.failed:
         check.note(f"reference split {first.spec.split_label}")
     return check.finish()

@@ -24,6 +24,7 @@ from harness.verdict import MetricVerdict
 from .contract import POOLED_MEANS, RATIO_VAR, RATIO_VAR_OF
 from .parts import PARTS, Part, PartRule, correct
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 from .view import MicroBatchView
 
 
@@ -180,10 +181,12 @@ def diagnose_pooled(verdicts: Sequence[MetricVerdict], micros: Sequence[MicroBat
     """The pooled-metric verdicts of one update with a diagnosis on each failure (`earlier`: the previous update's)."""
     geo = Geometry.of(spec)
     names = [m.name for m in POOLED_MEANS] + [RATIO_VAR]
-    return diagnosed(verdicts, {n: (lambda n=n: candidates(n, micros, geo, earlier)) for n in names}, spec.dtype)
+    return diagnosed(
+        verdicts, {n: (lambda n=n: candidates(n, micros, geo, earlier)) for n in names}, spec.dtype, TOLERANCES
+    )
 
 
 def diagnose_identities(verdicts: Sequence[MetricVerdict], spec: ScenarioSpec) -> list[MetricVerdict]:
     """The LR-0 identity verdicts with a diagnosis on each failure (from the spec's geometry alone)."""
     names = (RATIO_VAR_OF, RATIO_VAR)
-    return diagnosed(verdicts, {n: (lambda n=n: identity_candidates(n, spec)) for n in names}, spec.dtype)
+    return diagnosed(verdicts, {n: (lambda n=n: identity_candidates(n, spec)) for n in names}, spec.dtype, TOLERANCES)

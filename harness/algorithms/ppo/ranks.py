@@ -18,6 +18,7 @@ from .gradient_ranks import gradients_across_ranks
 from .runs import LR0, UNEVEN
 from .scores import joined, update_scores
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 from .view import UpdateView, build_view
 
 ENTROPY = "policy/entropy_avg"
@@ -59,7 +60,8 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, ch
     scores = joined([update_scores(r, u)[index] for r, u in zip(ranks, per_rank)])
     expected = expected_metrics(updates, spec.kl_coef, spec.kl_estimator, scores=scores)
     if ranks_differ(updates, expected[ENTROPY].value, spec, check):
-        check.absorb(compare({n: logs[0][index][n] for n in names}, {n: expected[n] for n in names}, spec.dtype))
+        logged = {n: logs[0][index][n] for n in names}
+        check.absorb(compare(logged, {n: expected[n] for n in names}, spec.dtype, TOLERANCES))
     return check.finish()
 
 
@@ -87,5 +89,5 @@ def lr0_identities(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
     if not logs or any(n not in logs[0] for n in LR0_IDENTITIES):
         check.fail("the trainer logged no update, or not every identity metric")
     else:
-        check.absorb(compare(logs[0], LR0_IDENTITIES, "float32", kind="identity"))
+        check.absorb(compare(logs[0], LR0_IDENTITIES, "float32", TOLERANCES, kind="identity"))
     return check.finish()

@@ -14,6 +14,7 @@ from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 from .view import RolloutView
 
 INVALID_LOGPROB = 1.0
@@ -62,4 +63,4 @@ def diagnose_rollout(verdicts: Sequence[MetricVerdict], rollout: RolloutView | N
         return list(verdicts)
     names = [v.name for v in verdicts]
     make = {n: (lambda n=n: rollout_candidates(n, rollout, expected[n].value, spec.rollout_chunk)) for n in names}
-    return diagnosed(verdicts, make, spec.dtype)
+    return diagnosed(verdicts, make, spec.dtype, TOLERANCES)

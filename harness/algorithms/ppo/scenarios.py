@@ -34,6 +34,7 @@ from .rollout_poolings import diagnose_rollout
 from .runs import ALL_MASKED, EMPTY_UPDATE, EVEN, FORWARD_RUNS, GRADIENT_CUTS, LR0, ROLLOUTS, UNEVEN, spec_for
 from .scores import update_scores
 from .spec import ScenarioSpec
+from .tolerances import TOLERANCES
 
 __all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
 
@@ -113,7 +114,9 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
         where = f"update {i + 1}" if len(view.updates) > 1 else None
         logged = obs.ran.logs[i]
-        verdicts = compare({n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, spec.dtype, where=where)
+        verdicts = compare(
+            {n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, spec.dtype, TOLERANCES, where=where
+        )
         check.absorb(diagnose_rollout(verdicts, update.rollout, expected, spec))
     return check.finish()
 
@@ -132,7 +135,7 @@ def training_signal(cache: ObservationCache, run: ScenarioSpec, case: Case) -> C
     for update, score in zip(view.updates, scores):
         logged, expected = signal.expectations(update, obs.spec, score)
         where = f"update {update.index + 1}"
-        check.absorb(compare(logged, expected, obs.spec.dtype, kind="formula", where=where))
+        check.absorb(compare(logged, expected, obs.spec.dtype, TOLERANCES, kind="formula", where=where))
     return check.finish()
 
 
@@ -141,7 +144,7 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     check = Check(case.id)
     obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs", 1)), spy=False)
     if require_logs(obs, LR0_IDENTITIES, check):
-        verdicts = compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, kind="identity")
+        verdicts = compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, TOLERANCES, kind="identity")
         check.absorb(diagnose_identities(verdicts, obs.spec))
     return check.finish()
 

@@ -20,14 +20,14 @@ import torch
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
 from harness.oracle.masks import mask_difference
-from harness.oracle.precision import margin_of
+from harness.tolerances import margin_of
 
 from . import value_signal
 from .view import MicroBatchView, UpdateView
 
 PER_TOKEN = ("per_token/pg_loss", "per_token/pg_clipfrac")
-# Ratios (and new values, to v_old +- cliprange_value) within CLIP_MARGIN (oracle/precision.py) of 1 +- eps may round
-# to either side of the clip in the trainer's dtype: their clip indicator is not compared.
+# Ratios (and new values, to v_old +- cliprange_value) within CLIP_MARGIN (harness/tolerances.py) of 1 +- eps may
+# round to either side of the clip in the trainer's dtype: their clip indicator is not compared.
 """The largest gap between a recorded per-token value and the formula's, over every micro-batch of an update."""
 
 

@@ -7,7 +7,7 @@ harness/tolerances.py beside the rows every algorithm shares.
 
 from __future__ import annotations
 
-from harness.tolerances import F64, S32
+from harness.tolerances import F64, S32, ToleranceTable
 
 # the pooled statistics of docs/metrics.md: see harness/tolerances.py for the float64, float32 and bfloat16 notes
 ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
@@ -69,3 +69,6 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     "per_token/vf_loss": ((0.0, 0.0, 4e-6), (0.0, 0.0, 5e-5), (0.0, 0.0, 1.0)),
     "per_token/vf_clipfrac": ((0.5, 0.0), (0.5, 0.0), (0.5, 0.0)),
 }
+
+TOLERANCES = ToleranceTable.of("ppo", ROWS)
+"""What PPO's checks are judged by: the shared rows and these, never another algorithm's."""

@@ -24,10 +24,10 @@ import torch
 
 from harness.errors import NotRecomputable
 from harness.oracle.expectation import Expectation
+from harness.tolerances import margin_of, tie_margin_of
 
 from .gradients import Factor, factor_note, minibatches
-from .signal import margin_of
-from .value_signal import TIE_MARGIN, _value_terms, signal_of
+from .value_signal import _value_terms, signal_of
 from .values import _records, micro_batch_values
 
 METRIC = "gradient/value"
@@ -67,7 +67,7 @@ def gaps(update: Any, spec: Any, scores: Any, per_minibatch: int) -> tuple[float
     signal = signal_of(update, spec, scores)
     values = micro_batch_values(update)
     heads = _records(update, grad=True)
-    margin, tie = margin_of(spec.dtype), TIE_MARGIN.get(spec.dtype, 1e-5)
+    margin, tie = margin_of(spec.dtype), tie_margin_of(spec.dtype)
     clip = spec.cliprange_value
     largest, size, tokens, k, factors = 0.0, 0.0, 0, 0, []
     for group in minibatches(update, per_minibatch):

@@ -23,6 +23,7 @@ import torch
 
 from harness.errors import NotRecomputable
 from harness.oracle.masks import mask_difference
+from harness.tolerances import tie_margin_of
 
 from .returns import Signal, recompute
 from .values import micro_batch_values, rollout_values
@@ -74,12 +75,6 @@ def raw_gaps(update: UpdateView, signal: Signal, whiten_rewards: bool) -> Gaps:
     return out
 
 
-TIE_MARGIN = {"float64": 1e-9, "float32": 1e-5, "float16": 1.5e-2, "bfloat16": 1e-1}
-"""Tokens whose two squared errors are this close (relative to 1 + the larger) may be ordered either way by a
-trainer whose returns carry its dtype's rounding: their clip indicator is not compared. Measured at bfloat16
-(reference, uneven split): one flip at a near tie, the oracle's returns 3e-2 from the trainer's."""
-
-
 def value_terms(v_new: torch.Tensor, v_old: torch.Tensor, returns: torch.Tensor, clip: float):
     """(per-token clipped value loss without the 0.5, clip indicator) in float64."""
     loss, indicator, _ = _value_terms(v_new, v_old, returns, clip)
@@ -129,7 +124,7 @@ def largest_gaps(update: UpdateView, spec: Any, scores: Any, margin: float) -> d
         return {name: str(why) for name in names(spec.whiten_rewards)}
     for group, gaps in (
         (RAW + ((REWARDS,) if spec.whiten_rewards else ()), lambda: raw_gaps(update, signal, spec.whiten_rewards)),
-        (VALUE, lambda: value_gaps(update, signal, spec.cliprange_value, margin, TIE_MARGIN.get(spec.dtype, 1e-5))),
+        (VALUE, lambda: value_gaps(update, signal, spec.cliprange_value, margin, tie_margin_of(spec.dtype))),
     ):
         try:
             out.update(gaps())

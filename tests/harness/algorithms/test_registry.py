@@ -12,7 +12,7 @@ import pytest
 from harness import algorithms
 from harness.algorithms import DEFAULT_ALGORITHM, MEMBERS, Mutation, case, found, get, known_algorithms
 from harness.errors import HarnessConfigError
-from harness.tolerances import tolerance
+from harness.tolerances import ToleranceTable, tolerance
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILT_IN = {
@@ -90,9 +90,10 @@ def test_case_finds_the_algorithm_from_the_id():
 
 
 def test_each_algorithms_tolerance_rows_are_read_through_the_core():
-    assert tolerance("loss/policy_avg", "float32") == tuple(get("ppo").tolerances["loss/policy_avg"][1])
-    assert tolerance("advantage", "bfloat16")[:2] == tuple(get("grpo").tolerances["advantage"][2])
-    assert tolerance("no/such_metric", "float32") == tolerance("*", "float32")
+    ppo, grpo = ToleranceTable.of("ppo", get("ppo").tolerances), ToleranceTable.of("grpo", get("grpo").tolerances)
+    assert tolerance("loss/policy_avg", "float32", ppo) == tuple(get("ppo").tolerances["loss/policy_avg"][1])
+    assert tolerance("advantage", "bfloat16", grpo)[:2] == tuple(get("grpo").tolerances["advantage"][2])
+    assert tolerance("no/such_metric", "float32", ppo) == tolerance("*", "float32", ppo)
 
 
 def metric_names(name: str) -> set[str]:

@@ -14,6 +14,7 @@ import torch
 
 from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.spec import GRPOSpec
+from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.diagnose import Candidate, better_fit
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval
@@ -71,7 +72,7 @@ def test_float32_terms_of_a_bfloat16_run_are_judged_at_float32(name):
     logged = flat_mean(records, name)
     result = check_interval([records], {name: logged}, s, 0, 1)
     verdict = {v.name: v for v in result.verdicts}[name]
-    old_row = tolerance("*", "bfloat16")  # the row entropy and kl were judged by before
+    old_row = tolerance("*", "bfloat16", TOLERANCES)  # the row entropy and kl were judged by before
     assert close(logged, verdict.expected, old_row), "the old row let it through"
     assert verdict.status is MetricStatus.FAIL
     assert verdict.diagnosis is not None and verdict.diagnosis.classes == (16,)

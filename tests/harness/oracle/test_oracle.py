@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from harness.algorithms.ppo.contract import POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT, SiteMap
 from harness.algorithms.ppo.expect import expected_metrics, pooled_expectations, rollout_expectations
+from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.algorithms.ppo.view import UpdateView, build_view
 from harness.compare import compare
 from harness.errors import HarnessConfigError, NotRecomputable
@@ -371,7 +372,7 @@ def test_identical_responses_are_not_recomputable():
     for name in ("policy/approxkl_avg", "val/ratio", "val/ratio_var"):
         assert got[name].value is None and "identical responses" in got[name].reason
     assert got["loss/policy_avg"].value is not None  # what needs no row mapping is still checked
-    results = {r.name: r for r in compare({n: 0.0 for n in got}, got, "float64")}
+    results = {r.name: r for r in compare({n: 0.0 for n in got}, got, "float64", TOLERANCES)}
     assert results["val/ratio"].status == "not_recomputable" and results["val/ratio"].failed
 
 
@@ -476,7 +477,7 @@ def test_compare_statuses():
         "objective/scores": 1.0,
         "objective/entropy": 3.0,
     }
-    results = {r.name: r for r in compare(logged, expected, "float32")}
+    results = {r.name: r for r in compare(logged, expected, "float32", TOLERANCES)}
     status = {name: r.status for name, r in results.items()}
     assert status == {
         "val/ratio": "pass",
@@ -491,19 +492,21 @@ def test_compare_statuses():
     assert [n for n, r in results.items() if not r.failed] == ["val/ratio", "objective/scores"]
     fail = results["loss/policy_avg"]
     assert fail.abs_err == pytest.approx(0.1) and fail.rel_err == pytest.approx(0.2)
-    assert fail.tol == pytest.approx(tolerance("loss/policy_avg", "float32").allowed(0.5))
+    assert fail.tol == pytest.approx(tolerance("loss/policy_avg", "float32", TOLERANCES).allowed(0.5))
     assert fail.where is None and fail.label == "loss/policy_avg"
     assert results["objective/kl"].reason == "no records" and not results["objective/scores"].required
 
 
 def test_compare_plain_numbers_and_where():
     # labels are no longer put into metric names: `where` says which comparison it is
-    results = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, torch.float32, kind="partition", where="bs=2")
+    results = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, torch.float32, TOLERANCES, kind="partition",
+                      where="bs=2")  # fmt: skip
     (result,) = results
     assert result.status == "fail" and result.reason.startswith("partition:")
     assert (result.name, result.where, result.label) == ("val/ratio", "bs=2", "val/ratio @ bs=2")
-    assert result.tol == pytest.approx(tolerance("val/ratio", "float32").allowed(1.0))  # val/ratio's own row
-    (inf,) = compare({"val/ratio": float("inf")}, {"val/ratio": 1.0}, "float32")
+    own_row = tolerance("val/ratio", "float32", TOLERANCES)  # val/ratio's own row
+    assert result.tol == pytest.approx(own_row.allowed(1.0))
+    (inf,) = compare({"val/ratio": float("inf")}, {"val/ratio": 1.0}, "float32", TOLERANCES)
     assert inf.status == "nan" and inf.failed
 
 
@@ -521,13 +524,14 @@ def test_close_is_never_true_for_non_finite(x, y):
 
 def test_tolerance_table():
     for metric in POOLED_STATS + ROLLOUT:
-        f64, f32, bf16 = (tolerance(metric, d) for d in ("float64", "float32", "bfloat16"))
+        f64, f32, bf16 = (tolerance(metric, d, TOLERANCES) for d in ("float64", "float32", "bfloat16"))
         assert f64.abs_tol <= f32.abs_tol <= bf16.abs_tol and f64.rel_tol <= f32.rel_tol <= bf16.rel_tol
         assert f32.rel_tol < 1e-3 or metric == "val/ratio_var"
-    assert tolerance("unknown/metric", torch.float32) == tolerance("*", "float32")
-    assert tolerance("val/ratio", "float16") == tolerance("val/ratio", "bfloat16")  # bfloat16's bounds float16's
+    assert tolerance("unknown/metric", torch.float32, TOLERANCES) == tolerance("*", "float32", TOLERANCES)
+    half, brain = (tolerance("val/ratio", d, TOLERANCES) for d in ("float16", "bfloat16"))
+    assert half == brain  # bfloat16's bounds float16's
     with pytest.raises(HarnessConfigError, match="float8"):
-        tolerance("val/ratio", "float8_e4m3fn")
+        tolerance("val/ratio", "float8_e4m3fn", TOLERANCES)
 
 
 # ---------------------------------------------------------------------------- end to end on a fake trainer
@@ -684,7 +688,7 @@ def run_fake(fake, dtype, pooling, **geometry):
     updates = updates_of(spy.records)
     assert len(updates) == 1
     expected = expected_metrics(updates[0], 0.05, "k1", scores=batch["scores"])
-    return updates[0], compare(logs, expected, str(dtype)), spy
+    return updates[0], compare(logs, expected, str(dtype), TOLERANCES), spy
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

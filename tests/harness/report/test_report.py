@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.compare import compare
 from harness.oracle.expectation import Expectation
 from harness.report import JSON_NAME, MARKDOWN_NAME, Report, write_report
@@ -52,7 +53,7 @@ def uneven_results() -> list[MetricVerdict]:
         "loss/policy_avg": 0.25,
         "objective/scores": 1.0,
     }
-    return compare(logged, expected, "float32")
+    return compare(logged, expected, "float32", TOLERANCES)
 
 
 def checked(scenario: str, verdicts, **params) -> CheckResult:
@@ -65,7 +66,7 @@ def checked(scenario: str, verdicts, **params) -> CheckResult:
 def collector() -> Report:
     report = Report(target="reference", device="cpu", torch="2.13.0", seed=7, dtype="float32", algorithm="ppo")
     report.add(checked("uneven_split", uneven_results(), epochs=1))
-    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32")))
+    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32", TOLERANCES)))
     return report
 
 
@@ -145,7 +146,7 @@ def test_failure_line_format():
     assert missing.endswith("[missing: policy/entropy_avg is not in the logged metrics]")
     nan = failure_line("uneven_split", results["val/ratio_var"])
     assert "logged=nan" in nan and "[nan:" in nan
-    (where,) = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, "float32", where="bs=2")
+    (where,) = compare({"val/ratio": 0.6667}, {"val/ratio": 1.0}, "float32", TOLERANCES, where="bs=2")
     assert failure_line("uneven_split", where) == line.replace("val/ratio:", "val/ratio @ bs=2:")
 
 
@@ -163,7 +164,8 @@ def test_markdown_tables():
 
 def test_markdown_and_terminal_label_metrics_with_where():
     report = Report("reference", "cpu", torch="2", seed=0)
-    report.add(checked("partition", compare({"val/ratio": 0.5}, {"val/ratio": 1.0}, "float32", where="bs=2")))
+    verdicts = compare({"val/ratio": 0.5}, {"val/ratio": 1.0}, "float32", TOLERANCES, where="bs=2")
+    report.add(checked("partition", verdicts))
     failing = render_markdown(report).split("### Failing metrics")[1].split("<details>")[0]
     assert "| partition | val/ratio @ bs=2 | 0.5 | 1 |" in failing
     assert strict_load(report.to_json())["checks"][0]["metrics"][0]["where"] == "bs=2"
@@ -248,7 +250,7 @@ def test_overall_status():
 def test_empty_collector_and_config_errors():
     report = Report("reference", "cpu", torch="2.13.0", seed=0)
     assert report.status == "error" and report.status is CheckStatus.ERROR
-    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32")))
+    report.add(checked("lr0_ratio", compare({"val/ratio": 1.0}, {"val/ratio": 1.0}, "float32", TOLERANCES)))
     assert report.status == "pass"
     report.config_errors.append("suite/test_verify.py::test_x: bad option")
     data = report.as_dict()
@@ -290,13 +292,13 @@ def test_add_a_check_object_and_validate_status():
 
 def test_missing_and_nan_metrics_fail_the_check():
     report = Report("reference", "cpu", torch="2.13.0", seed=0)
-    (missing,) = compare({}, {"val/ratio": 1.0}, "float32")
-    (nan,) = compare({"val/ratio": math.nan}, {"val/ratio": 1.0}, "float32")
+    (missing,) = compare({}, {"val/ratio": 1.0}, "float32", TOLERANCES)
+    (nan,) = compare({"val/ratio": math.nan}, {"val/ratio": 1.0}, "float32", TOLERANCES)
     assert (missing.status, nan.status) == ("missing", "nan") and missing.failed and nan.failed
     assert report.add(checked("s", [missing], case="a")).status == "fail"
     assert report.add(checked("s", [nan], case="b")).status == "fail"
     opted_out = {"objective/scores": Expectation.unknown("objective/scores", "none", required=False)}
-    optional = compare({"objective/scores": 1.0}, opted_out, "float32")
+    optional = compare({"objective/scores": 1.0}, opted_out, "float32", TOLERANCES)
     passed = report.add(checked("s", optional, case="c"))
     assert passed.status == "pass" and passed.notes == ("objective/scores not recomputable: none",)
     assert report.status == "fail"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.baseline import Baseline, Entry
 from harness.compare import compare
 from harness.report import Report
@@ -22,14 +23,14 @@ def report_of(*results):
 
 
 def failing(name, logged, expected, where=None):
-    (verdict,) = compare({name: logged}, {name: expected}, "float32", where=where)
+    (verdict,) = compare({name: logged}, {name: expected}, "float32", TOLERANCES, where=where)
     assert verdict.status is MetricStatus.FAIL
     return verdict
 
 
 def test_compare_says_its_reasons_are_its_own_words():
     for kind in ("oracle", "formula", "gradient", "identity", "network", "partition", "recompute"):
-        (verdict,) = compare({"x": 2.0}, {"x": 1.0}, "float32", kind=kind)
+        (verdict,) = compare({"x": 2.0}, {"x": 1.0}, "float32", TOLERANCES, kind=kind)
         assert verdict.wording is Wording.COMPARE and verdict.reason.startswith(f"{kind}: gap ")
 
 

@@ -200,13 +200,16 @@ def test_the_view_computes_token_terms_once_per_record_for_oracle_and_diagnosis(
 def test_a_nan_gradient_gap_is_the_largest_wherever_it_comes():
     """Intended change: GRPO's largest gap is the core's, which ranks a NaN above every number (it took the plain
     maximum, which drops a NaN that is not first)."""
+    from harness.algorithms.grpo.tolerances import TOLERANCES
     from harness.oracle.gradients import largest_gap
     from harness.verdict import Check, CheckId
 
     check = Check(CheckId("gradient_partition"))
-    largest_gap(check, [("a", 1e-9), ("b", math.nan), ("c", 1e-8)], "float32", none="no gradient was compared")
+    largest_gap(
+        check, [("a", 1e-9), ("b", math.nan), ("c", 1e-8)], "float32", TOLERANCES, none="no gradient was compared"
+    )
     result = check.finish()
     assert not result.passed and result.metrics[0].where == "b"
     empty = Check(CheckId("gradient_partition"))
-    largest_gap(empty, [], "float32", none="no gradient was compared")
+    largest_gap(empty, [], "float32", TOLERANCES, none="no gradient was compared")
     assert "no gradient was compared" in empty.finish().message

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.algorithms.ppo import decomposition, gradients, value_gradients
+from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.errors import NotRecomputable
 from harness.instrument.grad import Step
 from harness.instrument.spy import Spy
@@ -101,11 +102,11 @@ def _step(grad: list[float], local: list[float]) -> Step:
 def test_reduction_finds_the_average_and_fails_a_gradient_left_local():
     check = Check(CheckId("logp_gradient", (("ranks", 2),)))
     averaged = [_step([2.0, 3.0], [1.0, 2.0]), _step([2.0, 3.0], [3.0, 4.0])]
-    assert reduction(averaged, "step 1", check) == pytest.approx(0.5)
+    assert reduction(averaged, "step 1", check, TOLERANCES) == pytest.approx(0.5)
     assert not check.failed
     # rank 1's second micro-batch never reduced: its .grad differs from rank 0's
     left = [_step([2.0, 3.0], [1.0, 2.0]), _step([2.5, 3.0], [3.0, 4.0])]
-    reduction(left, "step 1", check)
+    reduction(left, "step 1", check, TOLERANCES)
     assert check.failed
 
 

@@ -19,6 +19,7 @@ from harness.scenario import Scenario
 from harness.verdict import Check
 
 from . import trainer
+from .tolerances import ROWS, TOLERANCES
 
 METRIC = "toy/token_mean"
 
@@ -99,7 +100,7 @@ def token_mean(cache, run: TokenMeanSpec, case) -> object:
                 total = sum(float((c.values.double() * c.mask.double()).sum()) for c in mine)
                 count = sum(float(c.mask.double().sum()) for c in mine)
                 check.absorb(compare(logged, {METRIC: Expectation(METRIC, total / count)}, run.dtype,
-                                     where=f"update {u + 1}"))  # fmt: skip
+                                     TOLERANCES, where=f"update {u + 1}"))  # fmt: skip
     return check.finish()
 
 
@@ -115,9 +116,7 @@ class TokenMeanAlgorithm:
     })  # fmt: skip
     targets_with_argument: Mapping[str, str] = field(default_factory=dict)
     spy: bool = True
-    tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(
-        default_factory=lambda: {METRIC: ((1e-9, 1e-9), (1e-6, 1e-6), (1e-2, 1e-2))}
-    )
+    tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     mutation: Mutation | None = Mutation(
         ("tests/support/third_algorithm/tokenmean/trainer.py",),
         "equivalent_tokenmean.toml",
