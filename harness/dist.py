@@ -56,7 +56,7 @@ def resolved(target: str):
 
 
 def worker(target: str, seed: int, out: Path) -> int:
-    """One rank: run every dist scenario (under the spy where the algorithm reads it), save what it saw."""
+    """One rank: run every dist scenario (under its algorithm's instruments), save what it saw."""
     import torch
 
     from .instrument.observe import observe
@@ -66,7 +66,7 @@ def worker(target: str, seed: int, out: Path) -> int:
         factory, algorithm = resolved(target)
         for name, spec in algorithm.rank_specs(seed).items():
             # with the steps' .grad copies: the check across ranks compares them (gradient_ranks.py)
-            obs = observe(factory, algorithm.for_rank(spec, rank, world), spy=algorithm.spy, copies=True)
+            obs = observe(factory, algorithm.for_rank(spec, rank, world), copies=True)
             ran = obs.ran if obs.ran is None else dataclasses.replace(obs.ran, networks=None)  # no model copies
             torch.save(ran, out / f"{name}-rank{rank}.pt")
         shut_down_process_group()  # on success only: a rank that raised must not wait for the others
@@ -332,8 +332,9 @@ def finish(report, report_dir: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.dist",
-                                     description="one rank of `python -m harness verify-dist` (it starts them)")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.dist", description="one rank of `python -m harness verify-dist` (it starts them)"
+    )
     parser.add_argument("--worker", action="store_true", required=True, help="run as one rank (required)")
     parser.add_argument("--target", required=True, help="the target the rank runs, as verify-dist's --target")
     parser.add_argument("--seed", type=int, default=0, help="the seed of every run (default 0)")

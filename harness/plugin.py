@@ -156,11 +156,12 @@ def ppo_contract_lines(pytestconfig: pytest.Config, ppo_algorithm):
 
 
 @pytest.fixture(scope="session")
-def ppo_cache(ppo_target):
-    """Each (target, scenario spec) runs once per session, however many checks read it."""
+def ppo_cache(pytestconfig: pytest.Config, ppo_target):
+    """Each (target, scenario spec) runs once per session, however many checks read it; the checks read the target's
+    declarations from it."""
     from .instrument.observe import ObservationCache
 
-    return ObservationCache(ppo_target)
+    return ObservationCache(ppo_target, _target(pytestconfig))
 
 
 @pytest.fixture(scope="session")

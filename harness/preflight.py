@@ -117,21 +117,24 @@ def spec_misfit(target: str, algorithm: Any, run_spec: Any, field: str) -> str:
 def run_misfit(target: str, algorithm: Any, run: Any) -> str | None:
     """Why the built `run` does not fit `algorithm` (None when it does).
 
-    The documented shapes (harness/instrument/observe.py `TargetRun`): a run whose algorithm reads the spy's
-    records (`spy` true) has no `loss_inputs`; a run whose algorithm does not (its checks read the loss
-    records) has them.
+    What the algorithms' instruments declare (harness/instrument/observe.py `Instruments`): a run of `algorithm`
+    has every member its record is made of (`members`), and none that only another algorithm's record is made of.
     """
     from harness.algorithms import get, known_algorithms
     from harness.targets import declare_hint
 
-    has_records = hasattr(run, "loss_inputs")
-    if has_records != algorithm.spy:
-        return None
-    others = [name for name in known_algorithms() if name != algorithm.name and get(name).spy != algorithm.spy]
-    kind = type(run).__name__
-    if has_records:
-        what = f"has `loss_inputs`, loss records, where {algorithm.name}'s checks read the spy's records"
+    mine = algorithm.instruments
+    theirs = {name: get(name).instruments for name in known_algorithms() if name != algorithm.name}
+    lacking = [member for member in mine.members if not hasattr(run, member)]
+    if lacking:
+        others = [name for name, other in theirs.items() if lacking[0] not in other.members]
+        what = f"has no `{lacking[0]}`, the {mine.reads} {algorithm.name}'s checks read"
     else:
-        what = f"has no `loss_inputs`, the loss records {algorithm.name}'s checks read"
+        foreign = [(m, other) for other in theirs.values() for m in other.members if m not in mine.members]
+        found = next(((m, other) for m, other in foreign if hasattr(run, m)), None)
+        if found is None:
+            return None
+        others = [name for name, other in theirs.items() if found[0] in other.members]
+        what = f"has `{found[0]}`, {found[1].reads}, where {algorithm.name}'s checks read the {mine.reads}"
     fix = declare_hint(target, *others) if others else f"is it a run of a {algorithm.name} trainer?"
-    return f"target {target!r} is declared {algorithm.name!r}, but its run ({kind}) {what}: {fix}"
+    return f"target {target!r} is declared {algorithm.name!r}, but its run ({type(run).__name__}) {what}: {fix}"

@@ -25,11 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.contract import Contract
 from harness.errors import HarnessConfigError
 from harness.scenario import Case, Scenario
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Instruments
 
 ENTRY_POINT_GROUP = "ppo_stats_harness.algorithms"
 DEFAULT_ALGORITHM = "ppo"
@@ -76,11 +79,14 @@ class Algorithm(Protocol):
     default_target: str
     """The built-in target its gate runs when none is given (its reference trainer)."""
     targets: Mapping[str, str]
-    """Built-in target name -> `module:factory`."""
+    """Built-in target name -> `module:factory`, followed, in entry-point syntax, by the package's install extras the
+    target needs, if any (`module:factory [extra]`; harness.targets.extras)."""
     targets_with_argument: Mapping[str, str]
-    """Names of `NAME:ARGUMENT` targets -> `module:function`, the function taking ARGUMENT and returning a factory."""
-    spy: bool
-    """Whether its checks read the spy's records (observe runs the trainer under the spy)."""
+    """Names of `NAME:ARGUMENT` targets -> `module:function` (extras as in `targets`), the function taking ARGUMENT
+    and returning a factory."""
+    instruments: Instruments
+    """What observe installs around its runs besides the gradient recorder, and how what they saw becomes its record
+    of a run (`Ran.payload`; harness/instrument/observe.py `Instruments`). Its specs name the same (`instruments`)."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]]
     """Its rows of the tolerance table: metric -> (abs, rel[, scale]) for float64, float32, bfloat16."""
     mutation: Mutation | None
@@ -123,7 +129,7 @@ class Algorithm(Protocol):
 
 
 MEMBERS = (
-    "name", "default_target", "targets", "targets_with_argument", "spy", "tolerances", "mutation", "contract",
+    "name", "default_target", "targets", "targets_with_argument", "instruments", "tolerances", "mutation", "contract",
     "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
 )  # fmt: skip
 """Every member of `Algorithm`, checked when an algorithm is loaded."""
@@ -207,7 +213,7 @@ def get(name: str) -> Algorithm:
 
 
 def builtin_targets() -> Mapping[str, tuple[str, str]]:
-    """Every built-in target name -> (algorithm, `module:factory`)."""
+    """Every built-in target name -> (algorithm, `module:factory`, with the extras it needs as declared)."""
     out: dict[str, tuple[str, str]] = {}
     for name in known_algorithms():
         for target, path in get(name).targets.items():
@@ -216,7 +222,8 @@ def builtin_targets() -> Mapping[str, tuple[str, str]]:
 
 
 def builtin_targets_with_argument() -> Mapping[str, tuple[str, str]]:
-    """Every built-in `NAME:ARGUMENT` target name -> (algorithm, `module:function`), the function taking ARGUMENT."""
+    """Every built-in `NAME:ARGUMENT` target name -> (algorithm, `module:function` with its extras), the function
+    taking ARGUMENT."""
     out: dict[str, tuple[str, str]] = {}
     for name in known_algorithms():
         for target, path in get(name).targets_with_argument.items():

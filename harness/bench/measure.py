@@ -230,11 +230,11 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: 
     before = memory.current()
     memory.reset()
     start = clock.now()
-    with instrumented(run, spy=True, copies=copies, track=tracks(spec, copies)) as (spy, grads):
+    with instrumented(run, spec.instruments, copies=copies, track=tracks(spec, copies)) as (recording, grads):
         logs = run.train()
     trained = clock.now()
     trace = grads.trace()  # a bench target that lost the tracked sums raises here (observe would train it again)
-    records = spy.finished()  # as observe keeps them: with the gradients their backward passes brought
+    records = recording.payload(run).records  # as observe keeps them: with the gradients their backward passes brought
     view = build_view(records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
     problems = tuple(p for update in view.updates for p in update.mask_problems())
     viewed = clock.now()

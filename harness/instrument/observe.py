@@ -5,6 +5,11 @@ checked member by member when the run is built (docs/architecture.md). A run tha
 becomes a `Crashed` outcome, so that every check that reads it fails, naming what it raised;
 a `HarnessConfigError` is a usage error instead (exit 2).
 
+Nothing here knows an algorithm. The spec's `instruments` (its algorithm's declaration,
+`Instruments` below) say which recorders are installed around the run besides the gradient
+recorder, and make of what they saw the algorithm's own frozen record, `Ran.payload`, which
+only that algorithm's code reads.
+
 The gradient recorder keeps each optimizer step's `.grad` copy only for the runs a check asks
 for inside `grad_copies()`: every other run keeps the steps' summaries alone, and reading a
 copy from it raises (`harness.instrument.grad_trace.GradCopiesNotKept`), which fails the check. Those
@@ -19,18 +24,16 @@ import contextvars
 import types
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harness.errors import HarnessConfigError
 
-from . import loss
 from .grad import GradTrace
 
 if TYPE_CHECKING:
     import torch
 
-    from .loss import LossRecord, RewardCall
-    from .records import Record
+_R = TypeVar("_R")
 
 
 @runtime_checkable
@@ -50,20 +53,11 @@ class TargetRun(Protocol):
         """Run every update; one dict of logged metrics per update."""
         ...
 
-    # A run may also have `scores` (the scores handed to the trainer, one tensor per rollout; without them the
-    # score objectives are reported not recomputable), `site_map` (its own names for the call sites) and
-    # `value_head` (the value model's head module, whose output per position the harness records; without it
-    # the value side of the training signal is reported not recomputable), `models` (a mapping "policy",
-    # "ref_policy", "value_model" -> the modules the run handed its trainer; observe() keeps a float64 CPU copy of
-    # each, made before training, for the forward recompute) and `prompts` (the (N, P) prompts handed to the
-    # trainer, left-padded with pad_token_id; without `models` and `prompts` the recompute is not recomputable), and
-    # `reward_model` (its reward model, a sequence-classification model whose head output per position and input
-    # ids the harness records; the oracle reads each row's score there instead of taking `scores` on trust), and
-    # for a reward on decoded text `scored_texts` (per rollout, the (prompts, responses) strings the reward was
-    # given) with `tokenizer` (what the oracle decodes the rollout's token ids with to check those strings).
-    # A GRPO run also has `loss_inputs`: one LossRecord (or dict with its fields) per micro-batch of its loss,
-    # and may have `reward_calls`: one RewardCall (or dict) per call of a reward function it handed its trainer
-    # (harness/instrument/loss.py, docs/architecture.md).
+    # A run may also have `models` (a mapping of role names, e.g. "policy", to the modules the run handed its
+    # trainer; observe() keeps a float64 CPU copy of each, made before training, for the forward recompute) and
+    # `prompts` (the (N, P) prompts handed to the trainer, left-padded with pad_token_id; without `models` and
+    # `prompts` the recompute is not recomputable). The members its algorithm's instruments read (`Instruments`)
+    # are that algorithm's: docs/architecture.md lists them.
 
 
 def missing_members(run: Any) -> list[str]:
@@ -72,8 +66,37 @@ def missing_members(run: Any) -> list[str]:
     return [name for name in members if not hasattr(run, name)]
 
 
+@dataclass(frozen=True)
+class Recording:
+    """What an algorithm's instruments hand `observe` while they are installed around a run."""
+
+    clock: Callable[[], int] = lambda: 0
+    """How many calls they have recorded so far: the gradient recorder stamps each backward pass and step with it."""
+    payload: Callable[[Any], Any] = lambda run: None
+    """After the run: the algorithm's frozen record of it (`Ran.payload`), from what they saw and the run's members."""
+
+
+class Instruments(Protocol):
+    """An algorithm's declaration of what `observe` installs around a run of its spec, and how their output becomes
+    the algorithm's record of the run (`Algorithm.instruments`; a spec of the algorithm names it as `instruments`)."""
+
+    members: tuple[str, ...]
+    """The run members its record is made of that a run of the algorithm must have (a run that lacks one, or has
+    one that only another algorithm's record is made of, does not fit the algorithm: harness/preflight.py)."""
+    reads: str
+    """What its checks read, in a few words without an article ("loss records"), as preflight names it."""
+
+    def install(self, run: TargetRun, spy: bool = True) -> contextlib.AbstractContextManager[Recording]:
+        """Its recorders, installed around `run` for the block; `spy` false: without the spy and what records into it
+        (a check that reads none of the spy's records asks for the run without them)."""
+        ...
+
+
 class RunSpec(Protocol, Hashable):
-    """What observe needs of a spec: it is hashable (the cache key) and validates its own geometry."""
+    """What observe needs of a spec: it is hashable (the cache key), validates its own geometry, and names the
+    instruments of its algorithm."""
+
+    instruments: Instruments
 
     def validate(self) -> None:
         """Raise HarnessConfigError for settings no trainer can run."""
@@ -82,30 +105,25 @@ class RunSpec(Protocol, Hashable):
 
 @dataclass(frozen=True)
 class Ran:
-    """A run that finished: what it logged, what the spy recorded, what the gradient recorder saw."""
+    """A run that finished: what it logged and what the gradient recorder saw, as every algorithm has them, and
+    `payload`, its algorithm's own frozen record of what its instruments recorded."""
 
     logs: tuple[dict[str, float], ...]
-    records: tuple[Record, ...]
     grads: GradTrace
     pad_token_id: int
     stop_token_id: int
-    scores: tuple[torch.Tensor, ...] | None = None
-    sites: Any = None
-    """The run's site map (its names for the call sites), or None for the algorithm's default."""
-    loss_inputs: tuple[LossRecord, ...] | None = None
-    """What a GRPO run recorded of each micro-batch of its loss (None: the run records none)."""
-    reward_calls: tuple[RewardCall, ...] | None = None
-    """What a GRPO run recorded at each call of its reward functions (None: the run records none)."""
+    payload: Any = None
+    """The algorithm's record of the run (its instruments' `Recording.payload`); read through that algorithm's view."""
     networks: Any = None
     """Float64 CPU copies of the run's `models`, taken before training (None: the run exposes none)."""
     prompts: torch.Tensor | None = None
     """The prompts the run was given, (N, P) int64 on the CPU (None: the run exposes none)."""
-    reward_model: bool = False
-    """The run exposed its reward model: the scores are the oracle's, from the reward-head records."""
-    scored_texts: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None
-    """Per rollout, the (prompts, responses) strings a reward on text was given (None: the run shows none)."""
-    tokenizer: Any = None
-    """The tokenizer the oracle decodes the rollout with to check `scored_texts` (None: the run shows none)."""
+
+    def record(self, kind: type[_R]) -> _R:
+        """`payload` as the record type `kind` of the algorithm reading it (TypeError for another type of record)."""
+        if not isinstance(self.payload, kind):
+            raise TypeError(f"the run's record is a {type(self.payload).__name__}, not a {kind.__name__}")
+        return self.payload
 
 
 @dataclass(frozen=True)
@@ -200,38 +218,28 @@ def tracks(spec: Any, copies: bool) -> bool:
 
 @contextlib.contextmanager
 def instrumented(
-    run: TargetRun, spy: bool = True, copies: bool = False, track: bool = False
-) -> Iterator[tuple[Any, Any]]:
-    """Every instrument `observe` trains `run` under, installed for the block: (the Spy or None, the GradRecorder).
+    run: TargetRun, instruments: Instruments, spy: bool = True, copies: bool = False, track: bool = False
+) -> Iterator[tuple[Recording, Any]]:
+    """Every instrument `observe` trains `run` under, installed for the block: (what `instruments` record, the
+    GradRecorder).
 
-    Under the spy, also the value head's and the reward model's recorders where the run exposes them;
-    `copies`: the recorder keeps each step's `.grad` copy; `track`: it proves `.grad` the contributions' sum
-    instead of summing them, where it can (grad.py).
+    `spy`: handed to `instruments.install`; `copies`: the gradient recorder keeps each step's `.grad` copy;
+    `track`: it proves `.grad` the contributions' sum instead of summing them, where it can (grad.py).
     """
     from .grad import GradRecorder
-    from .rewards import RewardRecorder
-    from .spy import Spy
-    from .values import ValueRecorder
 
-    if not spy:
-        with GradRecorder(run.params, run.optimizer, copies=copies, track=track) as grads:
-            yield None, grads
-        return
-    head, reward_model = getattr(run, "value_head", None), getattr(run, "reward_model", None)
     with (
-        Spy(run.module) as watcher,
-        ValueRecorder(head, watcher) if head is not None else contextlib.nullcontext(),
-        RewardRecorder(reward_model, watcher) if reward_model is not None else contextlib.nullcontext(),
-        GradRecorder(run.params, run.optimizer, lambda: len(watcher.records), copies=copies, track=track) as grads,
+        instruments.install(run, spy) as recording,
+        GradRecorder(run.params, run.optimizer, recording.clock, copies=copies, track=track) as grads,
     ):
-        yield watcher, grads
+        yield recording, grads
 
 
 def observe(
     factory: Callable, spec: RunSpec, spy: bool = True, copies: bool = False, track: bool | None = None
 ) -> Observation:
-    """Build the target's run for `spec` and train it under the spy (when asked) and the gradient recorder,
-    which keeps each step's `.grad` copy when `copies` is set.
+    """Build the target's run for `spec` and train it under the instruments of the spec's algorithm (`spy`: handed
+    to them) and the gradient recorder, which keeps each step's `.grad` copy when `copies` is set.
 
     `track` (default: `tracks(spec, copies)`): first with a tracking recorder; where the trainer wrote `.grad`
     itself and so lost the tracked sums, the run is built and trained again with a summing one (the same seed,
@@ -247,47 +255,34 @@ def observe(
     networks = pristine_networks(run)
     prompts = getattr(run, "prompts", None)
     prompts = prompts.detach().to("cpu").long().clone() if isinstance(prompts, torch.Tensor) else None
-    reward_model = getattr(run, "reward_model", None) if spy else None
-    with instrumented(run, spy, copies, track) as (watcher, grads):
+    with instrumented(run, spec.instruments, spy, copies, track) as (recording, grads):
         logs = run.train()
     try:
         trace = grads.trace()
     except GradTrackingLost:
         return observe(factory, spec, spy, copies, track=False)
-    records = tuple(watcher.finished()) if spy else ()
-    scores = getattr(run, "scores", None)
     outcome = Ran(
         logs=tuple(logs),
-        records=records,
         grads=trace,
         pad_token_id=run.pad_token_id,
         stop_token_id=run.stop_token_id,
-        scores=None if scores is None else tuple(scores),
-        sites=getattr(run, "site_map", None),
-        loss_inputs=loss.loss_records(getattr(run, "loss_inputs", None)),
-        reward_calls=loss.reward_calls(getattr(run, "reward_calls", None)),
+        payload=recording.payload(run),
         networks=networks,
         prompts=prompts,
-        reward_model=reward_model is not None,
-        **_texts(run),
     )
     return Observation(spec, outcome)
 
 
-def _texts(run: Any) -> dict:
-    """The strings a run's reward on text was given, and the tokenizer to decode the rollout with (or nothing)."""
-    seen = getattr(run, "scored_texts", None)
-    if seen is None:
-        return {}
-    texts = tuple((tuple(prompts), tuple(responses)) for prompts, responses in seen)
-    return {"scored_texts": texts, "tokenizer": getattr(run, "tokenizer", None)}
-
-
 class ObservationCache:
-    """Session-wide cache: each (target, spec) runs once however many checks read it."""
+    """Session-wide cache: each (target, spec) runs once however many checks read it.
 
-    def __init__(self, factory: Callable) -> None:
+    `target`: the resolved target whose factory this is (`harness.targets.Target`), whose declarations the checks
+    read; None for a bare factory (a test's variant), which declares nothing.
+    """
+
+    def __init__(self, factory: Callable, target: Any = None) -> None:
         self.factory = factory
+        self.target = target
         self._seen: dict[tuple[Hashable, bool, bool], Observation] = {}
 
     def clear(self) -> None:

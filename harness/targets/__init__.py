@@ -4,7 +4,8 @@
 algorithms), `resolve("trl:my_pkg.ppo_trainer")` (a built-in target given an argument:
 TRL's adapter on another module) or `resolve("package.module:factory")` returns a
 `Target`: the factory `factory(spec) -> TargetRun` (see
-`harness.instrument.observe.TargetRun`) and the algorithm whose scenarios it runs. A name
+`harness.instrument.observe.TargetRun`), the algorithm whose scenarios it runs, and what the
+target declares, read once here so that nothing later reads the factory's attributes. A name
 before the colon that is a built-in target taking an argument wins over a module of
 that name. A factory of your own names its algorithm with an `algorithm` attribute
 (`factory.algorithm = "ppo"`, or "grpo"): the algorithm is never guessed, and a factory that
@@ -12,14 +13,18 @@ names none is a HarnessConfigError. A factory may also declare, with an `optiona
 (`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
 makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `contract_version`
 (`factory.contract_version = 2`), the version of its algorithm's contract it was written for: a failing check
-that a later change touches then names that change (harness/contract.py). Anything that cannot be resolved
-is a HarnessConfigError (exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
+that a later change touches then names that change (harness/contract.py). A built-in target declares the
+package's install extras it needs where its algorithm names it, after its `module:factory` in entry-point syntax
+(`"harness.algorithms.ppo.targets.trl:factory [trl-ppo]"`; `extras(name)` reads them without loading it).
+Anything that cannot be resolved is a HarnessConfigError (exit 2); whether the run it builds fits that
+algorithm is checked by `harness.preflight`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,17 +34,38 @@ from harness.errors import HarnessConfigError
 
 @dataclass(frozen=True)
 class Target:
-    """A resolved target: its name as given, its algorithm, its factory, the contract version it pins (or None)."""
+    """A resolved target and what it declares, read once (`resolve`)."""
 
     name: str
+    """Its name as given (`--target`)."""
     algorithm: str
+    """The registered algorithm whose scenarios it runs."""
     factory: Callable
+    """`factory(spec) -> TargetRun`."""
+    optional_metrics: tuple[str, ...] = ()
+    """The contract's optional metrics its trainer declares it logs (`factory.optional_metrics`)."""
     contract_version: int | None = None
+    """The version of its algorithm's contract it was written for (None: it pins none)."""
+    extras: tuple[str, ...] = ()
+    """The package's install extras it needs (a built-in target's, as its algorithm declares them)."""
+
+
+_WITH_EXTRAS = re.compile(r"^(?P<path>[^\[]*?)\s*(?:\[(?P<extras>[^\]]*)\])?\s*$")
+"""`module:attr`, then optionally `[extra, ...]`, as in pyproject.toml's entry points."""
+
+
+def _split(path: str) -> tuple[str, tuple[str, ...]]:
+    """(`module:attr`, its extras) of `module:attr [extra, ...]`."""
+    found = _WITH_EXTRAS.match(path)
+    if found is None:
+        return path, ()
+    listed = found.group("extras") or ""
+    return found.group("path"), tuple(e.strip() for e in listed.split(",") if e.strip())
 
 
 def _load(name: str, path: str) -> Callable:
-    """The callable at `module:attr`, or a HarnessConfigError saying why not."""
-    module_name, _, attr = path.partition(":")
+    """The callable at `module:attr` (any extras after it aside), or a HarnessConfigError saying why not."""
+    module_name, _, attr = _split(path)[0].partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -83,22 +109,42 @@ def declare_hint(name: str, *algorithms: str) -> str:
     return f'set `{attr}.algorithm = "{names[0]}"` on the factory' + (f" (or {others})" if others else "")
 
 
-def resolve(name: str) -> Target:
-    """The target named `name`; HarnessConfigError (exit 2) when it cannot be found or is not a factory."""
+def _declared_path(name: str) -> tuple[str, str] | None:
+    """(algorithm, `module:attr [extras]`) of the built-in target `name` or `NAME:ARGUMENT`; None for a module's."""
     builtin = builtin_targets()
-    with_argument = builtin_targets_with_argument()
-    prefix, colon, argument = name.partition(":")
+    prefix, colon, _ = name.partition(":")
     if name in builtin:
-        algorithm, path = builtin[name]
+        return builtin[name]
+    with_argument = builtin_targets_with_argument()
+    if colon and prefix in with_argument:
+        return with_argument[prefix]
+    return None
+
+
+def extras(name: str) -> tuple[str, ...]:
+    """The package's install extras target `name` needs, as its algorithm declares them, without loading it (() for a
+    module's own factory, or a target that needs none)."""
+    declared = _declared_path(name)
+    return _split(declared[1])[1] if declared is not None else ()
+
+
+def resolve(name: str) -> Target:
+    """The target named `name`, with what it declares; HarnessConfigError (exit 2) when it cannot be found or is not
+    a factory, or a declaration is malformed."""
+    prefix, colon, argument = name.partition(":")
+    declared = _declared_path(name)
+    if declared is not None and name in builtin_targets():
+        algorithm, path = declared
         factory = _load(name, path)
-    elif colon and prefix in with_argument:
-        algorithm, path = with_argument[prefix]
+    elif declared is not None:
+        algorithm, path = declared
         if not argument.strip():
             raise HarnessConfigError(f"target {name!r}: name a module after {prefix + ':'!r}, e.g. {prefix}:my_pkg.mod")
         factory = _load(name, path)(argument.strip())
     elif colon:
         algorithm, factory = None, _load(name, name)
     else:
+        builtin, with_argument = builtin_targets(), builtin_targets_with_argument()
         known = ", ".join([*sorted(builtin), *(f"{n}:MODULE" for n in sorted(with_argument))])
         raise HarnessConfigError(f"unknown target {name!r}: use one of {known} or 'package.module:factory'")
     if not _takes_one_spec(factory):
@@ -112,15 +158,16 @@ def resolve(name: str) -> Target:
             f"target {name!r} names algorithm {algorithm!r}; known: {', '.join(sorted(known_algorithms()))}"
         )
     try:
-        declared_metrics(factory)
+        optional = declared_metrics(factory)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
     pinned = pinned_contract(factory, algorithm, name)
-    if pinned is None and (name in builtin or (colon and prefix in with_argument)):
+    if pinned is None and declared is not None:
         from harness.algorithms import get
 
         pinned = get(algorithm).contract.version  # a built-in target ships with the gate: written for its contract
-    return Target(name, algorithm, factory, pinned)
+    needs = _split(declared[1])[1] if declared is not None else ()
+    return Target(name, algorithm, factory, optional_metrics=optional, contract_version=pinned, extras=needs)
 
 
 def pinned_contract(factory: Callable, algorithm: str, name: str = "factory") -> int | None:

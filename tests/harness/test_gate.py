@@ -10,6 +10,7 @@ import pytest
 from harness.algorithms import case, cases
 from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
+from harness.algorithms.ppo.instruments import PPORecords
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument.grad import GradTrace
 from harness.instrument.observe import Observation, Ran
@@ -93,7 +94,7 @@ class FixedCache:
 
 
 def observation(spec: ScenarioSpec, logs, records=()) -> Observation:
-    ran = Ran(tuple(logs), tuple(records), GradTrace(), pad_token_id=0, stop_token_id=1)
+    ran = Ran(tuple(logs), GradTrace(), pad_token_id=0, stop_token_id=1, payload=PPORecords(tuple(records)))
     return Observation(spec, ran)
 
 

@@ -10,6 +10,7 @@ the command line itself (`tests/support/gate_run.py`: exit codes, `--seeds`, the
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Callable
@@ -21,6 +22,14 @@ from harness.instrument.observe import ObservationCache
 def observations(factory: Callable) -> ObservationCache:
     """The session's one observation cache of `factory` (a target's factory or a test's broken variant)."""
     return ObservationCache(factory)
+
+
+def declaring(cache: ObservationCache, target) -> ObservationCache:
+    """`cache`'s observations, shared, in a cache whose checks read the declarations of `target` (a resolved
+    `harness.targets.Target`), as `python -m harness verify`'s do."""
+    twin = copy.copy(cache)
+    twin.target = target
+    return twin
 
 
 def reference(algorithm: str = "ppo") -> ObservationCache:
@@ -47,7 +56,7 @@ def _gate(target: str, seed: int, dtype: str, settings: tuple[str, ...], checks:
     # the default run's observations are the ones other tests read; another seed's, dtype's or setting's are
     # this gate's alone, and go when it is done
     shared = (seed, dtype, settings) == (0, "float32", ())
-    cache = observations(resolved.factory) if shared else ObservationCache(resolved.factory)
+    cache = declaring(observations(resolved.factory) if shared else ObservationCache(resolved.factory), resolved)
     report = Report(target=target, device="cpu", seed=seed, dtype=dtype, algorithm=algorithm.name)
     for c in every:
         if not checks or str(c.id) in checks:

@@ -1,15 +1,18 @@
-"""Doubles for the GRPO gate's tests: hand-made loss records, a finished run, an observation cache that hands
-every spec the same observation, and one check of the GRPO gate run on such a cache."""
+"""Doubles for the GRPO gate's tests: hand-made loss records, a finished run, an observed run altered, an
+observation cache that hands every spec the same observation, and one check of the GRPO gate run on such a cache."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from harness.algorithms import case
+from harness.algorithms.grpo.instruments import GRPORecords, recorded
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.grad import GradTrace
 from harness.instrument.loss import LossRecord
-from harness.instrument.observe import Ran
+from harness.instrument.observe import Observation, Ran
 
 
 def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0):
@@ -30,10 +33,11 @@ def record(mask, logps, advantages, old=None, ref=None, entropies=None, window=0
 
 
 class FixedCache:
-    """Every spec gets the same observation (with the spec asked for)."""
+    """Every spec gets the same observation (with the spec asked for); `target`: the resolved target whose
+    declarations the checks read (None: it declares nothing)."""
 
-    def __init__(self, make):
-        self.make = make
+    def __init__(self, make, target=None):
+        self.make, self.target = make, target
 
     def get(self, spec, spy=True):
         return self.make(spec)
@@ -45,7 +49,17 @@ class FixedCache:
 
 
 def ran(logs, loss_inputs=None, steps=()):
-    return Ran(tuple(logs), (), GradTrace(steps=tuple(steps)), 0, 2, loss_inputs=loss_inputs)
+    return Ran(tuple(logs), GradTrace(steps=tuple(steps)), 0, 2, GRPORecords(loss_inputs=loss_inputs))
+
+
+RECORDED = {f.name for f in dataclasses.fields(GRPORecords)}
+
+
+def altered(obs, **changes):
+    """`obs` with fields of its run changed: its GRPO record's (`loss_inputs`, `reward_calls`), or the run's own."""
+    kept = dataclasses.replace(recorded(obs.ran), **{k: v for k, v in changes.items() if k in RECORDED})
+    own = {k: v for k, v in changes.items() if k not in RECORDED}
+    return Observation(obs.spec, dataclasses.replace(obs.ran, payload=kept, **own))
 
 
 def grpo_check(check_id, cache):

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from harness.algorithms import Mutation
 from harness.contract import Contract
 
+from .instruments import INSTRUMENTS
 from .tolerances import ROWS
 from .versions import CONTRACT
 
 if TYPE_CHECKING:
-    from harness.instrument.observe import Ran
+    from harness.instrument.observe import Instruments, Ran
     from harness.scenario import Scenario
     from harness.verdict import CheckResult
 
@@ -26,10 +27,11 @@ if TYPE_CHECKING:
 
 TARGETS = {
     "reference-grpo": "harness.algorithms.grpo.targets.reference:factory",
-    "trl-grpo": "harness.algorithms.grpo.targets.trl:build",
+    "trl-grpo": "harness.algorithms.grpo.targets.trl:build [trl]",
 }
-"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here)."""
-TARGETS_WITH_ARGUMENT = {"trl-grpo": "harness.algorithms.grpo.targets.trl:build_for"}
+"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here), then in brackets the
+package's install extras it needs (`trl`: today's TRL)."""
+TARGETS_WITH_ARGUMENT = {"trl-grpo": "harness.algorithms.grpo.targets.trl:build_for [trl]"}
 """`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (`trl-grpo:my_pkg.grpo_trainer`)."""
 
 
@@ -41,8 +43,8 @@ class GRPOAlgorithm:
     default_target: str = "reference-grpo"
     targets: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS))
     targets_with_argument: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS_WITH_ARGUMENT))
-    spy: bool = False
-    """The GRPO checks read the loss records a GRPO run keeps itself, not the spy's."""
+    instruments: Instruments = INSTRUMENTS
+    """None of its own: the GRPO checks read the loss records a GRPO run keeps itself."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""

@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
-from harness.instrument.observe import Observation
+from harness.instrument.observe import Observation, ObservationCache
 from harness.oracle.numbers import finite_float
 from harness.require import require_ran
-from harness.targets import declared_metrics
 from harness.verdict import Check
 
 from .contract import OPTIONAL, POLICY_LOSS
+from .instruments import recorded
 from .poolings import diagnose_interval
 from .tolerances import TOLERANCES
 from .view import IntervalView, view_of
@@ -56,7 +56,7 @@ def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] 
     ran = require_ran(obs, check)
     if ran is None:
         return None
-    records = ran.loss_inputs
+    records = recorded(ran).loss_inputs
     if not records:
         check.fail("the target recorded no loss inputs (`loss_inputs` is empty or absent)")
         return None
@@ -90,9 +90,10 @@ def window_sizes(records: Sequence[LossRecord]) -> list[int]:
     return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
 
 
-def declared(cache) -> tuple[str, ...]:
-    """The contract's optional metrics the target declares it logs (`factory.optional_metrics`), () for none."""
-    return declared_metrics(getattr(cache, "factory", None))
+def declared(cache: ObservationCache) -> tuple[str, ...]:
+    """The contract's optional metrics the cache's target declares it logs (`Target.optional_metrics`, read once when
+    the target was resolved), () for none or for a cache of a bare factory."""
+    return cache.target.optional_metrics if cache.target is not None else ()
 
 
 def logged_names(logs: Sequence[Mapping[str, float]], names: Sequence[str], check: Check, declares: Sequence[str] = (),

@@ -51,6 +51,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
+from .instruments import recorded
 from .runs import LR0, spec_for
 from .spec import GRPOSpec
 from .tolerances import TOLERANCES
@@ -94,7 +95,7 @@ class RowForward:
 def networks_forward(obs: Observation) -> tuple[tuple[RowForward, ...] | None, tuple[str, ...]]:
     """The networks' log-probs and entropies for every loss record of the run (None when they cannot be had), and
     the problems found on the way (what the checks that read them fail with)."""
-    records = obs.ran.loss_inputs
+    records = recorded(obs.ran).loss_inputs
     spec, pad, stop = obs.spec, obs.ran.pad_token_id, obs.ran.stop_token_id
     names = ("policy", "ref_policy") if spec.beta else ("policy",)
     try:

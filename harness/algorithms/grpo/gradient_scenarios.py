@@ -25,6 +25,7 @@ from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wor
 
 from . import gradient_formulas, gradients
 from .checks import require_records, untrained_micro_batches, window_sizes
+from .instruments import recorded
 from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
 from .tolerances import TOLERANCES
@@ -83,7 +84,7 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     spec = obs.spec
     try:
-        gap = gradients.gaps(obs.ran.loss_inputs, gradients.Geometry.of(spec))
+        gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.Geometry.of(spec))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()
@@ -91,7 +92,7 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         check.fail("no token's gradient to compare (0 compared)")
         return check.finish()
     if not gap.scale > 0:
-        return all_zero(check, obs.ran.loss_inputs, spec, gap.compared)
+        return all_zero(check, recorded(obs.ran).loss_inputs, spec, gap.compared)
     if case.param("run") in CLIPPED and gap.clipped == 0:
         check.fail("no token's gradient was zeroed by the clip: the run did not show the clipped branch")
         return check.finish()
@@ -182,13 +183,13 @@ def every_microbatch_applied(cache: ObservationCache, run: GRPOSpec, case: Case)
                                         f"{[round(s.raw_norm, 4) for s in grads.steps]}): clipping must act at "
                                         f"every step"):  # fmt: skip
         return check.finish()
-    seen = [len(step.backward_ids) for step in grads.steps]
-    windows = window_sizes(ran.loss_inputs) if ran.loss_inputs else spec.run_windows()  # as the loss records say
+    seen, records = [len(step.backward_ids) for step in grads.steps], recorded(ran).loss_inputs
+    windows = window_sizes(records) if records else spec.run_windows()  # as the loss records say
     if seen != windows or len(windows) != spec.max_steps:
         check.fail(f"backward passes per optimizer step {seen}, expected {spec.max_steps} steps of {windows}")
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
-    untrained = untrained_micro_batches(ran.loss_inputs, spec) if ran.loss_inputs else ""
+    untrained = untrained_micro_batches(records, spec) if records else ""
     if untrained:
         check.fail(untrained)
     ends = list(itertools.accumulate(windows))

@@ -26,6 +26,7 @@ from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
+from .instruments import recorded
 from .runs import UNEVEN, spec_for
 from .spec import GRPOSpec
 
@@ -98,7 +99,7 @@ def completion_mask(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
     if not require(check, stop is not None, "the target does not say which token stops a completion "
                    "(`stop_token_id`)"):  # fmt: skip
         return check.finish()
-    found = row_problems(obs.ran.loss_inputs, stop, pad)
+    found = row_problems(recorded(obs.ran).loss_inputs, stop, pad)
     if isinstance(found, str):
         check.fail(found)
         return check.finish()

@@ -1,7 +1,7 @@
 """GRPO across data-parallel ranks: the run each rank makes, and the checks on every rank's records pooled.
 
-Each rank saves its `Ran` (logs and loss records); the parent checks that every interval's
-logged metrics equal the oracle's value over the union of all ranks' records (TRL PR 6380
+Each rank saves its `Ran` (logs, and its GRPO record: loss records, reward calls); the parent checks that every
+interval's logged metrics equal the oracle's value over the union of all ranks' records (TRL PR 6380
 fixed a mean of per-rank means), after checking that a mean of per-rank values would differ; that every
 optimizer step is reduced alike on every rank (each rank's `.grad` one vector, a multiple of the sum of every
 rank's own backward contributions: `no_sync` on the wrong micro-batch leaves a part of it on one rank); and
@@ -31,6 +31,7 @@ from .checks import logged_names
 from .contract import pooled_names
 from .expect import expected_metrics, intervals
 from .gradient_scenarios import judge
+from .instruments import recorded
 from .runs import UNEVEN
 from .spec import GRPOSpec
 from .tolerances import TOLERANCES
@@ -84,12 +85,12 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
     rank's own backward contributions: harness/oracle/gradients.py `reduction`), and each rank's dL/dlogp ==
     world * the window weight over every rank's tokens * d l_t / d logp_t."""
     check = Check(check_id)
-    if not all(r.loss_inputs for r in ranks):
+    if not all(recorded(r).loss_inputs for r in ranks):
         check.fail("a rank recorded no loss inputs")
         return check.finish()
     if reductions(ranks, spec.max_steps, check, TOLERANCES) is None:
         return check.finish()
-    records = [rec for r in ranks for rec in r.loss_inputs]
+    records = [rec for r in ranks for rec in recorded(r).loss_inputs]
     try:
         gap = gradients.gaps(records, gradients.Geometry.of(spec, world=len(ranks)))
     except NotRecomputable as why:
@@ -117,10 +118,10 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_
     contract = [{n: log[index].get(n) for n in names} for log in logs]
     if any(c != contract[0] for c in contract[1:]):
         check.fail("ranks logged different values of the contract's metrics for the same interval")
-    if not all(r.loss_inputs for r in ranks):
+    if not all(recorded(r).loss_inputs for r in ranks):
         check.fail("a rank recorded no loss inputs")
         return check.finish()
-    per_rank = [intervals(r.loss_inputs, spec)[index] for r in ranks]
+    per_rank = [intervals(recorded(r).loss_inputs, spec)[index] for r in ranks]
     if sorted({int(rec.rank) for records in per_rank for rec in records}) != list(range(len(ranks))):
         check.fail("the loss records do not name every rank once")
         return check.finish()
@@ -157,12 +158,13 @@ def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: Chec
     """Every rank's loss rows' advantages == the oracle's over every rank's scores, which a rank's own differ
     from."""
     check = Check(check_id)
-    if not all(r.loss_inputs and r.reward_calls for r in ranks):
+    kept = [recorded(r) for r in ranks]
+    if not all(k.loss_inputs and k.reward_calls for k in kept):
         check.fail("a rank recorded no loss inputs or no reward calls")
         return check.finish()
-    calls = [c for r in ranks for c in r.reward_calls]
-    records = [rec for r in ranks for rec in r.loss_inputs]
-    made, alone = rewards.generations(calls, spec), [rewards.generations(r.reward_calls, spec) for r in ranks]
+    calls = [c for k in kept for c in k.reward_calls]
+    records = [rec for k in kept for rec in k.loss_inputs]
+    made, alone = rewards.generations(calls, spec), [rewards.generations(k.reward_calls, spec) for k in kept]
     rows = rewards.trained_rows(records, made) if not isinstance(made, str) else made
     problem = next((x for x in (made, rows, *alone) if isinstance(x, str)), None)
     if problem is not None:
@@ -197,7 +199,7 @@ def masks_across_ranks(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
     check = Check(check_id)
     wrong, rows = [], 0
     for ran in ranks:
-        found = masks.row_problems(ran.loss_inputs or (), ran.stop_token_id, ran.pad_token_id)
+        found = masks.row_problems(recorded(ran).loss_inputs or (), ran.stop_token_id, ran.pad_token_id)
         if isinstance(found, str):
             check.fail(found)
             return check.finish()

@@ -24,6 +24,7 @@ from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from .checks import require_records
+from .instruments import recorded
 from .runs import REWARDS, spec_for
 from .spec import GRPOSpec
 
@@ -58,14 +59,14 @@ def input_problems(ran) -> tuple[list[str], int, int] | str:
     """(each wrong row's line, completions compared, reward calls with their inputs) of one rank's run; or why its
     records cannot say."""
     stop, pad = ran.stop_token_id, ran.pad_token_id
-    calls = ran.reward_calls or ()
+    calls = recorded(ran).reward_calls or ()
     given = [c for c in calls if c.completion_ids is not None]
     if not calls or not given:
         what = (
             "recorded no reward calls" if not calls else "recorded no reward call's inputs (RewardTap.wrap's `inputs`)"
         )
         return f"not recomputable: the target {what}, so what the reward functions scored is unknown"
-    sampled = sampled_completions(ran.loss_inputs or (), stop, pad)
+    sampled = sampled_completions(recorded(ran).loss_inputs or (), stop, pad)
     if isinstance(sampled, str):
         return f"not recomputable: {sampled}"
     wrong, compared = [], 0
@@ -103,7 +104,7 @@ def prompt_problems(ran, group: int) -> tuple[list[str], int] | None:
     """(each wrong call's line, calls compared) for the prompts the reward functions were given beside their
     completions: one per completion, the same for the `group` completions of a group, each a prompt of the run
     (its `prompts`), the same for every function of a generation; None when the target recorded no prompts."""
-    calls = [c for c in ran.reward_calls or () if c.prompt_ids is not None]
+    calls = [c for c in recorded(ran).reward_calls or () if c.prompt_ids is not None]
     if not calls:
         return None
     pad = ran.pad_token_id

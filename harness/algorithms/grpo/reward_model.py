@@ -29,6 +29,8 @@ import torch
 
 from harness.instrument.loss import RewardCall
 
+from .instruments import recorded
+
 
 def prompt_tokens(prompts: torch.Tensor | None, pad: int) -> list[tuple[int, ...]]:
     """Each of the run's prompts as its tokens, pads stripped."""
@@ -78,12 +80,12 @@ def masked_completions(records) -> dict[tuple[int, int, int], tuple[int, ...]] |
 def resolved(ran, spec) -> tuple[tuple[RewardCall, ...], list[str]] | str:
     """The run's reward calls with each reward model's scores read from its head records (module docstring),
     and the problems found (a row that is not its completion, by name); or why they cannot be read."""
-    calls = tuple(ran.reward_calls or ())
+    calls = tuple(recorded(ran).reward_calls or ())
     watched = [c for c in calls if c.head is not None]
     if not watched:
         return calls, []
     stop, pad = int(ran.stop_token_id), int(ran.pad_token_id)
-    sampled = masked_completions(ran.loss_inputs or ())
+    sampled = masked_completions(recorded(ran).loss_inputs or ())
     if isinstance(sampled, str):
         return sampled
     prompts = prompt_tokens(getattr(ran, "prompts", None), pad)

@@ -30,6 +30,7 @@ from harness.verdict import Check, CheckResult, MetricStatus
 
 from . import formulas, lengths, reward_model, rewards
 from .checks import require_logs, require_records
+from .instruments import recorded
 from .runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
 from .tolerances import TOLERANCES
@@ -199,7 +200,7 @@ def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
-    watched = [c for c in obs.ran.reward_calls or () if c.head is not None]
+    watched = [c for c in recorded(obs.ran).reward_calls or () if c.head is not None]
     trained = [(g, row) for interval in rows for g, row, *_ in interval]
     column = 1  # the model is the second reward function (MODEL's weights)
     scored = sum(not bool(made[g].scores[row, column].isnan()) for g, row in trained) if watched else 0

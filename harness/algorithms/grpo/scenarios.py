@@ -21,6 +21,7 @@ from harness.verdict import Check, CheckResult
 from .checks import compare_interval, declared, logged_names, require_logs, require_records, run_logs, window_sizes
 from .contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
 from .gradient_scenarios import CLIP_NORM, every_microbatch_applied, gradient_partition
+from .instruments import recorded
 from .runs import (
     ALL_MASKED,
     CUTS,
@@ -249,7 +250,7 @@ def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Check
     if require_records(obs, check) is None:
         return check.finish()
     worst: dict[str, tuple[float, str]] = {}
-    for i, record in enumerate(obs.ran.loss_inputs):
+    for i, record in enumerate(recorded(obs.ran).loss_inputs):
         gaps = record.logit_gaps
         if gaps is None:
             check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")

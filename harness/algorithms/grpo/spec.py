@@ -11,10 +11,15 @@ independently of any trainer's config class, and sizes that cannot work are a us
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness import settings
 from harness.errors import HarnessConfigError
+
+from .instruments import INSTRUMENTS
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Instruments
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 """TRL's eight loss types (docs/grpo-metrics.md, section 4)."""
@@ -46,6 +51,8 @@ SETTINGS = (
 class GRPOSpec:
     """One GRPO trainer run, described without reference to any trainer's own config class."""
 
+    instruments: ClassVar[Instruments] = INSTRUMENTS
+    """What observe installs around a run of this spec (its algorithm's instruments, instruments.py)."""
     name: str = "uneven_lengths"
     seed: int = 0
     device: str = "cpu"

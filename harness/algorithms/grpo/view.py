@@ -1,8 +1,8 @@
 """Loss records -> a view of each logging interval: its records, their token terms and its expectations, built
 once per observation however many checks read them (as PPO's view is).
 
-The stage between the records a GRPO run kept (`Ran.loss_inputs`) and the checks: the records'
-problems are found once, the records are cut into the run's logging intervals once (by their
+The stage between the records a GRPO run kept (`GRPORecords.loss_inputs`, its `Ran.payload`) and the
+checks: the records' problems are found once, the records are cut into the run's logging intervals once (by their
 window), and each interval computes its token terms (expect.py) and its expected metrics the first
 time a check asks, then keeps them; the diagnosis of a failing metric (poolings.py) reads the same terms.
 """
@@ -20,6 +20,7 @@ from harness.oracle.expectation import Expectation
 
 from .contract import pooled_names
 from .expect import Settings, TokenTerms, expected_from_terms, intervals, record_problems, token_terms, unusable
+from .instruments import recorded
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,4 +79,4 @@ def build_view(records: Sequence[LossRecord], spec: Any) -> RunView:
 
 def view_of(obs: Observation) -> RunView:
     """The view of a finished observation's loss records, built once however many checks read it."""
-    return obs.view("grpo", lambda ran: build_view(ran.loss_inputs or (), obs.spec))
+    return obs.view("grpo", lambda ran: build_view(recorded(ran).loss_inputs or (), obs.spec))

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from harness.algorithms import Mutation
 from harness.contract import Contract
 
+from .instruments import INSTRUMENTS
 from .tolerances import ROWS
 from .versions import CONTRACT
 
 if TYPE_CHECKING:
-    from harness.instrument.observe import Ran
+    from harness.instrument.observe import Instruments, Ran
     from harness.scenario import Scenario
     from harness.verdict import CheckResult
 
@@ -26,10 +27,11 @@ if TYPE_CHECKING:
 
 TARGETS = {
     "reference": "harness.algorithms.ppo.targets.reference:factory",
-    "trl": "harness.algorithms.ppo.targets.trl:factory",
+    "trl": "harness.algorithms.ppo.targets.trl:factory [trl-ppo]",
 }
-"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here)."""
-TARGETS_WITH_ARGUMENT = {"trl": "harness.algorithms.ppo.targets.trl:factory_for"}
+"""Built-in target name -> `module:factory` (loaded by name at run time, never imported here), then in brackets the
+package's install extras it needs (`trl-ppo`: TRL 1.12.0, the last release with a PPOTrainer)."""
+TARGETS_WITH_ARGUMENT = {"trl": "harness.algorithms.ppo.targets.trl:factory_for [trl-ppo]"}
 """`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (`trl:my_pkg.ppo_trainer`)."""
 
 
@@ -41,8 +43,8 @@ class PPOAlgorithm:
     default_target: str = "reference"
     targets: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS))
     targets_with_argument: Mapping[str, str] = field(default_factory=lambda: dict(TARGETS_WITH_ARGUMENT))
-    spy: bool = True
-    """The PPO checks read the spy's records of masked_mean and selective_log_softmax."""
+    instruments: Instruments = INSTRUMENTS
+    """The spy on masked_mean and selective_log_softmax, the value head's and reward model's recorders."""
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""

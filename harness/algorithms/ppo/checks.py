@@ -17,6 +17,7 @@ from harness.verdict import Check
 
 from .contract import POOLED_STATS
 from .expect import expected_metrics
+from .instruments import recorded
 from .poolings import diagnose_pooled
 from .tolerances import TOLERANCES
 from .view import RunView, UpdateView, view_of
@@ -26,7 +27,7 @@ def logprob_problems(ran: Ran, dtype: str) -> list[str]:
     """Where a `selective_log_softmax` call returned other than log_softmax(logits)[index] (beyond tolerance)."""
     tol = tolerance("logprob", dtype, TOLERANCES)
     problems = []
-    for record in ran.records:
+    for record in recorded(ran).records:
         gap = getattr(record, "logprob_gap", None)
         if gap is None or gap.numel() == 0:
             continue
@@ -66,7 +67,7 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
     ran = require_ran(obs, check)
     if ran is None:
         return None
-    if not ran.records:
+    if not recorded(ran).records:
         check.fail("the spy recorded no calls")
         return None
     problems = logprob_problems(ran, obs.spec.dtype)

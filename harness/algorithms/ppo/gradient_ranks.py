@@ -26,7 +26,7 @@ from . import gradients
 from .poolings import Geometry
 from .spec import ScenarioSpec
 from .tolerances import TOLERANCES
-from .view import UpdateView, build_view
+from .view import UpdateView, run_view
 
 DTYPE = "float32"
 
@@ -37,7 +37,7 @@ def gradients_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: C
     factors = reductions(ranks, spec.steps_per_update * spec.total_updates, check, TOLERANCES)
     if factors is None:
         return check.finish()
-    per_rank = [build_view(r.records, r.stop_token_id, r.pad_token_id, r.sites).updates for r in ranks]
+    per_rank = [run_view(r).updates for r in ranks]
     if any(len(u) != spec.total_updates for u in per_rank):
         check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank, expected {spec.total_updates}")
         return check.finish()

@@ -1,6 +1,6 @@
 """PPO across data-parallel ranks: the runs each rank makes, and the checks on every rank's records pooled.
 
-Each rank saves its `Ran` (logs, records, token ids, scores); the parent checks that the
+Each rank saves its `Ran` (logs, token ids, its PPO record: the spy's records, scores); the parent checks that the
 logged metrics equal the oracle's pooled value over all ranks, not a mean of per-rank means.
 """
 
@@ -19,7 +19,7 @@ from .runs import LR0, UNEVEN
 from .scores import joined, update_scores
 from .spec import ScenarioSpec
 from .tolerances import TOLERANCES
-from .view import UpdateView, build_view
+from .view import UpdateView, run_view
 
 ENTROPY = "policy/entropy_avg"
 """The metric whose per-rank means are compared with the pooled one to show the run has teeth."""
@@ -52,7 +52,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, ch
     contract_logs = [{n: log[index].get(n) for n in names} for log in logs]
     if any(c != contract_logs[0] for c in contract_logs[1:]):
         check.fail("ranks logged different values of the contract's metrics for the same update")
-    per_rank = [build_view(r.records, r.stop_token_id, r.pad_token_id, r.sites).updates for r in ranks]
+    per_rank = [run_view(r).updates for r in ranks]
     if any(len(u) != spec.total_updates for u in per_rank):
         check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank")
         return check.finish()

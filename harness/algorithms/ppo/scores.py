@@ -22,14 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from harness.instrument.records import RewardHeadCall
 from harness.oracle.masks import truncated
 
+from .instruments import recorded
 from .view import UpdateView
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Ran
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def expected_scores(update: UpdateView, pad: int, stop: int | None) -> Scores:
     return out
 
 
-def text_problem(update: UpdateView, seen: Any, ran: Any) -> str | None:
+def text_problem(update: UpdateView, seen: Any, ran: Ran) -> str | None:
     """Why the strings a reward on text was given in `update` are not the rollout's, decoded; None when they are.
 
     docs/metrics.md, "The update": such a reward scores each row's prompt and its response truncated after the
@@ -135,7 +139,7 @@ def text_problem(update: UpdateView, seen: Any, ran: Any) -> str | None:
     where = f"update {update.index}"
     if update.rollout is None:
         return update.rollout_problem or f"{where}: no rollout records"
-    tokenizer = getattr(ran, "tokenizer", None)
+    tokenizer = recorded(ran).tokenizer
     if tokenizer is None or not hasattr(tokenizer, "batch_decode"):
         return f"{where}: the run shows the strings its reward on text was given but no `tokenizer` to check them"
     prompts, texts = seen
@@ -158,15 +162,16 @@ def text_problem(update: UpdateView, seen: Any, ran: Any) -> str | None:
     return None
 
 
-def update_scores(ran: Any, updates: Sequence[UpdateView]) -> list[Scores]:
+def update_scores(ran: Ran, updates: Sequence[UpdateView]) -> list[Scores]:
     """Each update's scores: the oracle's from the reward-head records when the run exposed its reward model, else
     the scores the run handed over (None for every update when it handed none, or not one tensor per update).
     A reward on text has its strings checked against the rollout first: wrong strings leave the scores Unscored."""
-    if getattr(ran, "reward_model", False):
+    kept = recorded(ran)
+    if kept.reward_model:
         return [expected_scores(u, ran.pad_token_id, ran.stop_token_id) for u in updates]
-    given = ran.scores
+    given = kept.scores
     scores: list[Scores] = list(given) if given and len(given) == len(updates) else [None] * len(updates)
-    seen = getattr(ran, "scored_texts", None)
+    seen = kept.scored_texts
     if seen is None:
         return scores
     if len(seen) != len(updates):

@@ -7,10 +7,15 @@ trainer's own config class, and the validation of sizes before any model work (e
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness import settings
 from harness.errors import HarnessConfigError
+
+from .instruments import INSTRUMENTS
+
+if TYPE_CHECKING:
+    from harness.instrument.observe import Instruments
 
 SETTINGS = (
     "temperature",
@@ -36,6 +41,8 @@ REWARDS = ("callable", "model", "text")
 class ScenarioSpec:
     """One trainer run, described without reference to any trainer's own config class."""
 
+    instruments: ClassVar[Instruments] = INSTRUMENTS
+    """What observe installs around a run of this spec (its algorithm's instruments, instruments.py)."""
     name: str = "uneven_split"
     per_device_train_batch_size: int = 4
     gradient_accumulation_steps: int = 3

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.errors import NotRecomputable
-from harness.instrument.observe import Observation
+from harness.instrument.observe import Observation, Ran
 from harness.instrument.records import LogProbCall, Mark, MaskedMeanCall, Record, RewardHeadCall, ValueHeadCall
 from harness.oracle.masks import derive_masks, mask_difference
 from harness.oracle.pairing import Rows, map_rows
 
 from .contract import MICRO_BATCH_ROLES, ROLE_MASK, Mask, SiteMap
+from .instruments import recorded
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,12 @@ def build_view(records: Sequence[Record], stop: int | None, pad: int, sites: Sit
     return RunView(updates, starts)
 
 
+def run_view(ran: Ran) -> RunView:
+    """The view of a finished run's records, as its PPO record (`instruments.recorded`) has them."""
+    seen = recorded(ran)
+    return build_view(seen.records, ran.stop_token_id, ran.pad_token_id, seen.sites)
+
+
 def view_of(obs: Observation) -> RunView:
     """The view of a finished observation's records, built once however many checks read it."""
-    return obs.view("ppo", lambda ran: build_view(ran.records, ran.stop_token_id, ran.pad_token_id, ran.sites))
+    return obs.view("ppo", run_view)

@@ -21,14 +21,16 @@ import reference_trainers
 import reference_trainers.grpo  # noqa: F401 (the attribute `patched` replaces, then restores, must be there first)
 from harness.algorithms import case
 from harness.algorithms.grpo import gradient_scenarios, scenarios
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.rewards import nan_mean, nan_std
 from harness.algorithms.grpo.spec import GRPOSpec
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import ObservationCache
 from harness.report import Report
 from harness.report.terminal import render_terminal
 from mutants.catalogue.patches import apply_to_text, read_diff
 from tests.support.grpo_doubles import FixedCache
+from tests.support.grpo_doubles import altered as changed
 
 ROOT = Path(__file__).resolve().parents[4]
 ENTRIES = ROOT / "mutants" / "catalogue" / "entries"
@@ -87,13 +89,13 @@ def terminal(result) -> str:
 
 
 def altered(obs, **changes):
-    return FixedCache.of(Observation(obs.spec, dataclasses.replace(obs.ran, **changes)))
+    return FixedCache.of(changed(obs, **changes))
 
 
 def with_advantages(obs, change):
     """The reference's records with every row's advantage replaced by `change(generation, completion, value)`."""
     records = []
-    for r in obs.ran.loss_inputs:
+    for r in recorded(obs.ran).loss_inputs:
         values = [change(int(r.generation), int(i), float(a)) for i, a in zip(r.completions, r.advantages)]
         records.append(dataclasses.replace(r, advantages=torch.tensor(values, dtype=r.advantages.dtype)))
     return altered(obs, loss_inputs=tuple(records))
@@ -146,7 +148,7 @@ def test_other_advantage_formulas_are_named_from_the_records(reference_cache):
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
     made = {}
     for generation in (0, 1):
-        calls = [c for c in obs.ran.reward_calls if c.generation == generation]
+        calls = [c for c in recorded(obs.ran).reward_calls if c.generation == generation]
         rewards = torch.stack([c.scores for c in calls], 1)
         weighted = (rewards * torch.tensor([1.0, -0.5], dtype=torch.float64)).nansum(1)
         made[generation] = weighted.masked_fill(rewards.isnan().all(1), float("nan"))
@@ -177,7 +179,7 @@ def test_a_formula_is_named_only_while_it_reproduces_every_row():
     results, cache = patched("g48_population_std", check_id)
     assert classes(results[check_id]) == {(48,)}
     obs = cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
-    assert obs.ran is not None and obs.ran.loss_inputs
+    assert obs.ran is not None and recorded(obs.ran).loss_inputs
     moved = run_check(check_id, with_advantages(obs, lambda g, i, a: a + (1e-3 if (g, i) == (1, 2) else 0.0)))
     assert not moved.passed and diagnosed(moved) == [None] and " = " not in terminal(moved)
 
@@ -220,7 +222,7 @@ def gradient_obs(reference_cache, check_id="logp_gradient[loss_type=bnpo]"):
 
 
 def with_grad(obs, change):
-    records = [dataclasses.replace(r, logp_grad=change(r.logp_grad.clone())) for r in obs.ran.loss_inputs]
+    records = [dataclasses.replace(r, logp_grad=change(r.logp_grad.clone())) for r in recorded(obs.ran).loss_inputs]
     return altered(obs, loss_inputs=tuple(records))
 
 
@@ -254,10 +256,10 @@ def test_a_mean_of_micro_batch_means_of_the_gradient_is_named(reference_cache):
     each micro-batch's own tokens; the same scaling with one token moved names nothing."""
     obs = gradient_obs(reference_cache, "logp_gradient[loss_type=dapo]")
     windows = {}
-    for r in obs.ran.loss_inputs:
+    for r in recorded(obs.ran).loss_inputs:
         windows[int(r.window)] = windows.get(int(r.window), 0) + int(r.completion_mask.sum())
     share = lambda r: windows[int(r.window)] / max(int(r.completion_mask.sum()), 1)  # noqa: E731
-    records = [dataclasses.replace(r, logp_grad=0.7 * r.logp_grad * share(r)) for r in obs.ran.loss_inputs]
+    records = [dataclasses.replace(r, logp_grad=0.7 * r.logp_grad * share(r)) for r in recorded(obs.ran).loss_inputs]
     result = run_check("logp_gradient[loss_type=dapo]", altered(obs, loss_inputs=tuple(records)))
     assert not result.passed and "not its window's, times 0.7: a mean of micro-batch means" in terminal(result)
     records[0] = dataclasses.replace(records[0], logp_grad=records[0].logp_grad.clone())

@@ -11,12 +11,13 @@ import torch
 from harness.algorithms import case
 from harness.algorithms.grpo import lengths
 from harness.algorithms.grpo.expect import intervals
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import ObservationCache
 from harness.report import Report
 from harness.report.terminal import render_terminal
-from tests.support.grpo_doubles import FixedCache
+from tests.support.grpo_doubles import FixedCache, altered
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +29,6 @@ def reference_cache():
 
 def run_check(check_id, obs):
     return case(check_id, "grpo").run(FixedCache.of(obs), GRPOSpec())
-
-
-def altered(obs, **changes):
-    return Observation(obs.spec, dataclasses.replace(obs.ran, **changes))
 
 
 def terminal(result) -> str:
@@ -47,7 +44,7 @@ def reward_obs(cache):
 def test_reward_functions_that_score_every_completion_are_the_targets_to_fix(reference_cache):
     obs = reward_obs(reference_cache)
     calls = [dataclasses.replace(c, scores=c.scores.nan_to_num(nan=0.0)) if c.function == "stopped" else c
-             for c in obs.ran.reward_calls]  # fmt: skip
+             for c in recorded(obs.ran).reward_calls]  # fmt: skip
     result = run_check("advantages[scale_rewards=group]", altered(obs, reward_calls=tuple(calls)))
     assert not result.passed
     message = result.message
@@ -71,7 +68,7 @@ def dropping_the_stop(record, stop):
 def test_a_mask_without_the_stop_token_is_the_trainers_to_fix(reference_cache):
     obs = reward_obs(reference_cache)
     stop = obs.ran.stop_token_id
-    records = tuple(dropping_the_stop(r, stop) for r in obs.ran.loss_inputs)
+    records = tuple(dropping_the_stop(r, stop) for r in recorded(obs.ran).loss_inputs)
     result = run_check("completion_lengths", altered(obs, loss_inputs=records))
     assert not result.passed
     assert "no trained completion's mask holds the stop token" in result.message
@@ -83,7 +80,7 @@ def test_a_mask_without_the_stop_token_is_the_trainers_to_fix(reference_cache):
 def ending_in_pad(obs):
     """The reference's records with one completion that ran to max_completion_length ending in the pad token."""
     pad, cap, done, records = obs.ran.pad_token_id, obs.spec.max_completion_length, set(), []
-    for record in obs.ran.loss_inputs:
+    for record in recorded(obs.ran).loss_inputs:
         ids = torch.as_tensor(record.completion_ids).clone()
         for j in range(ids.shape[0]):
             key = (int(record.generation), int(record.completions[j]))

@@ -14,12 +14,13 @@ import torch
 from harness.algorithms import cases
 from harness.algorithms.grpo import scenarios
 from harness.algorithms.grpo.expect import expected_metrics, intervals, record_problems
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
 from harness.errors import HarnessConfigError
 from harness.instrument.observe import Crashed, Observation, ObservationCache
 from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
-from tests.support.grpo_doubles import FixedCache, grpo_check, ran, record
+from tests.support.grpo_doubles import FixedCache, altered, grpo_check, ran, record
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -160,7 +161,7 @@ def reference_cache():
 def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache, monkeypatch):
     assert grpo_check("uneven_lengths[loss_type=dapo]", reference_cache).passed
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
-    records = obs.ran.loss_inputs
+    records = recorded(obs.ran).loss_inputs
     assert {r.window for r in records} == {0, 1, 2, 3} and all(r.old_logps is not None for r in records)
     assert all(r.logps.dtype == torch.float64 and r.completion_mask.dtype == torch.bool for r in records)
     for change, why in ((lambda log: log.pop("kl"), "never logged kl"),
@@ -173,22 +174,22 @@ def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache,
 
 
 def test_a_declared_policy_loss_logged_under_another_name_fails_the_pooled_checks(reference_cache):
-    """The reference declares `policy_loss` (`factory.optional_metrics`): its logs with the name changed fail every
-    pooled check; a target that declares nothing gets today's note (TRL logs it only with an entropy bonus)."""
-    from harness.algorithms.grpo.targets.reference import factory
-
+    """The reference declares `policy_loss` (`factory.optional_metrics`, read into its resolved `Target`): its logs
+    with the name changed fail every pooled check; a target that declares nothing gets today's note (TRL logs it
+    only with an entropy bonus)."""
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     renamed = [{("POLICY_LOSS" if k == "policy_loss" else k): v for k, v in log.items()} for log in obs.ran.logs]
-    broken = Observation(obs.spec, ran(renamed, obs.ran.loss_inputs))
-    declaring = FixedCache.of(broken)
-    declaring.factory = factory
-    result = grpo_check("uneven_lengths[loss_type=dapo]", declaring)
+    broken = Observation(obs.spec, ran(renamed, recorded(obs.ran).loss_inputs))
+    from harness.targets import resolve
+
+    target = resolve("reference-grpo")
+    assert target.optional_metrics == ("policy_loss",)
+    result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken, target))
     assert not result.passed and "policy_loss is declared (the target's `optional_metrics`)" in result.message
     silent = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(broken))
     assert silent.passed and any("policy_loss is not logged" in n for n in silent.notes)
-    declaring.factory = lambda spec: None
-    declaring.factory.optional_metrics = ("policy_loss", "loss")
-    result = grpo_check("uneven_lengths[loss_type=dapo]", declaring)
+    declaring = dataclasses.replace(target, optional_metrics=("policy_loss", "loss"))
+    result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken, declaring))
     assert not result.passed and "declares loss among its optional metrics" in result.message
 
 
@@ -203,8 +204,8 @@ def test_loss_records_wider_than_max_completion_length_fail_the_pooled_checks(re
                                    old_logps=pad(r.old_logps), ref_logps=pad(r.ref_logps),
                                    entropies=pad(r.entropies), completion_ids=pad(r.completion_ids))  # fmt: skip
 
-    records = tuple(widened(r) for r in obs.ran.loss_inputs)
-    wide = Observation(obs.spec, dataclasses.replace(obs.ran, loss_inputs=records))
+    records = tuple(widened(r) for r in recorded(obs.ran).loss_inputs)
+    wide = altered(obs, loss_inputs=records)
     result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(wide))
     assert not result.passed and "loss records 15 positions wide" in result.message, result.message
     assert grpo_check("uneven_lengths[loss_type=dapo]", FixedCache.of(obs)).passed
@@ -216,12 +217,12 @@ def test_an_empty_interval_must_log_zero_not_nan_or_a_carried_value(reference_ca
     obs = reference_cache.get(scenarios.spec_for(scenarios.EMPTY, GRPOSpec()), spy=False)
     empty = [i for i, log in enumerate(obs.ran.logs) if log["entropy"] == 0.0]
     assert empty and empty[0] > 0 and grpo_check("empty_interval", FixedCache.of(obs)).passed
-    first = empty[0]
+    first, records = empty[0], recorded(obs.ran).loss_inputs
 
     def broken(change):
         logs = [dict(log) for log in obs.ran.logs]
         change(logs, first)
-        return grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+        return grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, records))))
 
     nan = broken(lambda logs, i: logs[i].update(entropy=math.nan))
     assert not nan.passed and f"log {first + 1}" in nan.message and "entropy=nan" in nan.message
@@ -233,7 +234,7 @@ def test_an_empty_interval_must_log_zero_not_nan_or_a_carried_value(reference_ca
     full = next(i for i, log in enumerate(obs.ran.logs) if log["entropy"] != 0.0)
     logs = [dict(log) for log in obs.ran.logs]
     logs[full].pop("clip_ratio/high_max")
-    result = grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+    result = grpo_check("empty_interval", FixedCache.of(Observation(obs.spec, ran(logs, records))))
     assert not result.passed and "never logged clip_ratio/high_max" in result.message
 
 
@@ -241,7 +242,7 @@ def test_kl_logged_without_a_kl_term_fails_no_kl(reference_cache):
     obs = reference_cache.get(scenarios.spec_for(scenarios.NO_KL, GRPOSpec()).with_(beta=0.0), spy=False)
     assert all("kl" not in log for log in obs.ran.logs) and grpo_check("no_kl", FixedCache.of(obs)).passed
     logs = [{**log, "kl": 0.0} for log in obs.ran.logs]
-    result = grpo_check("no_kl", FixedCache.of(Observation(obs.spec, ran(logs, obs.ran.loss_inputs))))
+    result = grpo_check("no_kl", FixedCache.of(Observation(obs.spec, ran(logs, recorded(obs.ran).loss_inputs))))
     assert not result.passed and "kl logged at beta 0 in log(s) [1, 2, 3, 4]" in result.message
 
 
@@ -257,7 +258,7 @@ def test_reward_statistics_over_too_few_scores_and_under_the_default_weight(refe
         obs = reference_cache.get(scenarios.spec_for(REWARD_RUNS[run], GRPOSpec()), spy=False)
         logs = [dict(log) for log in obs.ran.logs]
         change(logs)
-        broken = Observation(obs.spec, dataclasses.replace(obs.ran, logs=tuple(logs)))
+        broken = altered(obs, logs=tuple(logs))
         return grpo_check(check_id, FixedCache.of(obs)), grpo_check(check_id, FixedCache.of(broken))
 
     few = "reward_stats[run=small_groups]"
@@ -324,10 +325,10 @@ def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
     """The logged entropy replaced by the flat mean of the micro-batches' own means (class 16)."""
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
-    for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):
+    for index, records in enumerate(intervals(recorded(obs.ran).loss_inputs, obs.spec)):
         means = [float((r.entropies * r.completion_mask).sum() / r.completion_mask.sum()) for r in records]
         logs[index]["entropy"] = sum(means) / len(means)
-    broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
+    broken = Observation(obs.spec, ran(logs, recorded(obs.ran).loss_inputs))
     result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken))
     assert not result.passed and "entropy @ log 1" in result.message
 
@@ -373,14 +374,14 @@ def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(r
     """TRL logs policy_loss only with an entropy bonus: a trainer that never logs it is not wrong; one that logs
     it in some intervals only is."""
     obs = reference_cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
-    never = [{k: v for k, v in log.items() if k != "policy_loss"} for log in obs.ran.logs]
+    never, records = [{k: v for k, v in log.items() if k != "policy_loss"} for log in obs.ran.logs], recorded(obs.ran)
     result = grpo_check(
-        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(never, obs.ran.loss_inputs)))
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(never, records.loss_inputs)))
     )
     assert result.passed and "policy_loss is not logged" in result.message
     once = [never[0], *obs.ran.logs[1:]]
     result = grpo_check(
-        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, obs.ran.loss_inputs)))
+        "uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: Observation(spec, ran(once, records.loss_inputs)))
     )
     assert not result.passed and "never logged policy_loss" in result.message
 

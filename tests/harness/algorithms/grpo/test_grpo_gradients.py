@@ -10,6 +10,7 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo import gradient_scenarios, gradients
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Observation
@@ -103,11 +104,11 @@ def test_the_reference_records_the_gradient_and_passes(reference_cache):
     assert result.passed, result.message
     spec = gradient_scenarios.run_spec(GRPOSpec(), case("logp_gradient[loss_type=bnpo]", "grpo"))
     obs = reference_cache.get(spec, spy=False)
-    assert all(r.logp_grad.dtype == torch.float64 for r in obs.ran.loss_inputs)
+    assert all(r.logp_grad.dtype == torch.float64 for r in recorded(obs.ran).loss_inputs)
 
 
 def _with(obs, change):
-    records = [change(r) for r in obs.ran.loss_inputs]
+    records = [change(r) for r in recorded(obs.ran).loss_inputs]
     return FixedCache(lambda spec: Observation(obs.spec, ran(obs.ran.logs, records, obs.ran.grads.steps)))
 
 

@@ -9,12 +9,12 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo import lengths
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
-from harness.instrument.observe import Observation
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache
+from tests.support.grpo_doubles import FixedCache, altered
 
 STOP, PAD = 1, 0
 CHECK = "completion_lengths"
@@ -86,10 +86,6 @@ def run_check(cache):
     return case(CHECK, "grpo").run(cache, GRPOSpec())
 
 
-def altered(obs, **changes):
-    return Observation(obs.spec, dataclasses.replace(obs.ran, **changes))
-
-
 def reward_obs(cache):
     return cache.get(REWARDS.with_(scale_rewards=GRPOSpec().scale_rewards), spy=False)
 
@@ -99,13 +95,14 @@ def test_the_reference_passes_with_both_kinds_of_completion(reference_cache):
     assert result.passed, result.message
     assert {m.name for m in result.metrics} == set(lengths.LENGTH_NAMES)
     obs = reward_obs(reference_cache)
-    trained = [c for r in obs.ran.loss_inputs for c in lengths.trained_completions([r], obs.ran.stop_token_id)]
+    stop = obs.ran.stop_token_id
+    trained = [c for r in recorded(obs.ran).loss_inputs for c in lengths.trained_completions([r], stop)]
     assert any(c.terminated for c in trained) and any(c.length == REWARDS.max_completion_length for c in trained)
 
 
 def test_without_ids_or_a_stop_token_the_check_is_not_recomputable(reference_cache):
     obs = reward_obs(reference_cache)
-    no_ids = tuple(dataclasses.replace(r, completion_ids=None) for r in obs.ran.loss_inputs)
+    no_ids = tuple(dataclasses.replace(r, completion_ids=None) for r in recorded(obs.ran).loss_inputs)
     for broken, why in ((altered(obs, loss_inputs=no_ids), "`completion_ids`"),
                         (altered(obs, stop_token_id=None), "`stop_token_id`")):  # fmt: skip
         result = run_check(FixedCache.of(broken))
@@ -114,7 +111,7 @@ def test_without_ids_or_a_stop_token_the_check_is_not_recomputable(reference_cac
 
 def test_a_run_without_a_completion_cut_at_the_cap_tests_nothing(reference_cache):
     obs = reward_obs(reference_cache)
-    records = [dataclasses.replace(r, completion_mask=r.completion_mask.clone()) for r in obs.ran.loss_inputs]
+    records = [dataclasses.replace(r, completion_mask=r.completion_mask.clone()) for r in recorded(obs.ran).loss_inputs]
     for r in records:
         r.completion_mask[:, -1] = False  # no completion runs to max_completion_length
     result = run_check(FixedCache.of(altered(obs, loss_inputs=tuple(records))))
@@ -137,7 +134,7 @@ def test_a_wrong_or_missing_length_statistic_fails(reference_cache):
 def test_a_trainer_that_takes_a_final_pad_for_the_stop_token_is_named(reference_cache):
     obs = reward_obs(reference_cache)
     records = []
-    for r in obs.ran.loss_inputs:  # every completion cut at the cap now ends with a pad (as TRL pads them)
+    for r in recorded(obs.ran).loss_inputs:  # every completion cut at the cap now ends with a pad (as TRL pads them)
         ids, cut = r.completion_ids.clone(), r.completion_mask.all(dim=1)
         ids[cut, -1] = obs.ran.pad_token_id
         records.append(dataclasses.replace(r, completion_ids=ids))

@@ -10,6 +10,7 @@ import torch
 
 from harness.algorithms.grpo import scenarios
 from harness.algorithms.grpo.expect import intervals
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.logit_gaps import LogitGaps, entropy_f64, logps_f64
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import Observation
@@ -66,7 +67,7 @@ def test_the_reference_passes_logit_recompute_and_broken_gaps_fail_it(logits_obs
         ({"entropies": 0.05}, "logit_gap/entropies"),
         ({"logps": math.nan}, "logit_gap/logps"),
     ):
-        records = list(obs.ran.loss_inputs)
+        records = list(recorded(obs.ran).loss_inputs)
         changed = None if gaps is None else dataclasses.replace(records[1].logit_gaps, **gaps)
         records[1] = dataclasses.replace(records[1], logit_gaps=changed)
         broken = Observation(obs.spec, ran(obs.ran.logs, records))
@@ -78,10 +79,10 @@ def test_a_flat_mean_of_micro_batch_means_is_diagnosed_as_class_16():
     cache = reference("grpo")
     obs = cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
-    for index, records in enumerate(intervals(obs.ran.loss_inputs, obs.spec)):
+    for index, records in enumerate(intervals(recorded(obs.ran).loss_inputs, obs.spec)):
         means = [float((r.entropies * r.completion_mask).sum() / r.completion_mask.sum()) for r in records]
         logs[index]["entropy"] = sum(means) / len(means)
-    broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
+    broken = Observation(obs.spec, ran(logs, recorded(obs.ran).loss_inputs))
     result = grpo_check("uneven_lengths[loss_type=dapo]", FixedCache(lambda spec: broken))
     failing = [m for m in result.metrics if m.failed]
     assert failing and all(m.name == "entropy" for m in failing)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from harness.algorithms.grpo import scenarios, view
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import LogitGapRecord, LossRecord, RewardCall, loss_records
@@ -72,8 +73,8 @@ class BareRun:
 def test_observing_a_run_of_dicts_with_a_bad_key_is_a_usage_error():
     good = {k: v for k, v in as_dict(record([[1]], [[0.0]], [1.0])).items() if k != "logit_gaps"}
     obs = ObservationCache(lambda spec: BareRun([good], [as_dict(RewardCall(0, 0, "f", 0, torch.zeros(2)))]))
-    ran_ = obs.get(GRPOSpec(), spy=False).ran
-    assert isinstance(ran_.loss_inputs[0], LossRecord) and isinstance(ran_.reward_calls[0], RewardCall)
+    kept = recorded(obs.get(GRPOSpec(), spy=False).ran)
+    assert isinstance(kept.loss_inputs[0], LossRecord) and isinstance(kept.reward_calls[0], RewardCall)
     for loss_inputs, calls, why in (
         ([{**good, "entropy": None}], None, "LossRecord has no field 'entropy'"),
         ([good], [{"generation": 0, "rank": 0, "function": "f", "scores": torch.zeros(2)}],
@@ -185,7 +186,7 @@ def test_the_view_computes_token_terms_once_per_record_for_oracle_and_diagnosis(
     logs = [dict(log) for log in obs.ran.logs]
     for log in logs:
         log["entropy"] *= 1.01  # every interval fails entropy: the diagnosis runs too
-    broken = Observation(obs.spec, ran(logs, obs.ran.loss_inputs))
+    broken = Observation(obs.spec, ran(logs, recorded(obs.ran).loss_inputs))
     made = []
     counted = lambda r, s, terms=view.token_terms: made.append(r) or terms(r, s)  # noqa: E731
     monkeypatch.setattr(view, "token_terms", counted)
@@ -194,7 +195,7 @@ def test_the_view_computes_token_terms_once_per_record_for_oracle_and_diagnosis(
         result = grpo_check(check_id, cache)
         assert not result.passed and "entropy @ log 1" in result.message
         assert any(m.diagnosis_reason or m.diagnosis for m in result.metrics if m.failed)
-    assert len(made) == len(obs.ran.loss_inputs) and view.view_of(broken) is view.view_of(broken)
+    assert len(made) == len(recorded(obs.ran).loss_inputs) and view.view_of(broken) is view.view_of(broken)
 
 
 def test_a_nan_gradient_gap_is_the_largest_wherever_it_comes():

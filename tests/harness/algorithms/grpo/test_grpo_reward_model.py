@@ -10,13 +10,14 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo import reward_model
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.runs import MODEL, REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.grpo.targets import reference as grpo_reference
 from harness.errors import HarnessConfigError
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import ObservationCache
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache
+from tests.support.grpo_doubles import FixedCache, altered
 
 STOP, PAD = 1, 0
 PROMPTS = [(5, 6, 7)]
@@ -85,35 +86,35 @@ def test_the_reference_passes_and_its_scores_are_the_heads(model_run):
     assert len(watched) == 2 and all(not c.scores.isnan().any() for c in watched)
     # the trainer's own per-function score (its completion records' last column) is the one read from the head
     logged = model_run.ran.logs[0]["rewards/reward_model/mean"]
-    trained = {(int(r.generation), int(i)) for r in model_run.ran.loss_inputs if r.generation == 0
+    trained = {(int(r.generation), int(i)) for r in recorded(model_run.ran).loss_inputs if r.generation == 0
                for i in r.completions}  # fmt: skip
     assert logged == pytest.approx(float(watched[0].scores[[i for _, i in sorted(trained)]].mean()), rel=1e-6)
 
 
 def test_a_score_read_at_another_position_fails(model_run):
-    calls = list(model_run.ran.reward_calls)
+    calls = list(recorded(model_run.ran).reward_calls)
     k = next(i for i, c in enumerate(calls) if c.head is not None)
     head = calls[k].head.clone()
     head[:, :-1] = head[:, 1:].clone()  # every position reads the next one's output
     calls[k] = dataclasses.replace(calls[k], head=head)
-    broken = Observation(model_run.spec, dataclasses.replace(model_run.ran, reward_calls=tuple(calls)))
+    broken = altered(model_run, reward_calls=tuple(calls))
     result = run_check("reward_model", FixedCache.of(broken))
     assert not result.passed and "advantage @ generation 0" in result.message
 
 
 def test_a_row_the_model_scored_that_is_not_its_completion_is_named(model_run):
-    calls = list(model_run.ran.reward_calls)
+    calls = list(recorded(model_run.ran).reward_calls)
     k = next(i for i, c in enumerate(calls) if c.head is not None)
     calls[k] = dataclasses.replace(calls[k], input_ids=calls[k].input_ids.roll(1, dims=0))  # rows one off
-    broken = Observation(model_run.spec, dataclasses.replace(model_run.ran, reward_calls=tuple(calls)))
+    broken = altered(model_run, reward_calls=tuple(calls))
     result = run_check("reward_model", FixedCache.of(broken))
     assert not result.passed and "which is not a prompt of the run followed by completion" in result.message
 
 
 def test_a_target_that_hands_no_reward_model_is_told_its_duty(model_run):
-    plain = tuple(c for c in model_run.ran.reward_calls if c.head is None)
+    plain = tuple(c for c in recorded(model_run.ran).reward_calls if c.head is None)
     stand_in = [dataclasses.replace(c, function="stand_in", index=1) for c in plain]
-    broken = Observation(model_run.spec, dataclasses.replace(model_run.ran, reward_calls=plain + tuple(stand_in)))
+    broken = altered(model_run, reward_calls=plain + tuple(stand_in))
     result = run_check("reward_model", FixedCache.of(broken))
     assert not result.passed and "recorded no reward-model call" in result.message
     assert "RewardTap.watch" in result.message
@@ -126,7 +127,7 @@ def test_the_spec_needs_two_weights_for_a_reward_model():
 
 
 def test_the_tap_keeps_the_heads_output_and_the_ids_and_no_score(model_run):
-    watched = [c for c in model_run.ran.reward_calls if c.head is not None]
+    watched = [c for c in recorded(model_run.ran).reward_calls if c.head is not None]
     first = watched[0]
     assert first.function == "reward_model" and first.index == 1
     assert first.head.dtype == torch.float64 and first.head.shape == first.input_ids.shape

@@ -10,14 +10,14 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo import rewards
+from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.reward_scenarios import REWARDS
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss import RewardCall, reward_calls
-from harness.instrument.observe import Observation
 from harness.instrument.reward_calls import RewardTap, as_scores
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache
+from tests.support.grpo_doubles import FixedCache, altered
 
 NAN = math.nan
 
@@ -107,25 +107,21 @@ def run_check(check_id, cache):
     return case(check_id, "grpo").run(cache, GRPOSpec())
 
 
-def altered(obs, **changes):
-    return Observation(obs.spec, dataclasses.replace(obs.ran, **changes))
-
-
 def test_the_reference_records_scores_and_rows_and_passes(reference_cache):
     for check_id in ("advantages[scale_rewards=group]", "reward_stats[scale_rewards=group]"):
         assert run_check(check_id, reference_cache).passed, check_id
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
-    calls = obs.ran.reward_calls
+    calls = recorded(obs.ran).reward_calls
     assert [(c.generation, c.function) for c in calls] == [(0, "count_w7"), (0, "stopped"),
                                                            (1, "count_w7"), (1, "stopped")]  # fmt: skip
     assert all(c.scores.shape == (16,) for c in calls)
-    trained = sorted(int(i) for r in obs.ran.loss_inputs if r.generation == 0 for i in r.completions)
+    trained = sorted(int(i) for r in recorded(obs.ran).loss_inputs if r.generation == 0 for i in r.completions)
     assert trained == list(range(16))  # every completion of the generation, once
 
 
 def test_without_scores_or_rows_the_checks_are_not_recomputable(reference_cache):
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
-    no_rows = tuple(dataclasses.replace(r, completions=None) for r in obs.ran.loss_inputs)
+    no_rows = tuple(dataclasses.replace(r, completions=None) for r in recorded(obs.ran).loss_inputs)
     for broken, why in ((altered(obs, reward_calls=None), "no reward calls"),
                         (altered(obs, loss_inputs=no_rows), "does not say which completions")):  # fmt: skip
         for check_id in ("advantages[scale_rewards=group]", "reward_stats[scale_rewards=group]"):
@@ -136,7 +132,7 @@ def test_without_scores_or_rows_the_checks_are_not_recomputable(reference_cache)
 def test_a_wrong_advantage_or_a_nan_one_fails(reference_cache):
     obs = reference_cache.get(REWARDS.with_(scale_rewards="group"), spy=False)
     for value in (0.5, NAN):
-        records = list(obs.ran.loss_inputs)
+        records = list(recorded(obs.ran).loss_inputs)
         records[3] = dataclasses.replace(records[3], advantages=records[3].advantages.clone())
         records[3].advantages[1] += value
         result = run_check("advantages[scale_rewards=group]", FixedCache.of(altered(obs, loss_inputs=tuple(records))))
@@ -154,7 +150,7 @@ def test_a_wrong_reward_statistic_fails_and_an_unlogged_empty_one_is_noted(refer
     result = run_check("reward_stats[scale_rewards=group]", FixedCache.of(altered(obs, logs=tuple(logs))))
     assert not result.passed and "reward_std @ log 2" in result.message
     # one trained completion scored by the second function: its std is over an empty set, logged or not
-    calls = list(obs.ran.reward_calls)
+    calls = list(recorded(obs.ran).reward_calls)
     for i, c in enumerate(calls):
         if c.function == "stopped":
             calls[i] = dataclasses.replace(c, scores=torch.full_like(c.scores, NAN))

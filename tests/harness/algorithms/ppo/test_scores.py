@@ -10,15 +10,23 @@ import torch
 
 from harness.algorithms.ppo import returns
 from harness.algorithms.ppo.expect import score_expectations
+from harness.algorithms.ppo.instruments import PPORecords
 from harness.algorithms.ppo.scores import NO_RECORD, Unscored, expected_scores, update_scores
 from harness.algorithms.ppo.view import RolloutView, UpdateView
 from harness.errors import HarnessConfigError, NotRecomputable
+from harness.instrument.grad import GradTrace
+from harness.instrument.observe import Ran
 from harness.instrument.records import RewardHeadCall, Site
 from harness.oracle.masks import derive_masks
 
 PAD, STOP = 0, 9
 QUERY = 2
 SITE = Site("<reward_model>", "reward_model", "reward_head")
+
+
+def finished(prompts=None, **kept) -> Ran:
+    """A finished run that logged nothing, with `prompts` and a PPO record of `kept` (its scores, texts, ...)."""
+    return Ran((), GradTrace(), PAD, STOP, PPORecords(**kept), prompts=prompts)
 
 
 def rollout(responses) -> RolloutView:
@@ -115,13 +123,12 @@ def test_unknown_scores_fail_where_no_scores_are_optional():
 def test_a_run_with_a_reward_model_takes_the_oracle_scores_not_the_handed_ones():
     records = [scored(QUERIES, TRUNCATED)]
     updates = [update(rollout(RESPONSES), records), update(rollout(RESPONSES))]
-    ran = types.SimpleNamespace(reward_model=True, pad_token_id=PAD, stop_token_id=STOP, scores=[torch.ones(3)] * 2)
-    first, second = update_scores(ran, updates)
+    first, second = update_scores(finished(reward_model=True, scores=(torch.ones(3),) * 2), updates)
     assert first.tolist() == [QUERY + 1, 100 + QUERY + 3, 200 + QUERY - 1]
     assert isinstance(second, Unscored) and NO_RECORD in second.reason
-    handed = types.SimpleNamespace(reward_model=False, scores=[torch.ones(3)] * 2)
+    handed = finished(reward_model=False, scores=(torch.ones(3),) * 2)
     assert [s.tolist() for s in update_scores(handed, updates)] == [[1.0] * 3] * 2
-    assert update_scores(types.SimpleNamespace(reward_model=False, scores=None), updates) == [None, None]
+    assert update_scores(finished(reward_model=False, scores=None), updates) == [None, None]
 
 
 class TinyRewardModel(torch.nn.Module):
@@ -211,10 +218,8 @@ WORDS = WordTokenizer()
 
 def text_run(seen, tokenizer=WORDS, prompts=QUERIES):
     given = (torch.tensor([1.0, 2.0, 3.0]),) * len(seen)
-    return types.SimpleNamespace(
-        reward_model=False, scores=given, scored_texts=tuple(seen), tokenizer=tokenizer,
-        prompts=None if prompts is None else torch.tensor(prompts), pad_token_id=PAD, stop_token_id=STOP,
-    )  # fmt: skip
+    return finished(None if prompts is None else torch.tensor(prompts), scores=given, scored_texts=tuple(seen),
+                    tokenizer=tokenizer)  # fmt: skip
 
 
 RIGHT_TEXTS = (["w3 w3", "w5 w6", "w7 w8"], ["w4", "w4 w5 w6 w7", ""])

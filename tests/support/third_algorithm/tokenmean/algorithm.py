@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -13,6 +15,8 @@ from harness.algorithms import Mutation
 from harness.compare import compare
 from harness.contract import Contract
 from harness.errors import HarnessConfigError
+from harness.instrument.observe import Recording
+from harness.instrument.spy import Spy
 from harness.oracle.expectation import Expectation
 from harness.require import require, require_ran
 from harness.scenario import Scenario
@@ -25,9 +29,30 @@ METRIC = "toy/token_mean"
 
 
 @dataclass(frozen=True)
+class Spied:
+    """The algorithm's record of a run (`Ran.payload`): the spy's records, in call order."""
+
+    records: tuple = ()
+
+
+class SpyAlone:
+    """Its instruments (`harness.instrument.observe.Instruments`): the spy on the trainer's module, nothing else."""
+
+    members: tuple[str, ...] = ()
+    reads = "spy's records"
+
+    @contextlib.contextmanager
+    def install(self, run, spy: bool = True):
+        with Spy(run.module) if spy else contextlib.nullcontext() as watcher:
+            records = lambda: watcher.finished() if watcher else ()  # noqa: E731
+            yield Recording(lambda: len(watcher.records) if watcher else 0, lambda done: Spied(tuple(records())))
+
+
+@dataclass(frozen=True)
 class TokenMeanSpec:
     """A run: `rows` rows cut into micro-batches of `micro` rows."""
 
+    instruments: ClassVar[SpyAlone] = SpyAlone()
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
@@ -91,7 +116,7 @@ def token_mean(cache, run: TokenMeanSpec, case) -> object:
     obs = cache.get(run)
     ran = require_ran(obs, check)
     if ran is not None:
-        calls = [r for r in ran.records if r.fn == "masked_mean"]
+        calls = [r for r in ran.record(Spied).records if r.fn == "masked_mean"]
         per_update = -(-run.rows // run.micro)
         if require(check, len(calls) == per_update * run.updates and len(ran.logs) == run.updates,
                    f"{len(calls)} masked_mean calls and {len(ran.logs)} logs for {run.updates} updates"):  # fmt: skip
@@ -115,7 +140,7 @@ class TokenMeanAlgorithm:
         "tokenmean-broken": "tokenmean.algorithm:broken",
     })  # fmt: skip
     targets_with_argument: Mapping[str, str] = field(default_factory=dict)
-    spy: bool = True
+    instruments: SpyAlone = TokenMeanSpec.instruments
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     mutation: Mutation | None = Mutation(
         ("tests/support/third_algorithm/tokenmean/trainer.py",),
