@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.algorithms import get
+from harness.algorithms import builtin_targets, builtin_targets_with_argument, get
 from harness.algorithms.grpo.instruments import GRPORecords
 from harness.algorithms.grpo.instruments import recorded as grpo_recorded
 from harness.algorithms.ppo.instruments import PPORecords
@@ -50,6 +50,19 @@ def test_a_built_in_target_pins_its_algorithm_s_contract_and_declares_the_extras
     assert extras("trl") == extras("trl:my_pkg.ppo_trainer") == ("trl-ppo",)
     assert extras("trl-grpo") == extras("trl-grpo:my_pkg.grpo_trainer") == ("trl",)
     assert extras("reference") == extras("reference-grpo") == extras(f"{HERE}:declaring") == ()
+
+
+def test_every_extra_a_built_in_target_declares_is_one_of_the_package_s():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from tests.support.gate_run import ROOT
+
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = [*builtin_targets(), *(f"{name}:my_pkg.module" for name in builtin_targets_with_argument())]
+    declared = {extra for name in names for extra in extras(name)}
+    assert declared == {"trl", "trl-ppo"} and declared <= set(package)
 
 
 def test_an_algorithm_s_view_refuses_another_algorithm_s_payload():
