@@ -60,8 +60,6 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 RESOLVER = ROOT / "harness" / "targets" / "__init__.py"
 DRIVERS = {
-    "harness.live": "live mode's own names: `LiveCheck` and `live_reference` are its adapters, in targets/",
-    "harness.live.__main__": "`python -m harness.live` runs the demonstration (targets/demo.py)",
     "harness.bench.live": "`python -m harness.bench --live` trains the run that its targets/live.py builds",
 }
 """Modules (not under a `targets/` folder) that may import a target module, and why: each runs a trainer itself.
@@ -125,6 +123,7 @@ def test_the_globs_cover_the_oracle_and_the_algorithm_folders():
         ("harness/bench/live2.py", "from .targets.live import trainer\n"),
         ("harness/bench/live.py", "from reference_trainers import grpo\n"),  # a driver imports no trainer itself
         ("harness/live/__init__.py", "import trl\n"),
+        ("harness/live/__init__.py", "from harness.algorithms.grpo.targets.live import trl\n"),  # no driver
         ("reference_trainers/watched.py", "from harness.instrument.spy import Spy\n"),
         ("reference_ppo/watched.py", "from harness.instrument.spy import Spy\n"),
     ],
@@ -296,7 +295,8 @@ def test_the_graph_sees_what_the_bench_and_live_mode_load():
     `module:factory`."""
     graph = import_graph()
     assert "harness.bench.live" in graph["harness.bench.cli"]  # inside main()
-    assert "harness.live.targets.reference" in graph["harness.live"]  # inside __getattr__, relative
+    assert "harness.live.session" in graph["harness.live"]  # inside __getattr__, relative
+    assert "harness.algorithms.grpo.targets.live.reference" in graph["harness.algorithms.grpo.algorithm"]  # Live
     assert "harness.bench.targets.scaled" in graph["harness.bench.sizes"]  # "harness.bench.targets.scaled:medium"
     assert "harness.plugin" in graph["harness.cli"]  # pytest's `-p harness.plugin`
 

@@ -65,7 +65,7 @@ def _dist():
 
 
 def _live():
-    from harness.live.targets.demo import main
+    from harness.live.demo import main
 
     main(["--target", "reference-grpo"])
 

@@ -71,6 +71,24 @@ class Mutation:
     driver links it to these functions itself."""
 
 
+@dataclass(frozen=True)
+class Live:
+    """An algorithm's live mode (docs/live.md): the gate's instruments on a user's own training run. Every path is
+    `module:attr`, loaded only when asked for (by `harness.live`'s attributes or `python -m harness.live`)."""
+
+    names: tuple[tuple[str, str], ...]
+    """(public name, `module:attr`): what `harness.live` gives by that name, e.g. its adapters (`LiveCheck`) and
+    its check of an interval (`check_interval`); the first algorithm in registry order that names it wins."""
+    demo: str
+    """`module:function`, the function taking the command's arguments (a list of str) and returning its exit
+    status: what `python -m harness.live --target NAME` runs for a target of this algorithm."""
+
+    def load(self, name: str) -> Any:
+        """The object it gives as `name` (KeyError when it names none)."""
+        module, _, attr = dict(self.names)[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
 class Algorithm(Protocol):
     """What the gate needs of an algorithm; every member is declared, none is probed for."""
 
@@ -92,6 +110,9 @@ class Algorithm(Protocol):
     mutation: Mutation | None
     """What `python -m mutants mutmut --algorithm NAME` mutates and where its curated mutants are (None: mutmut does
     not run over it, and the catalogue holds no mutant of it)."""
+    live: Live | None
+    """Its live mode: what `harness.live` gives of it and what `python -m harness.live` runs for its targets (None:
+    it has none)."""
     contract: Contract
     """Its contract's version, the document that defines it, and what changed in it since version 1
     (harness/contract.py): `python -m harness --version` prints the version, a target may pin one."""
@@ -129,8 +150,8 @@ class Algorithm(Protocol):
 
 
 MEMBERS = (
-    "name", "default_target", "targets", "targets_with_argument", "instruments", "tolerances", "mutation", "contract",
-    "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
+    "name", "default_target", "targets", "targets_with_argument", "instruments", "tolerances", "mutation", "live",
+    "contract", "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
 )  # fmt: skip
 """Every member of `Algorithm`, checked when an algorithm is loaded."""
 
@@ -229,6 +250,11 @@ def builtin_targets_with_argument() -> Mapping[str, tuple[str, str]]:
         for target, path in get(name).targets_with_argument.items():
             out[target] = (name, path)
     return out
+
+
+def with_live() -> list[str]:
+    """The registered algorithms that declare a live mode, in registry order."""
+    return [name for name in known_algorithms() if get(name).live is not None]
 
 
 @functools.cache

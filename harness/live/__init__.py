@@ -1,31 +1,23 @@
 """Live mode: the gate's instruments on a user's own training run, checking a sample of its logging intervals
 while it trains (docs/live.md).
 
-- `LiveCheck`: a transformers `TrainerCallback` for TRL's `GRPOTrainer` (`trainer.add_callback(LiveCheck(every=20))`);
-- `live_reference`: a context manager around the reference GRPO trainer (reference_trainers/grpo.py) or a loop
-  with its names;
-- `LiveSession`, `check_interval`: the sampling, the check of one interval, and its reports, trainer-neutral.
-
-TRL and transformers are imported only by `LiveCheck`'s module (`harness.live.targets.trl`); the modules that hold
-a trainer (TRL's, the reference, the demonstration's) live in `targets/`, as the gate's do, and the check of an
-interval is GRPO's (`harness/algorithms/grpo/live.py`).
+- `LiveSession`: the sampling, the gathering of every rank's records, and the reports, whatever the algorithm;
+- `IntervalResult`, `Summary`, `expected_key`: what it reports of a checked interval and of the run;
+- every other public name (GRPO's `LiveCheck`, `live_reference`, `check_interval`, `merge_ranks`) is an algorithm's,
+  found through the registry: the `live` member of each registered algorithm (`harness.algorithms.Live`) names
+  its adapters and its check of an interval, loaded when first asked for.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from harness.algorithms.grpo.live import IntervalResult, Summary, check_interval, expected_key, merge_ranks
-
-    from .session import LiveCheckFailed, LiveConfigError, LiveSession
+from typing import Any
 
 __all__ = ["IntervalResult", "LiveCheck", "LiveCheckFailed", "LiveConfigError", "LiveSession", "Summary",
            "check_interval", "expected_key", "live_reference", "merge_ranks"]  # fmt: skip
 
 
-GRPO_NAMES = ("IntervalResult", "Summary", "check_interval", "expected_key", "merge_ranks")
-"""The names of the check of an interval, GRPO's (harness/algorithms/grpo/live.py)."""
+INTERVAL_NAMES = ("IntervalResult", "Summary", "expected_key")
+"""The names of what is reported of an interval (harness/live/interval.py)."""
 SESSION_NAMES = ("LiveCheckFailed", "LiveConfigError", "LiveSession")
 """The names of the sampling and the reports (harness/live/session.py)."""
 
@@ -33,21 +25,21 @@ SESSION_NAMES = ("LiveCheckFailed", "LiveConfigError", "LiveSession")
 def __getattr__(name: str) -> Any:
     """Each public name, imported when first asked for: importing the package imports nothing else (not even torch),
     so that `python -m harness.live` without a module it needs says so in one line (harness/needs.py) rather than
-    failing on the package's import; and the check itself never imports a trainer's adapter."""
-    if name == "LiveCheck":
-        from .targets.trl import LiveCheck
+    failing on the package's import. A name not of live mode's own is the first registered algorithm's whose live
+    mode gives it."""
+    if name in INTERVAL_NAMES:
+        from . import interval
 
-        return LiveCheck
-    if name == "live_reference":
-        from .targets.reference import live_reference
-
-        return live_reference
-    if name in GRPO_NAMES:
-        from harness.algorithms.grpo import live
-
-        return getattr(live, name)
+        return getattr(interval, name)
     if name in SESSION_NAMES:
         from . import session
 
         return getattr(session, name)
+    if not name.startswith("__"):
+        from harness import algorithms
+
+        for algorithm in algorithms.with_live():
+            live = algorithms.get(algorithm).live
+            if name in dict(live.names):
+                return live.load(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

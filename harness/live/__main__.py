@@ -1,4 +1,5 @@
-"""`python -m harness.live --target trl-grpo | reference-grpo` (harness/live/targets/demo.py)."""
+"""`python -m harness.live --target NAME`: the demonstration of live mode that NAME's algorithm declares
+(harness/live/demo.py)."""
 
 import sys
 
@@ -6,7 +7,7 @@ from harness import needs
 
 
 def main() -> int:
-    from harness.live.targets.demo import main  # inside the guard: what it cannot import is said in one line
+    from harness.live.demo import main  # inside the guard: what it cannot import is said in one line
 
     return main()
 

@@ -2,8 +2,9 @@
 every rank's records, the check, and its reports (a line per checked interval in the run's log, the verdict beside
 the logged values for the trainer's loggers, a JSON report per checked interval, a summary at the end).
 
-The trainer adapters (trl.py, reference.py) say when an interval starts and when the trainer logs it; this
-class never touches the trainer or its numbers.
+The trainer adapters (an algorithm's, e.g. GRPO's harness/algorithms/grpo/targets/live/) say when an interval starts
+and when the trainer logs it, and hand over the algorithm's check of an interval (`checks`); this class never
+touches the trainer or its numbers, and names no algorithm.
 
 Live mode never harms the run it checks: no exception of the check (the gather, the oracle, the diagnosis, the
 reports) leaves `check`; the interval is reported as not checked in one WARNING line and the run goes on
@@ -27,18 +28,9 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.algorithms.grpo.expect import Settings
-from harness.algorithms.grpo.live import (
-    Geometry,
-    IntervalResult,
-    Summary,
-    check_interval,
-    failing,
-    verdict_line,
-)
 from harness.errors import HarnessConfigError
-from harness.instrument.loss import LossRecord
 
+from .interval import IntervalResult, Summary, failing, verdict_line
 from .ranks import Unsendable, gather_records, rank_and_world
 
 logger = logging.getLogger("harness.live")
@@ -152,7 +144,10 @@ class LiveSession:
     files); it is created and test-written here. `raise_on_failure`: end the run after a failing interval, through
     the trainer's own control (the adapters ask `stop_for`). `log_expected`: add the verdict (`live/<name>_expected`,
     `_gap`, `_pass`, `live/pass`) to the trainer's logs of a checked interval. `max_intervals`: stop checking after
-    this many intervals. Every option is validated here (LiveConfigError, a ValueError, naming it).
+    this many intervals. `checks`: the algorithm's check of an interval, an object (its module) whose
+    `check_interval(per_rank, logged, settings, interval, step, geometry)` returns an `IntervalResult`; without one
+    (None) each sampled interval is reported as not checked. Every option is validated here
+    (LiveConfigError, a ValueError, naming it).
     """
 
     def __init__(
@@ -164,7 +159,9 @@ class LiveSession:
         raise_on_failure: bool = False,
         log_expected: bool = True,
         max_intervals: int | None = None,
+        checks: Any = None,
     ) -> None:
+        self.checks = checks
         self.every = _count("every", every, 1)
         self.first = _count("first", first, 1)
         self.raise_on_failure = _flag("raise_on_failure", raise_on_failure)
@@ -194,7 +191,7 @@ class LiveSession:
         cap = f", at most {self.max_intervals}" if self.max_intervals is not None else ""
         return f"log{'s' if len(logs) > 1 else ''} {', '.join(map(str, logs))}{more}{cap}"
 
-    def arm(self, settings: Settings | None, what: str = "") -> None:
+    def arm(self, settings: Any, what: str = "") -> None:
         """The run's one line saying the live check is on: what it checks, at which precision, where it reports."""
         if not self._main():
             return
@@ -233,13 +230,13 @@ class LiveSession:
 
     def check(
         self,
-        records: Sequence[LossRecord],
+        records: Sequence[Any],
         logged: MutableMapping[str, Any],
-        settings: Settings,
+        settings: Any,
         interval: int,
         step: int,
         history: MutableMapping[str, Any] | None = None,
-        geometry: Geometry | None = None,
+        geometry: Any = None,
         unusable: str = "",
     ) -> IntervalResult | None:
         """Check this rank's `records` of one interval, pooled with every other rank's, against `logged`; report
@@ -249,7 +246,9 @@ class LiveSession:
         result = None
         with self.guard(interval, step, "the check"):
             per_rank = gather_records(Unsendable(unusable) if unusable else records)
-            result = check_interval(per_rank, logged, settings, interval, step, geometry)
+            if self.checks is None:
+                raise LiveConfigError("no check of an interval was given (checks=None)")
+            result = self.checks.check_interval(per_rank, logged, settings, interval, step, geometry)
         if result is None:
             return None
         self.results.append(result)

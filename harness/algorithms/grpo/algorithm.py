@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.algorithms import Mutation
+from harness.algorithms import Live, Mutation
 from harness.contract import Contract
 
 from .instruments import INSTRUMENTS
@@ -33,6 +33,17 @@ TARGETS = {
 package's install extras it needs (`trl`: today's TRL)."""
 TARGETS_WITH_ARGUMENT = {"trl-grpo": "harness.algorithms.grpo.targets.trl:build_for [trl]"}
 """`NAME:ARGUMENT` targets: a function of ARGUMENT that returns the factory (`trl-grpo:my_pkg.grpo_trainer`)."""
+LIVE = Live(
+    names=(
+        ("LiveCheck", "harness.algorithms.grpo.targets.live.trl:LiveCheck"),
+        ("live_reference", "harness.algorithms.grpo.targets.live.reference:live_reference"),
+        ("check_interval", "harness.algorithms.grpo.live:check_interval"),
+        ("merge_ranks", "harness.algorithms.grpo.live:merge_ranks"),
+    ),
+    demo="harness.algorithms.grpo.targets.live.demo:main",
+)
+"""Live mode (docs/live.md): `LiveCheck` for TRL's GRPOTrainer, `live_reference` for the reference trainer, the check
+of an interval, and the demonstration of `python -m harness.live --target trl-grpo | reference-grpo`."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,7 @@ class GRPOAlgorithm:
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""
+    live: Live | None = LIVE
     mutation: Mutation | None = Mutation(
         ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", "reference_trainers/common.py"),
         "equivalent_grpo.toml",

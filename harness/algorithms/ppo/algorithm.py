@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.algorithms import Mutation
+from harness.algorithms import Live, Mutation
 from harness.contract import Contract
 
 from .instruments import INSTRUMENTS
@@ -48,6 +48,8 @@ class PPOAlgorithm:
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""
+    live: Live | None = None
+    """No live mode."""
     mutation: Mutation | None = Mutation(
         ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", "reference_trainers/common.py"),
         "equivalent.toml",

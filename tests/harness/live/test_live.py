@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from harness.algorithms.grpo.expect import Settings
-from harness.algorithms.grpo.live import PASS_KEY, gap_key, pass_key
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval, expected_key, live_reference, merge_ranks
+from harness.live.interval import PASS_KEY, gap_key, pass_key
 from tests.harness.live import runs
 from tests.harness.live.runs import TIMINGS, train_trl
 

@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from harness.algorithms.grpo.live import PASS_KEY, gap_key, pass_key
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.live import LiveConfigError, LiveSession, expected_key, live_reference
+from harness.live.interval import PASS_KEY, gap_key, pass_key
 from tests.harness.live import runs
 from tests.harness.live.runs import train_trl, trained
 
@@ -152,7 +152,8 @@ def _inject(fault: str, monkeypatch, report_dir) -> str:
     import harness.live.session as session
 
     if fault == "check":
-        monkeypatch.setattr(session, "check_interval", _once(RuntimeError("the oracle broke"))(session.check_interval))
+        broken = _once(RuntimeError("the oracle broke"))(grpo_live.check_interval)
+        monkeypatch.setattr(grpo_live, "check_interval", broken)
         return "live check log 1 (step 1): not checked (the check: RuntimeError: the oracle broke); the run goes on"
     if fault == "diagnosis":
         broken = _once(ValueError("no pooling fits"))(grpo_live.diagnose_interval)
@@ -204,7 +205,7 @@ def test_a_fault_of_the_check_is_one_warning_and_the_run_goes_on(fault, bare_log
 
 @pytest.mark.trl
 def test_a_recorder_that_cannot_be_installed_leaves_the_interval_unchecked(bare_logs, monkeypatch, caplog):
-    import harness.live.targets.trl as adapter
+    import harness.algorithms.grpo.targets.live.trl as adapter
 
     monkeypatch.setattr(adapter, "live_recorder", _once(RuntimeError("no such method"))(adapter.live_recorder))
     run, live, logs = checked_run(caplog, every=1)
@@ -216,7 +217,7 @@ def test_a_recorder_that_cannot_be_installed_leaves_the_interval_unchecked(bare_
 
 @pytest.mark.trl
 def test_a_trainer_the_check_cannot_hold_trains_unchecked(bare_logs, monkeypatch, caplog):
-    import harness.live.targets.trl as adapter
+    import harness.algorithms.grpo.targets.live.trl as adapter
     from harness.errors import HarnessConfigError
 
     def not_grpo(trainer):
@@ -231,12 +232,12 @@ def test_a_trainer_the_check_cannot_hold_trains_unchecked(bare_logs, monkeypatch
 
 
 def test_reference_fault_of_the_check_is_one_warning(monkeypatch, caplog):
-    import harness.live.session as session
+    import harness.algorithms.grpo.live as grpo_live
     from harness.algorithms.grpo.targets.reference import factory
 
     spec = GRPOSpec(max_steps=3, gradient_accumulation_steps=2, logging_steps=1, beta=0.04)
     bare = factory(spec).trainer.train()
-    monkeypatch.setattr(session, "check_interval", _once(RuntimeError("the oracle broke"))(session.check_interval))
+    monkeypatch.setattr(grpo_live, "check_interval", _once(RuntimeError("the oracle broke"))(grpo_live.check_interval))
     run = factory(spec)
     with caplog.at_level(logging.INFO, logger="harness.live"), live_reference(run.trainer, every=1) as live:
         history = run.trainer.train()

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from harness.algorithms import Mutation
+from harness.algorithms import Live, Mutation
 from harness.compare import compare
 from harness.contract import Contract
 from harness.errors import HarnessConfigError
@@ -151,6 +151,8 @@ class TokenMeanAlgorithm:
     )
     """Its curated mutants are in its own folder (mutants/), their classes beside them."""
     contract: Contract = Contract(version=1, document="tests/support/third_algorithm/README.md")
+    live: Live | None = Live(names=(("tokenmean_check", "tokenmean.live:check_interval"),), demo="tokenmean.live:main")
+    """Its live mode (live.py): `harness.live.tokenmean_check`, and `python -m harness.live --target tokenmean-...`."""
 
     @property
     def scenarios(self) -> Sequence[Scenario]:

@@ -26,14 +26,15 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from harness.algorithms.grpo import live as checks
 from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.live import Geometry
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
-
-from ..session import LiveConfigError, LiveSession, logger
+from harness.live.interval import Held
+from harness.live.session import LiveConfigError, LiveSession, logger
 
 
 def find_trainer(callback: Any) -> Any:
@@ -134,7 +135,7 @@ def _saves(args: Any) -> bool:
     return str(getattr(strategy, "value", strategy)) != "no"
 
 
-class LiveCheck(TrainerCallback):
+class LiveCheck(TrainerCallback, Held):
     """A transformers callback that checks one logging interval in `every` of a TRL GRPO run while it trains.
 
     `every`, `first` (counted from 1: the logs `first`, `first + every`, ...), `report_dir`, `raise_on_failure`,
@@ -169,7 +170,7 @@ class LiveCheck(TrainerCallback):
             raise LiveConfigError(f"live check: trainer={type(trainer).__name__} is not a transformers Trainer "
                                   "(it has no callback_handler)")  # fmt: skip
         self.session = LiveSession(every, first=first, report_dir=report_dir, raise_on_failure=raise_on_failure,
-                                   log_expected=log_expected, max_intervals=max_intervals)  # fmt: skip
+                                   log_expected=log_expected, max_intervals=max_intervals, checks=checks)  # fmt: skip
         self.trainer, self.logit_gaps = trainer, logit_gaps
         self.settings: Settings | None = None
         self.geometry: Geometry | None = None
@@ -180,23 +181,6 @@ class LiveCheck(TrainerCallback):
         self._interval = 0
         self._handler_on_log = None
         self._disabled = ""
-
-    @property
-    def summary(self):
-        return self.session.summary
-
-    @property
-    def results(self):
-        return self.session.results
-
-    @property
-    def failed(self) -> bool:
-        """Whether a checked interval failed."""
-        return self.session.failed
-
-    def raise_if_failed(self) -> None:
-        """Raise `LiveCheckFailed` for the first failing interval (after `train()`), if any."""
-        self.session.raise_if_failed()
 
     # -- transformers' events ------------------------------------------------
 

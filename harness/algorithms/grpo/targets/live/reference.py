@@ -22,12 +22,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from harness.algorithms.grpo import live as checks
 from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.live import Geometry
 from harness.algorithms.grpo.targets.reference import micro_step_fields
 from harness.instrument.loss_recorder import LossRecorder
-
-from ..session import LiveSession
+from harness.live.interval import Held
+from harness.live.session import LiveSession
 
 SETTINGS = tuple(name for name in Settings.__dataclass_fields__ if name != "dtype")
 
@@ -39,7 +40,7 @@ def reference_settings(trainer: Any) -> Settings:
                     dtype=str(dtype).removeprefix("torch.") if dtype is not None else "float32")  # fmt: skip
 
 
-class ReferenceLive:
+class ReferenceLive(Held):
     """The live check's hold on one reference trainer (what `live_reference` yields)."""
 
     def __init__(self, trainer: Any, session: LiveSession) -> None:
@@ -55,23 +56,6 @@ class ReferenceLive:
         self.max_steps: int | None = None
         """The config's `max_steps` before `raise_on_failure` ended the run (None: it did not)."""
         self.rank = int(trainer.accelerator.process_index)
-
-    @property
-    def summary(self):
-        return self.session.summary
-
-    @property
-    def results(self):
-        return self.session.results
-
-    @property
-    def failed(self) -> bool:
-        """Whether a checked interval failed."""
-        return self.session.failed
-
-    def raise_if_failed(self) -> None:
-        """Raise `LiveCheckFailed` for the first failing interval (after the run), if any."""
-        self.session.raise_if_failed()
 
     def _fields(self, batch, rows, denominator) -> dict[str, Any]:
         return micro_step_fields(batch, rows, int(self.trainer.step), self.rank)
@@ -136,7 +120,7 @@ def live_reference(trainer: Any, every: int = 20, **session: Any) -> Iterator[Re
     `raise_on_failure`, a failing interval ends `trainer.train()` after its step (its loop's own bound,
     `config.max_steps`, lowered to the steps done until the context closes): `train()` returns, `live.failed` is
     True and `live.raise_if_failed()` raises `LiveCheckFailed`."""
-    live = ReferenceLive(trainer, LiveSession(every, **session))
+    live = ReferenceLive(trainer, LiveSession(every, checks=checks, **session))
     live.session.arm(live.settings, f"{type(trainer).__name__} (reference loop)")
     previous = trainer.__dict__.get("window_step")
     trainer.window_step = live.window_step(trainer.window_step)
