@@ -5,7 +5,11 @@ nothing never passes.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection, Mapping, Sequence
+
 from harness.instrument.observe import Observation, Ran
+from harness.oracle.numbers import as_float
 from harness.verdict import Check
 
 RAISED = "the trainer raised during the run"
@@ -38,3 +42,21 @@ def require(check: Check, condition: object, missing: str) -> bool:
     if not condition:
         check.fail(f"{missing}: the scenario did not test what it should")
     return bool(condition)
+
+
+def require_logged(check: Check, logs: Mapping[str, object], names: Sequence[str], where: str,
+                   lacking: Collection[str] = ()) -> bool:  # fmt: skip
+    """True when `logs` holds every one of `names` but those in `lacking` (which it may leave out), each a finite
+    number; else the check fails, each reason beginning with `where`: the names never logged, the values that are
+    not numbers (a string, a tensor of more than one element) and the non-finite ones."""
+    missing = [n for n in names if n not in logs and n not in lacking]
+    numbers = {n: as_float(logs[n]) for n in names if n in logs}
+    strange = [f"{n}={logs[n]!r}" for n, x in numbers.items() if x is None]
+    bad = [f"{n}={logs[n]}" for n, x in numbers.items() if x is not None and not math.isfinite(x)]
+    if missing:
+        check.fail(f"{where}: the trainer never logged {', '.join(missing)}")
+    if strange:
+        check.fail(f"{where}: logged values that are not numbers {', '.join(strange)}")
+    if bad:
+        check.fail(f"{where}: non-finite logged values {', '.join(bad)}")
+    return not (missing or strange or bad)

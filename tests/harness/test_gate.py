@@ -125,6 +125,14 @@ def test_a_nan_metric_fails():
     assert not result.passed and "val/ratio=nan" in result.message
 
 
+def test_a_logged_value_that_is_not_a_number_fails_not_raises():
+    """A logged string fails the check saying so (`float(x)` raised on it: a harness error, ValueError)."""
+    logs = dict(GOOD_LOGS, **{"val/ratio": "high", "val/ratio_var": 0.0, "policy/approxkl_avg": 0.0})
+    logs["policy/clipfrac_avg"] = 0.0
+    result = check("lr0_ratio[epochs=1]", FixedCache(observation(scenarios.LR0, [logs])))
+    assert not result.passed and "logged values that are not numbers val/ratio='high'" in result.message
+
+
 def test_no_optimizer_step_fails_the_gradient_checks():
     cache = FixedCache(observation(scenarios.LR0, [dict(GOOD_LOGS)]))
     assert not check("gradient_partition", cache).passed

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation, ObservationCache
-from harness.oracle.numbers import finite_float
-from harness.require import require_ran
+from harness.require import require_logged, require_ran
 from harness.verdict import Check
 
 from .contract import OPTIONAL, POLICY_LOSS
@@ -24,9 +23,10 @@ from .view import IntervalView, view_of
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check,
                  may_lack: Mapping[int, Sequence[str]] | None = None) -> bool:  # fmt: skip
-    """One log per interval, each with every name as a finite number; otherwise the check fails, saying which.
-    `may_lack` maps a log's index to the names it may leave out (a note says so): the extremes of an interval
-    with no token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md, section 8)."""
+    """One log per interval, each with every name as a finite number (`require_logged`); otherwise the check
+    fails, saying which. `may_lack` maps a log's index to the names it may leave out (a note says so): the
+    extremes of an interval with no token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md,
+    section 8)."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
@@ -38,13 +38,7 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check,
         if lacking:
             check.note(f"log {i + 1} has no token and leaves out {', '.join(lacking)} (the contract logs 0): "
                        f"not checked there")  # fmt: skip
-        missing = [n for n in names if n not in logs and n not in lacking]
-        bad = [f"{n}={logs[n]}" for n in names if n in logs and finite_float(logs[n]) is None]
-        if missing:
-            check.fail(f"log {i + 1} ({obs.spec.split_label}): the trainer never logged {', '.join(missing)}")
-        if bad:
-            check.fail(f"log {i + 1} ({obs.spec.split_label}): non-finite logged values {', '.join(bad)}")
-        if missing or bad:
+        if not require_logged(check, logs, names, f"log {i + 1} ({obs.spec.split_label})", lacking):
             return False
     return True
 

@@ -6,12 +6,11 @@ run did not show what the scenario needs, so that a check that saw nothing never
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
-from harness.require import require_ran
+from harness.require import require_logged, require_ran
 from harness.tolerances import tolerance
 from harness.verdict import Check
 
@@ -42,22 +41,15 @@ def logprob_problems(ran: Ran, dtype: str) -> list[str]:
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
-    """Every update logged every name as a finite number; otherwise the check fails, saying which."""
+    """Every update logged every name as a finite number (`require_logged`); otherwise the check fails, saying which."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
     if len(ran.logs) != obs.spec.total_updates:
         check.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(ran.logs)}")
         return False
-    where = f" ({obs.spec.split_label})"
     for i, logs in enumerate(ran.logs):
-        missing = [n for n in names if n not in logs]
-        bad = [f"{n}={logs[n]}" for n in names if n in logs and not math.isfinite(float(logs[n]))]
-        if missing:
-            check.fail(f"update {i + 1}{where}: the trainer never logged {', '.join(missing)}")
-        if bad:
-            check.fail(f"update {i + 1}{where}: non-finite logged values {', '.join(bad)}")
-        if missing or bad:
+        if not require_logged(check, logs, names, f"update {i + 1} ({obs.spec.split_label})"):
             return False
     return True
 

@@ -165,7 +165,8 @@ def test_the_reference_passes_and_a_missing_or_nan_metric_fails(reference_cache,
     assert {r.window for r in records} == {0, 1, 2, 3} and all(r.old_logps is not None for r in records)
     assert all(r.logps.dtype == torch.float64 and r.completion_mask.dtype == torch.bool for r in records)
     for change, why in ((lambda log: log.pop("kl"), "never logged kl"),
-                        (lambda log: log.update(entropy=math.nan), "entropy=nan")):  # fmt: skip
+                        (lambda log: log.update(entropy=math.nan), "non-finite logged values entropy=nan"),
+                        (lambda log: log.update(entropy="high"), "not numbers entropy='high'")):  # fmt: skip
         logs = [dict(log) for log in obs.ran.logs]
         change(logs[0])
         broken = Observation(obs.spec, ran(logs, records))
