@@ -244,7 +244,7 @@ def test_rollout_candidates_match_slow_recomputations():
 def test_running_accumulation_counter_is_named():
     from types import SimpleNamespace
 
-    from harness.algorithms.ppo.scenarios import running_counter
+    from harness.algorithms.ppo.gradient_scenarios import minibatch_counter
 
     def trace(*ends):
         starts = (0,) + tuple(e + 1 for e in ends[:-1])
@@ -252,10 +252,10 @@ def test_running_accumulation_counter_is_named():
         return SimpleNamespace(backwards=tuple(range(ends[-1] + 1)), steps=steps)
 
     # micro-batches 4+2 per minibatch, gradient_accumulation_steps 3: steps after micro-batches 3 and 6
-    found = running_counter(trace(2, 5), per_minibatch=2, accumulation=3)
+    found = minibatch_counter(trace(2, 5), per_minibatch=2, accumulation=3)
     assert found.classes == (15,) and "micro-batches 3 and 6" in found.formula and "(class" not in found.formula
-    assert running_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) is None  # the right boundaries
-    assert running_counter(trace(2, 4), per_minibatch=2, accumulation=3) is None  # off them, but no counter of 3
+    assert minibatch_counter(trace(1, 3, 5, 7), per_minibatch=2, accumulation=3) is None  # the right boundaries
+    assert minibatch_counter(trace(2, 4), per_minibatch=2, accumulation=3) is None  # off them, but no counter of 3
 
 
 def test_diagnosed_classes_read_check_diagnoses_and_keep_a_combinations_tie():

@@ -11,8 +11,7 @@ from __future__ import annotations
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import ObservationCache, grad_copies
-from harness.oracle.gradients import applied_gap, largest_gap
-from harness.oracle.gradients import running_counter as counter_diagnosis
+from harness.oracle.gradients import applied_gap, largest_gap, running_counter
 from harness.require import require_ran
 from harness.scenario import Case
 from harness.tolerances import tolerance
@@ -53,11 +52,11 @@ def gradient_partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     return check.finish()
 
 
-def running_counter(grads, per_minibatch: int, accumulation: int) -> Diagnosis | None:
+def minibatch_counter(grads, per_minibatch: int, accumulation: int) -> Diagnosis | None:
     """The class-15 diagnosis, or None: the steps fall off the minibatch boundaries (multiples of `per_minibatch`),
     each after a multiple of `accumulation` micro-batches counted across the whole run."""
     aligned = lambda after: per_minibatch < 1 or all(a % per_minibatch == 0 for a in after)  # noqa: E731
-    return counter_diagnosis(grads, accumulation, aligned, f"minibatches of {per_minibatch}", "minibatches")
+    return running_counter(grads, accumulation, aligned, f"minibatches of {per_minibatch}", "minibatches")
 
 
 def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
@@ -88,7 +87,7 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
                        f"{spec.max_grad_norm}")  # fmt: skip
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
-    counter = running_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
+    counter = minibatch_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
     if counter is not None:
         check.diagnose(counter)
     gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]

@@ -26,7 +26,6 @@ from .gradient_scenarios import (
     gradient_decomposition,
     gradient_partition,
     logp_gradient,
-    running_counter,
 )
 from .partitions import partition_invariance
 from .poolings import diagnose_identities
@@ -36,7 +35,7 @@ from .scores import update_scores
 from .spec import ScenarioSpec
 from .tolerances import TOLERANCES
 
-__all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN", "running_counter"]  # names other modules import from here
+__all__ = ["GRADIENT_CUTS", "LR0", "UNEVEN"]  # names other modules import from here
 
 PROFILES = {
     "temperature": {"temperature": 0.7},
