@@ -9,7 +9,7 @@ import torch
 
 from harness.algorithms.ppo.contract import POOLED_MEANS
 from harness.algorithms.ppo.expect import pooled
-from harness.algorithms.ppo.poolings import Geometry, candidates
+from harness.algorithms.ppo.poolings import AccumulationSlots, candidates
 from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.algorithms.ppo.view import MicroBatchView
 from harness.diagnose import NO_MATCH, Candidate, diagnose
@@ -17,7 +17,7 @@ from harness.instrument.records import LogProbCall, MaskedMeanCall, Site
 from harness.verdict import MetricStatus, MetricVerdict
 
 T = 5
-GEO = Geometry(slots=3, passes=2, per_pass=2)
+GEO = AccumulationSlots(slots=3, passes=2, per_pass=2)
 LENGTHS = [[5, 3, 2, 4], [1, 3], [5, 5, 2, 0], [2, 4]]
 """Response lengths (R counts) of 4 micro-batches: two minibatches of 4+2 rows, 3 accumulation slots each."""
 

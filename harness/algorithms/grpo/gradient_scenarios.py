@@ -84,7 +84,7 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     spec = obs.spec
     try:
-        gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.Geometry.of(spec))
+        gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.WindowWeights.of(spec))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()
@@ -135,7 +135,7 @@ def explained(verdict: MetricVerdict, gap: gradients.Gaps, spec: GRPOSpec) -> Me
     """A failing verdict with its token in words (its reason) and its diagnosis; any other as it is."""
     if verdict.status is not MetricStatus.FAIL:
         return verdict
-    diagnosis, why = gradient_formulas.diagnose(gap, gradients.Geometry.of(spec).settings, spec.dtype)
+    diagnosis, why = gradient_formulas.diagnose(gap, gradients.WindowWeights.of(spec).settings, spec.dtype)
     words = gradient_formulas.worded(gap, spec.dtype)
     said = {"reason": words, "wording": Wording.CHECK} if words else {}
     return dataclasses.replace(verdict, where=spec.split_label, diagnosis=diagnosis, diagnosis_reason=why, **said)

@@ -43,8 +43,9 @@ METRIC = "gradient/logp_relative"
 
 
 @dataclass(frozen=True)
-class Geometry:
-    """What the window weights need beyond the records: the trainer settings and the number of ranks."""
+class WindowWeights:
+    """What the window weights (`window_weights`) need beyond the records: the trainer settings, the steps per
+    generation, the iterations per generation and the number of ranks."""
 
     settings: Settings
     steps_per_generation: int
@@ -52,11 +53,14 @@ class Geometry:
     world: int = 1
 
     @classmethod
-    def of(cls, spec: Any, world: int = 1) -> Geometry:
+    def of(cls, spec: Any, world: int = 1) -> WindowWeights:
         return cls(Settings.of(spec), spec.generation_steps, spec.num_iterations, world)
 
 
-def generation_tokens(records: Sequence[LossRecord], g: Geometry) -> dict[int, float]:
+Geometry = WindowWeights  # the name live mode (harness/algorithms/grpo/live.py) builds it by
+
+
+def generation_tokens(records: Sequence[LossRecord], g: WindowWeights) -> dict[int, float]:
     """Completion tokens of each generation batch, every rank: each pass covers the batch once. A generation that
     did not run all its steps_per_generation * num_iterations micro-batches on every rank has no count."""
     tokens: dict[int, float] = {}
@@ -69,7 +73,7 @@ def generation_tokens(records: Sequence[LossRecord], g: Geometry) -> dict[int, f
     return {gen: tokens[gen] / g.num_iterations for gen in tokens if runs[gen] == full}
 
 
-def window_weights(records: Sequence[LossRecord], g: Geometry, generations: dict[int, float]
+def window_weights(records: Sequence[LossRecord], g: WindowWeights, generations: dict[int, float]
                    ) -> list[torch.Tensor]:  # fmt: skip
     """d(window loss) / d l_t of each record's tokens (B, T), times the number of ranks, zero off the mask.
     `records` are one window's micro-batches on every rank; `generations` the token count of each generation."""
@@ -176,7 +180,7 @@ def relative_gaps(got: torch.Tensor, want: torch.Tensor, keep: torch.Tensor, sca
     return torch.where(keep, relative, torch.zeros_like(want))
 
 
-def gaps(records: Sequence[LossRecord], g: Geometry) -> Gaps:
+def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
     """Recorded against formula over every micro-batch of every window (every rank's records together)."""
     if not records:
         raise NotRecomputable("the target recorded no loss inputs")

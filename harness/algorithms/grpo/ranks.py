@@ -92,7 +92,7 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
         return check.finish()
     records = [rec for r in ranks for rec in recorded(r).loss_inputs]
     try:
-        gap = gradients.gaps(records, gradients.Geometry.of(spec, world=len(ranks)))
+        gap = gradients.gaps(records, gradients.WindowWeights.of(spec, world=len(ranks)))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()

@@ -23,7 +23,7 @@ from harness.oracle.gradients import reductions
 from harness.verdict import Check, CheckId, CheckResult
 
 from . import gradients
-from .poolings import Geometry
+from .poolings import AccumulationSlots
 from .spec import ScenarioSpec
 from .tolerances import TOLERANCES
 from .view import UpdateView, run_view
@@ -41,7 +41,7 @@ def gradients_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: C
     if any(len(u) != spec.total_updates for u in per_rank):
         check.fail(f"spy saw {[len(u) for u in per_rank]} updates per rank, expected {spec.total_updates}")
         return check.finish()
-    per_minibatch = Geometry.of(spec).per_pass
+    per_minibatch = AccumulationSlots.of(spec).per_pass
     for index in range(spec.total_updates):
         updates = [u[index] for u in per_rank]
         logged, expected = logp_against_formula(updates, per_minibatch, spec, factors)

@@ -19,7 +19,7 @@ from harness.verdict import Check, CheckResult, Diagnosis
 
 from . import decomposition, gradients, value_gradients
 from .checks import require_view
-from .poolings import Geometry
+from .poolings import AccumulationSlots
 from .runs import GRADIENT_CUTS, LR0, UNEVEN, spec_for
 from .scores import update_scores
 from .spec import ScenarioSpec
@@ -87,7 +87,7 @@ def every_microbatch_applied(cache: ObservationCache, run: ScenarioSpec, case: C
                        f"{spec.max_grad_norm}")  # fmt: skip
     if grads.unapplied:
         check.fail(f"{len(grads.unapplied)} backward pass(es) never reached an optimizer step")
-    counter = minibatch_counter(grads, Geometry.of(spec).per_pass, spec.gradient_accumulation_steps)
+    counter = minibatch_counter(grads, AccumulationSlots.of(spec).per_pass, spec.gradient_accumulation_steps)
     if counter is not None:
         check.diagnose(counter)
     gaps = [(f"step {k + 1}", applied_gap(step, spec.max_grad_norm)) for k, step in enumerate(grads.steps)]
@@ -114,7 +114,7 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
     view = require_view(obs, check)
     if view is None:
         return check.finish()
-    per_minibatch = Geometry.of(obs.spec).per_pass
+    per_minibatch = AccumulationSlots.of(obs.spec).per_pass
     scores = update_scores(obs.ran, view.updates)
     for update, score in zip(view.updates, scores):
         for logged, expected, note in (
@@ -162,7 +162,7 @@ def gradient_decomposition(cache: ObservationCache, run: ScenarioSpec, case: Cas
         return check.finish()
     try:
         value = [g - p for g, p in zip(both, policy)]
-        want = decomposition.expected_steps(counts, policy, value, Geometry.of(a.spec).per_pass)
+        want = decomposition.expected_steps(counts, policy, value, AccumulationSlots.of(a.spec).per_pass)
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()

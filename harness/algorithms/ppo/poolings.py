@@ -29,8 +29,9 @@ from .view import MicroBatchView
 
 
 @dataclass(frozen=True)
-class Geometry:
-    """What the accumulation buffers of a split look like: slots per minibatch, minibatch passes, parts per pass."""
+class AccumulationSlots:
+    """What the accumulation buffers of a split look like: slots per minibatch, minibatch passes, parts (micro-batches)
+    per pass."""
 
     slots: int
     """gradient_accumulation_steps: the slots a (epochs, minibatches, accumulation) stats buffer has per minibatch."""
@@ -40,7 +41,7 @@ class Geometry:
     """Micro-batches per minibatch (the slots written)."""
 
     @classmethod
-    def of(cls, spec: ScenarioSpec) -> Geometry:
+    def of(cls, spec: ScenarioSpec) -> AccumulationSlots:
         passes = spec.num_ppo_epochs * spec.num_mini_batches
         return cls(spec.gradient_accumulation_steps, passes, len(spec.expected_rows()) // max(passes, 1))
 
@@ -55,7 +56,7 @@ def _means(parts: Sequence[Part]) -> list[float]:
     return [v / w if w else 0.0 for v, w in parts]
 
 
-def _slotted(parts: Sequence[Part], geo: Geometry) -> list[float] | None:
+def _slotted(parts: Sequence[Part], geo: AccumulationSlots) -> list[float] | None:
     """Every accumulation slot of every minibatch pass: the part means where written, zeros elsewhere."""
     if geo.per_pass >= geo.slots or len(parts) != geo.passes * geo.per_pass:
         return None
@@ -84,7 +85,7 @@ class Pooler:
 
     classes: tuple[int, ...]
     formula: str
-    value: Callable[[Sequence[Part], Geometry], float | None]
+    value: Callable[[Sequence[Part], AccumulationSlots], float | None]
     departures: int = 1
 
 
@@ -116,7 +117,7 @@ VARIANCE_POOLERS: tuple[Pooler, ...] = (
 """How val/ratio_var's parts (the ratio's, per micro-batch) are pooled. The first entry is the correct one."""
 
 
-def combine(rule: PartRule, pooler: Pooler, parts: Sequence[Part], geo: Geometry) -> Candidate | None:
+def combine(rule: PartRule, pooler: Pooler, parts: Sequence[Part], geo: AccumulationSlots) -> Candidate | None:
     """The candidate of `rule` pooled by `pooler`: None when it is the correct pooling, or not applicable."""
     departures = (1 if rule.classes else 0) + pooler.departures
     if departures == 0 or departures > 2:
@@ -133,7 +134,7 @@ STALE = (8,)
 """Class 8: the previous update's micro-batches pooled into this update's numbers (a buffer never reset)."""
 
 
-def candidates(name: str, micros: Sequence[MicroBatchView], geo: Geometry,
+def candidates(name: str, micros: Sequence[MicroBatchView], geo: AccumulationSlots,
                earlier: Sequence[MicroBatchView] = ()) -> list[Candidate]:  # fmt: skip
     """Every candidate for metric `name` (a pooled mean or val/ratio_var) over `micros`.
 
@@ -167,7 +168,7 @@ def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
     """At LR 0 (no records needed): every micro-batch's ratio mean is exactly 1, at every position too."""
     if name not in (RATIO_VAR_OF, RATIO_VAR):
         return []
-    geo = Geometry.of(spec)
+    geo = AccumulationSlots.of(spec)
     parts = [(float(rows), float(rows)) for rows in spec.expected_rows()]
     poolers = VARIANCE_POOLERS if name == RATIO_VAR else MEAN_POOLERS
     return [c for pooler in poolers if (c := combine(PARTS[0], pooler, parts, geo)) is not None]
@@ -179,7 +180,7 @@ def identity_candidates(name: str, spec: ScenarioSpec) -> list[Candidate]:
 def diagnose_pooled(verdicts: Sequence[MetricVerdict], micros: Sequence[MicroBatchView],
                     spec: ScenarioSpec, earlier: Sequence[MicroBatchView] = ()) -> list[MetricVerdict]:  # fmt: skip
     """The pooled-metric verdicts of one update with a diagnosis on each failure (`earlier`: the previous update's)."""
-    geo = Geometry.of(spec)
+    geo = AccumulationSlots.of(spec)
     names = [m.name for m in POOLED_MEANS] + [RATIO_VAR]
     return diagnosed(
         verdicts, {n: (lambda n=n: candidates(n, micros, geo, earlier)) for n in names}, spec.dtype, TOLERANCES

@@ -20,7 +20,7 @@ from tests.support.grpo_doubles import FixedCache, ran, record
 
 def formula(records, spec, world=1):
     """The expected recorded gradient of each record (B, T), float64."""
-    g = gradients.Geometry.of(spec, world=world)
+    g = gradients.WindowWeights.of(spec, world=world)
     weights = gradients.window_weights(records, g, gradients.generation_tokens(records, g))
     return [w * gradients.token_gradient(r, g.settings).value for r, w in zip(records, weights)]
 
@@ -54,7 +54,7 @@ def test_dapo_takes_the_generation_batch_and_the_windows_share_of_it():
     one = record([[1, 1, 1]], [[0.0] * 3], [1.0], window=0)
     two = record([[1, 0, 0]], [[0.0] * 3], [1.0], window=1)
     spec = GRPOSpec(loss_type="dapo", beta=0.0, gradient_accumulation_steps=1, steps_per_generation=2)
-    g = gradients.Geometry.of(spec)
+    g = gradients.WindowWeights.of(spec)
     generations = gradients.generation_tokens([one, two], g)
     assert generations == {0: 4.0}
     for r in (one, two):
