@@ -3,10 +3,9 @@
 1. The trainer under test never knows it is watched: nothing under `reference_trainers/` (nor under
    `reference_ppo/`, its earlier name) imports `harness`.
 2. The oracle never shares code with what it checks: no module of `harness/` imports a trainer
-   (`reference_trainers`, `reference_ppo`, `trl`) or a module of a `targets/` folder, except the targets themselves,
-   the target resolver (`harness/targets/__init__.py`, which loads targets by name at run time) and the DRIVERS,
-   the few modules that run a trainer themselves (live mode, the bench's live run): they import its target module,
-   never a trainer.
+   (`reference_trainers`, `reference_ppo`, `trl`) or a module of a `targets/` folder, except the targets themselves
+   and the target resolver (`harness/targets/__init__.py`, which loads targets by name at run time). Live mode and
+   the bench, which run a trainer themselves, find their algorithm's target modules through the registry.
 3. No import cycle in `harness/` or `mutants/`: the graph of their modules' imports, read with `ast` (imports inside
    functions and under TYPE_CHECKING too, relative ones resolved, and modules named in strings: a name handed to
    `importlib.import_module`, a `module:attr` path, a dotted module name), has no cycle.
@@ -59,11 +58,6 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 RESOLVER = ROOT / "harness" / "targets" / "__init__.py"
-DRIVERS = {
-    "harness.bench.live": "`python -m harness.bench --live` trains the run that its targets/live.py builds",
-}
-"""Modules (not under a `targets/` folder) that may import a target module, and why: each runs a trainer itself.
-Nothing of the gate's oracle is among them, and none of them imports a trainer."""
 
 
 def source_of(name: str) -> Path | None:
@@ -89,8 +83,7 @@ def rule_breaks(path: Path) -> list[str]:
         return sorted(n for n in names if n.split(".")[0] == "harness")
     if "targets" in path.relative_to(ROOT).parts:
         return []
-    driver = name.removesuffix(".__init__") in DRIVERS
-    return sorted(n for n in names if n.split(".")[0] in TRAINERS or (is_target_module(n) and not driver))
+    return sorted(n for n in names if n.split(".")[0] in TRAINERS or is_target_module(n))
 
 
 def sources(package: str) -> list[Path]:
@@ -120,8 +113,8 @@ def test_the_globs_cover_the_oracle_and_the_algorithm_folders():
         ("harness/algorithms/ppo/expect2.py", "from .targets.reference import factory\n"),
         ("harness/compare2.py", "from harness.algorithms.ppo.targets import trl\n"),
         ("harness/oracle/world.py", "from harness.targets.toy import toy_world\n"),
-        ("harness/bench/live2.py", "from .targets.live import trainer\n"),
-        ("harness/bench/live.py", "from reference_trainers import grpo\n"),  # a driver imports no trainer itself
+        ("harness/bench/live2.py", "from harness.algorithms.grpo.targets.live import bench\n"),
+        ("harness/bench/live.py", "from reference_trainers import grpo\n"),
         ("harness/live/__init__.py", "import trl\n"),
         ("harness/live/__init__.py", "from harness.algorithms.grpo.targets.live import trl\n"),  # no driver
         ("reference_trainers/watched.py", "from harness.instrument.spy import Spy\n"),
@@ -139,15 +132,6 @@ def test_targets_may_import_their_trainer():
     names = imported(path.read_text(encoding="utf-8"), module_name(path))
     assert any(n.startswith("reference_trainers") for n in names)
     assert rule_breaks(path) == []
-
-
-def test_a_driver_imports_its_target_module_plainly():
-    """The drivers import their target modules with a plain import, which rule 2 sees (no name in a string)."""
-    path = ROOT / "harness/bench/live.py"
-    names = imported(path.read_text(encoding="utf-8"), module_name(path))
-    assert any(is_target_module(n) for n in names)
-    assert rule_breaks(path) == []
-    assert all(source_of(name) for name in DRIVERS), "a driver that is gone"
 
 
 # ---------------------------------------------------------------- rule 3: no import cycle
@@ -297,7 +281,8 @@ def test_the_graph_sees_what_the_bench_and_live_mode_load():
     assert "harness.bench.live" in graph["harness.bench.cli"]  # inside main()
     assert "harness.live.session" in graph["harness.live"]  # inside __getattr__, relative
     assert "harness.algorithms.grpo.targets.live.reference" in graph["harness.algorithms.grpo.algorithm"]  # Live
-    assert "harness.bench.targets.scaled" in graph["harness.bench.sizes"]  # "harness.bench.targets.scaled:medium"
+    assert "harness.algorithms.ppo.targets.scaled" in graph["harness.algorithms.ppo.bench"]  # "...scaled:medium"
+    assert "harness.algorithms.ppo.bench" in graph["harness.algorithms.ppo.algorithm"]  # its Bench
     assert "harness.plugin" in graph["harness.cli"]  # pytest's `-p harness.plugin`
 
 

@@ -89,6 +89,27 @@ class Live:
         return getattr(importlib.import_module(module), attr)
 
 
+@dataclass(frozen=True)
+class Bench:
+    """What `python -m harness.bench` measures of an algorithm (docs/bench.md). Each is `module:attr` (or a module),
+    loaded only when the bench asks for it; None: the algorithm declares none."""
+
+    sizes: str | None = None
+    """A mapping: size name -> `harness.bench.sizes.Size`, the gate's runs the bench times."""
+    oracle: str | None = None
+    """The gate's oracle on one run, in the pieces the bench times: `view(run, records) -> (view, mask problems)`,
+    `expect(view, run, spec) -> expected metrics per update`, `compare(logs, expected, spec) -> verdicts`."""
+    live_run: str | None = None
+    """A module with `LiveBenchRun`, `pristine(run, device)` and `trainer(run, device, steps)`: the run that
+    `--live` trains bare and under its live mode's `live_reference`."""
+
+    def load(self, member: str) -> Any:
+        """What `member` names, imported."""
+        module, _, attr = getattr(self, member).partition(":")
+        loaded = importlib.import_module(module)
+        return getattr(loaded, attr) if attr else loaded
+
+
 class Algorithm(Protocol):
     """What the gate needs of an algorithm; every member is declared, none is probed for."""
 
@@ -113,6 +134,8 @@ class Algorithm(Protocol):
     live: Live | None
     """Its live mode: what `harness.live` gives of it and what `python -m harness.live` runs for its targets (None:
     it has none)."""
+    bench: Bench | None
+    """What `python -m harness.bench` measures of it (None: nothing)."""
     contract: Contract
     """Its contract's version, the document that defines it, and what changed in it since version 1
     (harness/contract.py): `python -m harness --version` prints the version, a target may pin one."""
@@ -151,7 +174,8 @@ class Algorithm(Protocol):
 
 MEMBERS = (
     "name", "default_target", "targets", "targets_with_argument", "instruments", "tolerances", "mutation", "live",
-    "contract", "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank", "rank_checks",
+    "bench", "contract", "scenarios", "run_spec", "parse_settings", "impossible_spec", "rank_specs", "for_rank",
+    "rank_checks",
 )  # fmt: skip
 """Every member of `Algorithm`, checked when an algorithm is loaded."""
 

@@ -41,7 +41,7 @@ import time
 from harness import needs
 
 from .measure import duration, machine_line
-from .sizes import SIZES, Size
+from .sizes import Size, declared
 
 GOALS = {"small": 1.15, "medium": 1.05, "large": 1.05}
 MIB = 1 << 20
@@ -130,6 +130,8 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     from .breakdown import PIECES, clocked
     from .measure import Clock, PeakMemory, bare_run, gate_run, steady_heap
 
+    oracle = declared("oracle")
+
     cuda = device.startswith("cuda")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # as verify_gpu runs
@@ -146,9 +148,9 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
 
     started = time.perf_counter()
     for _ in range(size.warmup):  # untimed: lazy imports, the trainer's source parsed once, CUDA context
-        gate_run(factory, spec, memory, clock)
+        gate_run(factory, spec, memory, clock, oracle)
     with clocked(device) as pieces:  # untimed: says where the gate's own time goes
-        profiled = gate_run(factory, spec, memory, clock)
+        profiled = gate_run(factory, spec, memory, clock, oracle)
     params = f"{profiled.params / 1e6:.1f}M" if profiled.params >= 1e6 else f"{profiled.params / 1e3:.1f}k"
     print(
         f"model      {model}, vocab {spec.vocab_size}: {params} trainable parameters"
@@ -158,8 +160,8 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
 
     arms = {
         "bare": lambda: bare_run(factory, spec, memory, clock),
-        "spied": lambda: gate_run(factory, spec, memory, clock),
-        **({"copies": lambda: gate_run(factory, spec, memory, clock, copies=True)} if copies else {}),
+        "spied": lambda: gate_run(factory, spec, memory, clock, oracle),
+        **({"copies": lambda: gate_run(factory, spec, memory, clock, oracle, copies=True)} if copies else {}),
     }
     # memory: one untimed run of each arm (the profiled run is the spied one) under the allocator's own settings,
     # before the steady heap below keeps what every run frees and so holds the process's high-water mark up
@@ -233,7 +235,8 @@ def small_extras(device: str) -> None:
     from harness.targets import resolve
 
     from .measure import recording_bytes
-    from .sizes import SMALL
+
+    SMALL = declared("sizes")["small"]
 
     factory = resolve(SMALL.target).factory
     small, large = (recording_bytes(factory, SMALL.spec.with_(vocab_size=v, device=device)) for v in (256, 32000))
@@ -244,10 +247,11 @@ def small_extras(device: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sizes = declared("sizes")  # the algorithm's (harness/algorithms/ppo/bench.py): its spec imports Hypothesis
     parser = argparse.ArgumentParser(
         prog="python -m harness.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="default: small (medium with --live)")
+    parser.add_argument("--size", choices=sorted(sizes), default=None, help="default: small (medium with --live)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the runs train (default cpu)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="the dtype the runs train in (default float32)")  # fmt: skip
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    size = SIZES[args.size or ("medium" if args.live else "small")]
+    size = sizes[args.size or ("medium" if args.live else "small")]
     if size.meant_for == "cuda" and args.device == "cpu" and not args.force:
         print(
             f"python -m harness.bench: --size {size.name} is meant for CUDA (three 1.1B models: ~50 GB in float32);"

@@ -1,18 +1,19 @@
 """`python -m harness.bench --live`: what the live check (harness/live/) costs a GRPO run of the medium bench model.
 
-The run (targets/live.py builds it): the reference GRPO trainer (reference_trainers/grpo.py) on the medium size's
-Llama (shapes.py: h=1024, L=4, vocabulary 32000, about 110M parameters, built from its config), completions of 128
-tokens after prompts of 16, 2 rows per micro-batch, 3 micro-batches per optimizer step, one log per step. Each run
+The run (the module an algorithm's `Bench.live_run` names builds it: GRPO's
+harness/algorithms/grpo/targets/live/bench.py): the reference GRPO trainer (reference_trainers/grpo.py) on the medium
+size's Llama (shapes.py: h=1024, L=4, vocabulary 32000, about 110M parameters, built from its config), completions of
+128 tokens after prompts of 16, 2 rows per micro-batch, 3 micro-batches per optimizer step, one log per step. Each run
 trains a copy of the same pristine policy from the same seed, so a bare run and a live-checked one sample the same
 tokens and do the same work, interval by interval.
 
-Side by side, alternating which goes first: a bare run, and a run under `live_reference(every=1)`, where every
-interval is checked (the loss recorder on, the records gathered, the oracle, the comparison, the reports). The
-extra CPU time of a checked interval is the median over intervals of (checked - bare) of the same interval; an
-interval that is not sampled has nothing of the trainer wrapped (`window_step`'s wrapper only asks whether the
-interval is sampled). So at one interval in `every` the overhead is 1 + extra / (every x the bare interval).
-With `--live-steps N` of at least `--live-every`, it also trains N steps bare and N steps under
-`live_reference(every=...)` and prints that ratio end to end.
+Side by side, alternating which goes first: a bare run, and a run under `live_reference(every=1)`, where every interval
+is checked (the loss recorder on, the records gathered, the oracle, the comparison, the reports). The extra CPU time of
+a checked interval is the median over intervals of (checked - bare) of the same interval; an interval that is not
+sampled has nothing of the trainer wrapped (`window_step`'s wrapper only asks whether the interval is sampled). So at
+one interval in `every` the overhead is 1 + extra / (every x the bare interval). With `--live-steps N` of at least
+`--live-every`, it also trains N steps bare and N steps under `live_reference(every=...)` and prints that ratio end to
+end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .measure import duration, machine_line
 from .shapes import MEDIUM_SHAPE
-from .targets.live import LiveBenchRun, pristine, trainer
+from .sizes import declared
 
 GOAL = 1.01
 """The live check's budget at one interval in 20: at most 1 % of the training time (docs/live.md)."""
@@ -47,11 +48,11 @@ class Intervals:
         return walls, cpus
 
 
-def timed(run: LiveBenchRun, device: str, steps: int, every: int | None, clock: Callable) -> tuple[list, list, float]:
+def timed(run, device: str, steps: int, every: int | None, clock: Callable) -> tuple[list, list, float]:
     """(interval walls, interval CPUs, the live checks' own CPU seconds) of one run; `every=None`: bare."""
     from harness.live import live_reference
 
-    built = trainer(run, device, steps)
+    built = declared("live_run").trainer(run, device, steps)
     stamps = Intervals()
     built.callbacks.append(stamps.stamp)
     clock()
@@ -85,8 +86,9 @@ def bench_live(device: str = "cpu", repeat: int = 2, every: int = 20, steps: int
         if cuda:
             torch.cuda.synchronize()
 
-    run = LiveBenchRun()
-    policy, _ = pristine(run, device)
+    builder = declared("live_run")
+    run = builder.LiveBenchRun()
+    policy, _ = builder.pristine(run, device)
     params = sum(p.numel() for p in policy.parameters())
     print(f"bench live | {device} float32 | {machine_line(device)}")
     print(f"model      {MEDIUM_SHAPE.describe()}, vocab {run.vocab_size}: {params / 1e6:.1f}M parameters; reference "

@@ -216,14 +216,10 @@ def bare_run(factory: Callable, spec, memory: PeakMemory, clock: Clock) -> BareR
     return BareRun(clock.now() - start, memory.peak(), before)
 
 
-def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: bool = False) -> GateRun:
+def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, oracle, copies: bool = False) -> GateRun:
     """Train once under the gate's instruments (keeping each step's .grad copy when `copies`), then check the
-    run as the gate does."""
-    from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT
-    from harness.algorithms.ppo.expect import expected_metrics
-    from harness.algorithms.ppo.tolerances import TOLERANCES
-    from harness.algorithms.ppo.view import build_view
-    from harness.compare import compare
+    run as the gate does, with the algorithm's `oracle` (`Bench.oracle`: its view, expectations and comparison,
+    each timed)."""
     from harness.instrument.observe import instrumented, tracks
 
     run = factory(spec)
@@ -235,23 +231,11 @@ def gate_run(factory: Callable, spec, memory: PeakMemory, clock: Clock, copies: 
     trained = clock.now()
     trace = grads.trace()  # a bench target that lost the tracked sums raises here (observe would train it again)
     records = recording.payload(run).records  # as observe keeps them: with the gradients their backward passes brought
-    view = build_view(records, run.stop_token_id, run.pad_token_id, getattr(run, "site_map", None))
-    problems = tuple(p for update in view.updates for p in update.mask_problems())
+    view, problems = oracle.view(run, records)
     viewed = clock.now()
-    scores = getattr(run, "scores", None) or [None] * len(view.updates)
-    expected = [
-        expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores=score)
-        for update, score in zip(view.updates, scores)
-    ]
+    expected = oracle.expect(view, run, spec)
     expected_at = clock.now()
-    names = (*POOLED_STATS, *ROLLOUT)
-    verdicts = [
-        v
-        for logged, want in zip(logs, expected)
-        for v in compare(
-            {n: logged[n] for n in names if n in logged}, {n: want[n] for n in names}, spec.dtype, TOLERANCES
-        )
-    ]
+    verdicts = oracle.compare(logs, expected, spec)
     compared = clock.now()
     peak = memory.peak()
     statuses: dict[str, int] = {}

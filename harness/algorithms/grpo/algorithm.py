@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.algorithms import Live, Mutation
+from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
 
 from .instruments import INSTRUMENTS
@@ -60,6 +60,8 @@ class GRPOAlgorithm:
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""
     live: Live | None = LIVE
+    bench: Bench | None = Bench(live_run="harness.algorithms.grpo.targets.live.bench")
+    """The run `python -m harness.bench --live` measures under `live_reference` (targets/live/bench.py)."""
     mutation: Mutation | None = Mutation(
         ("reference_trainers/grpo.py", "reference_trainers/grpo_config.py", "reference_trainers/common.py"),
         "equivalent_grpo.toml",

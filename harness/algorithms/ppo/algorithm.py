@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.algorithms import Live, Mutation
+from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
 
 from .instruments import INSTRUMENTS
@@ -50,6 +50,10 @@ class PPOAlgorithm:
     """Its contract's version and history (versions.py; harness/contract.py)."""
     live: Live | None = None
     """No live mode."""
+    bench: Bench | None = Bench(
+        sizes="harness.algorithms.ppo.bench:SIZES", oracle="harness.algorithms.ppo.bench:ORACLE"
+    )
+    """The gate's bench: its sizes and its oracle, timed (bench.py)."""
     mutation: Mutation | None = Mutation(
         ("reference_trainers/ppo.py", "reference_trainers/ppo_config.py", "reference_trainers/common.py"),
         "equivalent.toml",

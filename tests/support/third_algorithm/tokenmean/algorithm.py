@@ -153,6 +153,7 @@ class TokenMeanAlgorithm:
     contract: Contract = Contract(version=1, document="tests/support/third_algorithm/README.md")
     live: Live | None = Live(names=(("tokenmean_check", "tokenmean.live:check_interval"),), demo="tokenmean.live:main")
     """Its live mode (live.py): `harness.live.tokenmean_check`, and `python -m harness.live --target tokenmean-...`."""
+    bench: None = None
 
     @property
     def scenarios(self) -> Sequence[Scenario]:

@@ -1,7 +1,7 @@
-"""The bench's target: the reference trainer on Llama models of a bench size, built from a config (no download).
+"""PPO's bench target: the reference trainer on Llama models of a bench size, built from a config (no download).
 
 `medium(spec)` and `large(spec)` are target factories (`factory(spec) -> TargetRun`), loaded by
-name through `harness.targets.resolve("harness.bench.targets.scaled:medium")`. The world (policy,
+name through `harness.targets.resolve("harness.algorithms.ppo.targets.scaled:medium")`. The world (policy,
 independent reference, value model, prompts) is built once per process for a size, seed and
 vocabulary, on the CPU, and each run trains a fresh deep copy of it moved to the spec's device
 and dtype: building a 110M model takes seconds, a 1.1B one tens of seconds, and every timed run
@@ -17,7 +17,7 @@ import torch
 
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.algorithms.ppo.targets.reference import ReferenceRun, build_config, scenario_reward
-from harness.bench.shapes import LARGE_SHAPE, MEDIUM_SHAPE, ModelShape
+from harness.bench.shapes import LARGE_SHAPE, MAX_POSITIONS, MEDIUM_SHAPE, ModelShape, llama_config
 from harness.errors import HarnessConfigError
 from harness.targets.logged import LogTap
 
@@ -34,29 +34,6 @@ class World:
 
 
 _WORLDS: dict[tuple, World] = {}
-MAX_POSITIONS = 2048
-"""Rotary positions, computed on the fly: a bound only (prompt + response must stay below it)."""
-
-
-def llama_config(shape: ModelShape, vocab_size: int, max_positions: int, **extra):
-    """A LlamaConfig of `shape` with the toy world's special tokens (pad 0, eos 1, bos 2)."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=max_positions,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        tie_word_embeddings=False,
-        initializer_range=shape.initializer_range,
-        **extra,
-    )
 
 
 def _seeded(seed: int, build):

@@ -1,9 +1,9 @@
-"""The live bench's run (harness/bench/live.py measures it): the reference GRPO trainer on the medium bench model.
+"""GRPO's live bench run (harness/bench/live.py measures it): the reference GRPO trainer on the medium bench model.
 
-The reference GRPO trainer (reference_trainers/grpo.py) on the medium size's Llama (shapes.py, built from its
-config), completions of 128 tokens after prompts of 16, 2 rows per micro-batch, 3 micro-batches per optimizer step,
-one log per step. The policy and prompts are built once per process; each run trains a copy of that pristine
-policy from the same seed, so a bare run and a live-checked one sample the same tokens and do the same work.
+The reference GRPO trainer (reference_trainers/grpo.py) on the medium size's Llama (harness/bench/shapes.py, built from
+its config), completions of 128 tokens after prompts of 16, 2 rows per micro-batch, 3 micro-batches per optimizer step,
+one log per step. The policy and prompts are built once per process; each run trains a copy of that pristine policy from
+the same seed, so a bare run and a live-checked one sample the same tokens and do the same work.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from ..shapes import MEDIUM_SHAPE
+from harness.bench.shapes import MAX_POSITIONS, MEDIUM_SHAPE, llama_config
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,6 @@ def pristine(run: LiveBenchRun, device: str):
     """The medium policy and prompts, built once per process (on the CPU, float32)."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from .scaled import MAX_POSITIONS, llama_config
 
     key = (run, device)
     if key not in _PRISTINE:
