@@ -10,6 +10,9 @@
    functions and under TYPE_CHECKING too, relative ones resolved, and modules named in strings: a name handed to
    `importlib.import_module`, a `module:attr` path, a dotted module name), has no cycle.
 4. No module of `harness/` or `mutants/` is over MAX_LINES lines.
+5. No module of `harness/` or `mutants/` outside an algorithm's folder (`harness/algorithms/<name>/`) imports that
+   folder, plainly or by name (the graph of rule 3): the registry (`harness/algorithms/__init__.py`) loads an
+   algorithm by its entry point, and the core reads what the algorithm declares.
 """
 
 from __future__ import annotations
@@ -353,3 +356,54 @@ def test_no_module_is_over_max_lines():
     over = {path: n for path, n in over.items() if n > MAX_LINES}
     assert {path: n for path, n in over.items() if path not in TOO_LONG} == {}
     assert [path for path in TOO_LONG if path not in over] == [], "a module of TOO_LONG is no longer over"
+
+
+# ---------------------------------------------------------------- rule 5: an algorithm's folder is its own
+
+ALGORITHMS = ROOT / "harness" / "algorithms"
+OUTSIDE_IMPORTERS: dict[str, str] = {}
+"""Modules outside an algorithm's folder that still import it, and why (none today; the test fails when a listed
+one no longer does, so the list can only shrink)."""
+
+
+def algorithm_of(name: str) -> str | None:
+    """`ppo` for `harness.algorithms.ppo` and every module under it; None for any other module (the registry's too)."""
+    parts = name.split(".")
+    if parts[:2] == ["harness", "algorithms"] and len(parts) > 2 and (ALGORITHMS / parts[2]).is_dir():
+        return parts[2]
+    return None
+
+
+def importers_of_algorithms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each module outside the algorithm folders -> the algorithm modules it imports (plainly or by name)."""
+    found = {}
+    for name, imports in graph.items():
+        if algorithm_of(name) is None:
+            hits = {m for m in imports if algorithm_of(m) is not None}
+            if hits:
+                found[name] = hits
+    return found
+
+
+def test_no_module_outside_an_algorithm_folder_imports_it():
+    importers = importers_of_algorithms(import_graph())
+    assert {n: sorted(m) for n, m in importers.items() if n not in OUTSIDE_IMPORTERS} == {}
+    assert sorted(set(OUTSIDE_IMPORTERS) - set(importers)) == [], "listed, but no longer importing: take it off"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from harness.algorithms.ppo.spec import ScenarioSpec\n",
+        "def f():\n    from harness.algorithms.grpo import live\n",
+        'SIZES = "harness.algorithms.ppo.bench:SIZES"\n',  # by name
+        'import importlib\nimportlib.import_module("harness.algorithms.grpo.live")\n',
+    ],
+)
+def test_an_import_of_an_algorithm_from_outside_is_caught(tmp_path, source):
+    root = package(tmp_path, {"harness/bench/extra.py": source, "harness/algorithms/__init__.py": "",
+                              "harness/algorithms/ppo/__init__.py": "", "harness/algorithms/ppo/spec.py": "",
+                              "harness/algorithms/ppo/bench.py": "", "harness/algorithms/grpo/__init__.py": "",
+                              "harness/algorithms/grpo/live.py": ""})  # fmt: skip
+    graph = import_graph(root, ("harness",))
+    assert "harness.bench.extra" in importers_of_algorithms(graph)
