@@ -105,7 +105,7 @@ def gradient_verdicts(
     from harness.algorithms.grpo import gradients
     from harness.errors import NotRecomputable
 
-    shape = gradients.Geometry(settings, geometry.steps_per_generation, geometry.num_iterations, world)
+    shape = gradients.WindowWeights(settings, geometry.steps_per_generation, geometry.num_iterations, world)
     try:
         gap = gradients.gaps(records, shape)
     except NotRecomputable as why:
