@@ -17,17 +17,20 @@ of what they were given. It wraps three shapes of function:
   states (`head_logits_f64`).
 
 The recomputation goes a few rows (or tokens) at a time, on the CPU, so its memory does not grow with
-the whole micro-batch times the vocabulary.
+the whole micro-batch times the vocabulary. Its values at infinite logits are those of the spy's
+`reduce_logits` (`log_softmax_f64`): a -inf logit (a masked token) adds nothing to the entropy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .loss import LogitGapRecord
+from .tensors import log_softmax_f64
 
 ROWS = 4
 """Rows of logits recomputed at once."""
@@ -41,22 +44,21 @@ def _scaled(rows: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def logps_f64(logits: torch.Tensor, index: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log_softmax(logits / temperature)[index] in float64 (the division too), on CPU."""
+    """log_softmax(logits / temperature)[index] in float64 (the division too), on CPU (`log_softmax_f64`)."""
     out = []
     for start in range(0, logits.shape[0], ROWS):
         rows = _scaled(logits[start : start + ROWS], temperature)
         picked = index[start : start + ROWS].detach().to("cpu").unsqueeze(-1)
-        out.append(torch.log_softmax(rows, dim=-1).gather(-1, picked).squeeze(-1))
+        out.append(torch.log_softmax(rows, dim=-1).gather(-1, picked).squeeze(-1))  # log_softmax_f64's, no entropy
     return torch.cat(out)
 
 
 def entropy_f64(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of softmax(logits / temperature) over the last dimension, in float64 (the division too), on CPU."""
+    """Entropy of softmax(logits / temperature) over the last dimension, in float64 (the division too), on CPU
+    (`log_softmax_f64`: a -inf logit adds nothing)."""
     out = []
     for start in range(0, logits.shape[0], ROWS):
-        rows = _scaled(logits[start : start + ROWS], temperature)
-        log_p = torch.log_softmax(rows, dim=-1)
-        out.append(-(log_p.exp() * log_p).sum(dim=-1))
+        out.append(log_softmax_f64(_scaled(logits[start : start + ROWS], temperature))[1])
     return torch.cat(out)
 
 
@@ -99,9 +101,9 @@ def head_f64(
     logps, entropies = [], []
     for start in range(0, flat.shape[0], TOKENS):
         z = head_logits_f64(flat[start : start + TOKENS], weight, bias, temperature, scale, softcap)
-        log_p = torch.log_softmax(z, dim=-1)
+        log_p, entropy = log_softmax_f64(z)
         logps.append(log_p.gather(-1, picked[start : start + TOKENS].unsqueeze(-1)).squeeze(-1))
-        entropies.append(-(log_p.exp() * log_p).sum(dim=-1))
+        entropies.append(entropy)
     shape = targets.shape
     if not logps:
         empty = torch.zeros(shape, dtype=torch.float64)
@@ -132,7 +134,10 @@ class LogitGaps:
     _logits: torch.Tensor | None = None
 
     def _keep(self, key: str, got: torch.Tensor, want: torch.Tensor) -> None:
-        setattr(self, key, max(getattr(self, key) or 0.0, _largest(got, want)))
+        """Keep the larger of the gap kept and this call's; a NaN gap stays (Python's max would drop it)."""
+        gap, kept = _largest(got, want), getattr(self, key)
+        if kept is None or math.isnan(gap) or (not math.isnan(kept) and gap > kept):
+            setattr(self, key, gap)
 
     def wrap(self, log_softmax: Callable, entropy: Callable) -> tuple[Callable, Callable]:
         """Wrappers of the trainer's two functions that return what they return and keep the gaps."""

@@ -31,6 +31,27 @@ def logprob_gap(
     return reduce_logits(logits, index, logprobs, chunk_elements)[1]
 
 
+def entropy_at_infinities(entropy: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """`entropy` (per row) with the value it takes where the row's largest logit `top` is infinite: +inf for a row
+    with a +inf logit, -inf for a row of only -inf (as `logsumexp(l) - sum(softmax(l) * l)` gives); a row with a
+    NaN (whose `top` is NaN) keeps its NaN. Both ways of computing an entropy here end with it."""
+    return entropy.masked_fill(top == float("inf"), float("inf")).masked_fill(top == float("-inf"), float("-inf"))
+
+
+def log_softmax_f64(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log_softmax(rows), entropy of softmax(rows)) over the last axis of float64 `rows`, as `reduce_logits`
+    defines them at infinite logits: a -inf logit (a masked token) adds nothing to the entropy (its term `p * log p`
+    is 0, not 0 * -inf = NaN) and its log-prob is -inf; `entropy_at_infinities` gives the rows with no finite
+    largest logit. For the other logits, `-sum(exp(log_p) * log_p)` of `torch.log_softmax`, whose numbers
+    differ from `reduce_logits`'s by rounding only."""
+    import torch
+
+    log_p = torch.log_softmax(rows, dim=-1)
+    p = log_p.exp()
+    entropy = -torch.where(p == 0, 0.0, p * log_p).sum(dim=-1)
+    return log_p, entropy_at_infinities(entropy, rows.amax(dim=-1))
+
+
 def reduce_logits(
     logits: torch.Tensor, index: Any = None, logprobs: Any = None, chunk_elements: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -42,9 +63,10 @@ def reduce_logits(
     exp(z)` and `s = sum(e)`, `H = logsumexp(l) - sum(softmax(l) * l) = log(s) - sum(e * z) / s`
     (one exponential per logit), and `log_softmax(l)[y] = z[y] - log(s)`. A logit of -inf adds
     nothing (its `z` is clamped to the lowest finite float64, whose `e` is 0); a row of only -inf
-    has entropy -inf and a row with +inf has +inf (NaN with a NaN), as `logsumexp(l) - sum(softmax(l)
-    * l)` gives. The log-prob gap is what a `selective_log_softmax` call got wrong given its own
-    inputs (a gather at the wrong positions shows as O(1)); it is taken when `index` is given. The
+    has entropy -inf and a row with +inf has +inf (NaN with a NaN): `entropy_at_infinities`, as in
+    `log_softmax_f64`, the recomputation of the logit functions (logits.py). The log-prob gap is
+    what a `selective_log_softmax` call got wrong given its own inputs (a gather at the wrong
+    positions shows as O(1)); it is taken when `index` is given. The
     variance of the log-probability of a token drawn from softmax(l) (what `sampling` needs to judge
     how far the drawn tokens' log-probs may stray from the entropy) is that of `z` under it:
     `sum(e * z^2) / s - (sum(e * z) / s)^2`.
@@ -73,7 +95,7 @@ def reduce_logits(
             zc, ec = z[:n], e[:n]
             zc.copy_(flat[start : start + n])
             top = zc.amax(dim=-1, keepdim=True)
-            infinite = top.squeeze(-1) == float("inf")  # (a row with a NaN has a NaN max)
+            row_top = top.squeeze(-1).clone()  # (a row with a NaN has a NaN max)
             top.masked_fill_(top.isinf(), 0.0)
             zc.sub_(top).clamp_(min=lowest)
             torch.exp(zc, out=ec)
@@ -85,7 +107,7 @@ def reduce_logits(
             ez = ec.mul_(zc).sum(dim=-1)  # e * z (0 where e is 0: z is finite)
             ez2 = ec.mul_(zc).sum(dim=-1)  # e * z^2
             value = torch.where(s > 0, log_s - ez / s, log_s)
-            out[start : start + n] = value.masked_fill_(infinite, float("inf"))
+            out[start : start + n] = entropy_at_infinities(value, row_top)
             spread[start : start + n] = (ez2 / s - (ez / s) ** 2).clamp_(min=0.0)
     entropy = out.cpu().reshape(logits.shape[:-1])
     gap = None if gap is None else gap.cpu().reshape(torch.as_tensor(index).shape)
