@@ -43,6 +43,21 @@ def passed_beside(failed: int, checks: int) -> int:
     return checks - failed + 1
 
 
+def metric_path() -> tuple[int, int, int]:
+    """docs/architecture.md's path of one GRPO metric: the files its rows 3 to 13 name (those of the trainer and its
+    target among them) and the files rows 1 and 2 add; each one named must exist, so a moved module fails here."""
+    text = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("## The path of one GRPO metric") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line.split("|")[2] for line in section.splitlines() if re.match(r"\| \d+ \|", line)]
+    named = [set(re.findall(r"`([\w/]+\.py)`", where)) for where in rows]
+    for path in set().union(*named):
+        assert (ROOT / path).is_file() or (ROOT / "harness" / path).is_file(), f"architecture.md names {path}"
+    path_files = set().union(*named[2:])
+    trainer_side = {f for f in path_files if f.startswith(("reference_trainers/", "algorithms/grpo/targets/"))}
+    return len(path_files), len(trainer_side), len(set().union(*named[:2]) - path_files)
+
+
 N = r"(\d+|" + "|".join(WORDS) + r")"
 COUNTS = (
     # (doc, the statement with each count a group, the true value of each group)
@@ -72,6 +87,8 @@ COUNTS = (
      lambda: (passed_beside(len(TRL_GRPO_FAILS), grpo_checks()), len(baseline("trl-1.12.0-grpo.toml", "grpo")))),
     ("docs/using-the-gate.md", rf"the other {N} entries did not run",
      lambda: (len(baseline("trl-1.12.0-grpo.toml", "grpo")) - 1,)),  # fmt: skip
+    ("docs/architecture.md", rf"crosses the {N} files named in rows 3 to 13 \({N} of them the trainer's and its "
+     rf"target's\); rows 1 and 2 are the command around it, {N} files more", metric_path),  # fmt: skip
     *((doc, rf"\b{N} (?:of TRL's )?loss types", lambda: (len(LOSS_TYPES),))
       for doc in ("README.md", "docs/bug-catalogue.md", "docs/gate.md", "docs/grpo-metrics.md")),  # fmt: skip
 )
