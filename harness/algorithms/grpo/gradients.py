@@ -57,7 +57,6 @@ class WindowWeights:
         return cls(Settings.of(spec), spec.generation_steps, spec.num_iterations, world)
 
 
-Geometry = WindowWeights  # the name live mode (harness/algorithms/grpo/live.py) builds it by
 
 
 def generation_tokens(records: Sequence[LossRecord], g: WindowWeights) -> dict[int, float]:

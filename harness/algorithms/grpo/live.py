@@ -88,7 +88,7 @@ def gap_verdicts(records: Sequence[LossRecord], dtype: str, where: str) -> list[
 
 
 @dataclass(frozen=True)
-class Geometry:
+class GenerationCut:
     """What the gradient check needs beyond the records and the settings: the trainer's cut of a generation."""
 
     steps_per_generation: int
@@ -96,7 +96,7 @@ class Geometry:
 
 
 def gradient_verdicts(
-    records: Sequence[LossRecord], settings: Settings, geometry: Geometry, world: int, where: str
+    records: Sequence[LossRecord], settings: Settings, geometry: GenerationCut, world: int, where: str
 ) -> tuple[list[MetricVerdict], str]:
     """The gate's `logp_gradient` on the interval: each recorded gradient at the log-probs against the loss type's
     formula over every rank's tokens (harness/algorithms/grpo/gradients.py). ([], why) when the interval's
@@ -123,7 +123,7 @@ def check_interval(
     settings: Settings,
     interval: int,
     step: int,
-    geometry: Geometry | None = None,
+    geometry: GenerationCut | None = None,
 ) -> IntervalResult:
     """The interval's logged contract metrics against the oracle over every rank's records, each failing one
     diagnosed. Metrics the trainer does not log (e.g. TRL's `policy_loss` without an entropy bonus) are not

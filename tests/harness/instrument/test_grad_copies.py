@@ -328,11 +328,13 @@ def test_the_checks_that_read_only_summaries_keep_no_copies():
 
 def test_the_bench_measures_the_ordinary_run_and_the_one_with_copies():
     from harness.bench.measure import Clock, PeakMemory, gate_run
-    from harness.bench.sizes import SMALL
+    from harness.bench.sizes import declared
+
+    SMALL, oracle = declared("sizes")["small"], declared("oracle")
 
     memory, clock = PeakMemory("cpu"), Clock("cpu")
-    ordinary = gate_run(_toy_factory(), SMALL.spec, memory, clock)
-    copied = gate_run(_toy_factory(), SMALL.spec, memory, clock, copies=True)
+    ordinary = gate_run(_toy_factory(), SMALL.spec, memory, clock, oracle)
+    copied = gate_run(_toy_factory(), SMALL.spec, memory, clock, oracle, copies=True)
     assert not ordinary.copies and ordinary.grad_trace_bytes == 0 and ordinary.steps == 2
     assert copied.copies and copied.grad_trace_bytes == 4 * ordinary.params * ordinary.steps
     assert ordinary.statuses == copied.statuses == {"pass": 13}

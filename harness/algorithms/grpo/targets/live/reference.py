@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.algorithms.grpo import live as checks
 from harness.algorithms.grpo.expect import Settings
-from harness.algorithms.grpo.live import Geometry
+from harness.algorithms.grpo.live import GenerationCut
 from harness.algorithms.grpo.targets.reference import micro_step_fields
 from harness.instrument.loss_recorder import LossRecorder
 from harness.live.interval import Held
@@ -47,7 +47,7 @@ class ReferenceLive(Held):
         self.trainer, self.session = trainer, session
         self.settings = reference_settings(trainer)
         config = trainer.config
-        self.geometry = Geometry(int(config.steps_per_generation or config.gradient_accumulation_steps),
+        self.geometry = GenerationCut(int(config.steps_per_generation or config.gradient_accumulation_steps),
                                  int(config.num_iterations))  # fmt: skip
         self.module = sys.modules[type(trainer).__module__]
         self.recorder: LossRecorder | None = None

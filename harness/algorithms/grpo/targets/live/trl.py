@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 from harness.algorithms.grpo import live as checks
 from harness.algorithms.grpo.expect import Settings
-from harness.algorithms.grpo.live import Geometry
+from harness.algorithms.grpo.live import GenerationCut
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss_recorder import LossRecorder
@@ -173,7 +173,7 @@ class LiveCheck(TrainerCallback, Held):
                                    log_expected=log_expected, max_intervals=max_intervals, checks=checks)  # fmt: skip
         self.trainer, self.logit_gaps = trainer, logit_gaps
         self.settings: Settings | None = None
-        self.geometry: Geometry | None = None
+        self.geometry: GenerationCut | None = None
         self._module: types.ModuleType | None = None
         self._recorder: LossRecorder | None = None
         self._broken = ""
@@ -197,7 +197,7 @@ class LiveCheck(TrainerCallback, Held):
         trainer = self.trainer = self.trainer or find_trainer(self)
         self._module, _ = trainer_module(trainer)
         self.settings = trl_settings(trainer)
-        self.geometry = Geometry(int(args.steps_per_generation or args.gradient_accumulation_steps),
+        self.geometry = GenerationCut(int(args.steps_per_generation or args.gradient_accumulation_steps),
                                  int(args.num_iterations))  # fmt: skip
         reasons = unsupported(trainer)
         if reasons:
