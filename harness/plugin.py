@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import pytest
 
+from .plugin_baseline import WROTE, apply_baseline, not_applicable_entries, write_baseline
+
 CONFIG_ERROR = pytest.StashKey[list]()
+UNCONFIGURED = pytest.StashKey[list]()
 COLLECTOR = pytest.StashKey[object]()
 TARGET = pytest.StashKey[object]()
 BASELINE = pytest.StashKey[object]()
-WROTE = pytest.StashKey[str]()
 RECORDED_BEFORE = pytest.StashKey[int]()
 SESSION_ALGORITHM = pytest.StashKey[object]()
 CASE_FIXTURE = "ppo_case"
@@ -55,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .algorithms import SESSION_ALGORITHMS
 
     config.stash[CONFIG_ERROR] = []
+    config.stash[UNCONFIGURED] = []
     # `case(id)` of an id several algorithms have is this session's target's algorithm's (resolved when asked)
     config.stash[SESSION_ALGORITHM] = lambda: _target(config).algorithm
     SESSION_ALGORITHMS.append(config.stash[SESSION_ALGORITHM])
@@ -68,6 +71,12 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[BASELINE] = load(path, _target(config).algorithm, config.option.ppo_target)
         except HarnessConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+        declared = not_applicable_entries(config.stash[BASELINE], _target(config))
+        if declared:
+            raise pytest.UsageError(
+                f"baseline {path}: check {declared[0]!r} is one target {config.option.ppo_target!r} declares not "
+                "applicable, so it never runs: remove its entry"
+            )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -138,6 +147,13 @@ def ppo_run_spec(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
+def ppo_not_applicable(pytestconfig: pytest.Config):
+    """`reason(case)`: the reason the target declares it cannot run `case`, None when it declares none."""
+    target = _target(pytestconfig)
+    return lambda case: target.not_applicable_reason(case.id)
+
+
+@pytest.fixture(scope="session")
 def ppo_algorithm(pytestconfig: pytest.Config):
     """The `harness.algorithms.Algorithm` of the target named by --ppo-target."""
     from .algorithms import get
@@ -205,21 +221,44 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     from .errors import HarnessConfigError
 
+    collector = item.config.stash.get(COLLECTOR, None)
     if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and is_check(item):
-        # the configuration is the same for every check of the gate: said once, and the gate's session stops
         said = str(call.excinfo.value) + changed_under(item)
-        errors = item.config.stash[CONFIG_ERROR]
-        if not errors:
-            errors.append(said)
-        item.session.shouldstop = f"configuration error: {said}"
         report = outcome.get_result()
         report.longrepr = f"configuration error: {said}"
-    collector = item.config.stash.get(COLLECTOR, None)
+        case = item.callspec.params[CASE_FIXTURE]
+        errors = item.config.stash[CONFIG_ERROR]
+        if said not in errors:
+            errors.append(said)
+        if call.when == "call" and collector is not None:
+            # this check's run could not be configured (the trainer refused a setting): it errs, the others run
+            item.config.stash[UNCONFIGURED].append((str(case.id), said))
+            collector.add(not_configured(case.id, said))
+        else:  # a fixture every check shares could not be configured: the gate's session stops
+            item.session.shouldstop = f"configuration error: {said}"
     if call.when == "setup":
         item.stash[RECORDED_BEFORE] = len(collector.checks) if collector is not None else 0
     elif call.when == "call" and collector is not None and collector.baseline is not None:
         recorded = collector.checks[item.stash.get(RECORDED_BEFORE, 0) :]
         apply_baseline(outcome.get_result(), call, recorded, collector)
+
+
+def not_configured(check_id, said: str):
+    """The result of a check whose run could not be configured: an error saying why."""
+    from .verdict import CheckResult, CheckStatus
+
+    return CheckResult(check_id, CheckStatus.ERROR, problems=(f"configuration error: {said}",))
+
+
+def unconfigured_line(check_ids: list[str]) -> str:
+    """The one line that ends a run some of whose checks could not be configured: which, and how a target that
+    cannot run a check declares it."""
+    count = f"{len(check_ids)} check{'s' if len(check_ids) != 1 else ''}"
+    return (
+        f"{count} could not be configured: {', '.join(check_ids)}; a target that cannot run a check declares it "
+        'not applicable, with its reason: factory.not_applicable = {"<check id, pattern or KEY=VALUE>": "<reason>"} '
+        "(docs/using-the-gate.md)"
+    )
 
 
 def changed_under(item: pytest.Item) -> str:
@@ -235,41 +274,6 @@ def changed_under(item: pytest.Item) -> str:
     return f" (in {case.id}; {'; '.join(lines)})" if lines else ""
 
 
-def apply_baseline(rep: pytest.TestReport, call: pytest.CallInfo, recorded: list, collector) -> None:
-    """A test's call report as the baseline has it: expected failure, or failed for a stale entry, or as it was.
-
-    A failed test is an expected failure only when every check it recorded that did not pass is a known
-    failure and it failed with one of those checks' failure lines first (`pytest.fail` or an assert's message):
-    a test that failed for anything else, or recorded a new failure, stays failed. A passed test that
-    recorded a passed check the baseline lists (a stale entry) fails.
-    """
-    if rep.failed and call.excinfo is not None:
-        failed = [check for check in recorded if not check.passed]
-        said = [line.strip() for line in str(call.excinfo.value).splitlines()]
-        if (
-            failed
-            and all(collector.known(c) for c in failed)
-            and any(lines and said[: len(lines)] == lines for lines in map(lines_of, failed))
-        ):
-            reasons = "; ".join(collector.baseline.entry(str(c.id)).reason for c in failed)
-            rep.outcome, rep.wasxfail = "skipped", f"known failure (baseline: {reasons})"
-    elif rep.passed:
-        stale = [check for check in recorded if collector.stale(check)]
-        if stale:
-            from .report.terminal import stale_text
-
-            rep.outcome = "failed"
-            rep.longrepr = "\n".join(f"{c.id} {stale_text(collector, c)}" for c in stale)
-
-
-def lines_of(check) -> list[str]:
-    """A check's failure lines (harness/report/format.py, what suite/test_verify.py fails with), each stripped (an
-    assert's message comes back with its lines indented)."""
-    from .report.format import check_failure_lines
-
-    return [line.strip() for line in check_failure_lines(check)]
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from .report import write_report
 
@@ -279,28 +283,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if session.config.option.ppo_write_baseline:
         write_baseline(session.config, report, errors)
     if report is not None and report_dir:
-        report.config_errors.extend(errors)
+        # a check that could not be configured is already the report's, as an error; the others become error rows
+        in_checks = {said for _, said in session.config.stash.get(UNCONFIGURED, [])}
+        report.config_errors.extend(e for e in errors if e not in in_checks)
         write_report(report, report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
     if errors:
         session.exitstatus = 2
-
-
-def write_baseline(config: pytest.Config, report, errors: list[str]) -> None:
-    """--ppo-write-baseline: the run's failed checks as a baseline file, unless the run could not be configured
-    or ran no check; what was done is said in the terminal summary, a file that cannot be written is an error."""
-    from .report.baseline_file import write
-
-    path = config.option.ppo_write_baseline
-    if errors or report is None:
-        why = "the run had a configuration error" if errors else "no check ran"
-        config.stash[WROTE] = f"baseline {path} not written: {why}"
-        return
-    try:
-        count = write(path, report)
-    except OSError as exc:
-        errors.append(f"cannot write the baseline {path}: {exc}")
-    else:
-        config.stash[WROTE] = f"wrote baseline {path}: {count} failed check(s)"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -328,7 +316,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 last = (rep.longreprtext.strip().splitlines() or [""])[-1].removeprefix("E").strip()
                 is_test = getattr(rep, "when", None) is not None  # a collection error has no phase
                 terminalreporter.write_line(f"{kind if is_test else 'ERROR'}  {rep.nodeid}  {last}", red=True)
-    for line in errors:
+    unconfigured = [check_id for check_id, _ in config.stash.get(UNCONFIGURED, [])]
+    for line in errors + ([unconfigured_line(unconfigured)] if unconfigured else []):
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)
     if WROTE in config.stash:
         terminalreporter.write_line(config.stash[WROTE])

@@ -4,7 +4,7 @@ A `Scenario` is a named check function with the axes it is swept over (`epochs=(
 each point of the sweep is a `Case` whose `CheckId` (`uneven_split[epochs=1]`) the report,
 the verify suite, the mutant catalogue and the docs all print. An exception inside a check
 fails that check with `harness error: ...` and keeps its row in every report; only a
-configuration error (exit 2) escapes.
+configuration error escapes (the plugin reports that check as one, and the run exits 2).
 """
 
 from __future__ import annotations

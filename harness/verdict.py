@@ -35,10 +35,13 @@ class CheckStatus(str, Enum):
     FAIL = "fail"
     ERROR = "error"
     SKIP = "skip"
+    NOT_APPLICABLE = "not_applicable"
+    """The target declares it cannot run the check (`Target.not_applicable`): not run, never a failure."""
 
     @staticmethod
     def overall(statuses: Iterable[CheckStatus | str]) -> CheckStatus:
-        """FAIL if any check failed, else ERROR if any errored or none passed (nothing verified), else PASS."""
+        """FAIL if any check failed, else ERROR if any errored or none passed (nothing verified), else PASS; a check
+        that is not applicable counts for none of them."""
         seen = {CheckStatus(s) for s in statuses}
         if CheckStatus.FAIL in seen:
             return CheckStatus.FAIL

@@ -3,7 +3,8 @@
 With a baseline the header gives the run's verdict with it applied and counts the known
 failures; a known failure's status reads `known fail` and its message ends with the entry's
 reason (and link); a stale entry's reads `stale` (remove it from the baseline); the metrics of
-known failures are listed apart from the failing metrics, under "Known failing metrics".
+known failures are listed apart from the failing metrics, under "Known failing metrics". A check the target declares
+it cannot run reads `not_applicable`, its message the declared reason, and the header counts them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from harness.verdict import CheckResult
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
-from .terminal import baseline_counts
+from .terminal import counts
 
 
 def md_cell(value: Any) -> str:
@@ -44,8 +45,7 @@ def status_and_message(report: Report, check: CheckResult) -> list[str]:
 def render_markdown(report: Report) -> str:
     """The Markdown summary of `report`."""
     lines = [
-        f"## {(report.algorithm or 'ppo').upper()} statistics verify: {report.verdict.value.upper()}"
-        + baseline_counts(report),
+        f"## {(report.algorithm or 'ppo').upper()} statistics verify: {report.verdict.value.upper()}" + counts(report),
         "",
         f"target `{report.target}` · algorithm `{report.algorithm}` · device `{report.device}` · "
         f"dtype `{report.dtype}` · torch `{report.torch}` · seed `{report.seed}`"

@@ -15,7 +15,8 @@ Schema of `verify.json`::
 `tol` is the allowed gap around `expected` (abs_tol + rel_tol * |expected|); `failed` is
 false for a pass and for a not-recomputable metric the check opted out of (no scores
 supplied), true otherwise. NaN, inf and None are written as null. A check's status is
-"pass", "fail", "error" or "skip"; the run's is "fail" if any check failed, else "error"
+"pass", "fail", "error", "skip" or "not_applicable" (the target declares it cannot run it: not run, its
+`message` the declared reason); the run's is "fail" if any check failed, else "error"
 if any errored or none passed (nothing was verified), else "pass". A metric's `diagnosis` and each
 of a check's `diagnoses` (the known bugs the check found by itself, harness/verdict.py `Check.diagnose`)
 are `{"class", "classes", "formula", "value", "gap", "source"}`.

@@ -13,13 +13,16 @@ With a baseline, a known failure's line starts with `known` and ends with its en
 (`known FAIL  <id>  <what failed first> (baseline: <reason>)`), a passed check the baseline
 lists reads `STALE <id>  passes: remove it from the baseline <file> (baseline: <reason>)`, and
 the headline gives the run's verdict with the baseline applied and counts both.
+
+A check the target declares it cannot run reads `n/a   <id>  not applicable: <reason>`, and the headline counts
+them: `PASS (3 not applicable)`.
 """
 
 from __future__ import annotations
 
 from harness.baseline import KNOWN, STALE, Entry
 from harness.report.format import FAILED, check_failure_lines, failure_line, first_diagnosis, fmt
-from harness.verdict import CheckResult
+from harness.verdict import CheckResult, CheckStatus
 
 from .model import Report
 from .rows import METRIC_HEADER, metric_rows
@@ -80,27 +83,33 @@ def check_lines(report: Report) -> list[str]:
             lines.append(f"{'STALE':<5} {str(check.id):<{width}}  {stale_text(report, check)}")
         elif check.status in FAILED:
             lines.append(f"{status:<5} {str(check.id):<{width}}  {first_failure(check)}")
+        elif check.status is CheckStatus.NOT_APPLICABLE:
+            lines.append(f"{'n/a':<5} {str(check.id):<{width}}  not applicable: {check.message}")
         else:
             lines.append(f"{status:<5} {check.id}")
     return lines
 
 
-def baseline_counts(report: Report) -> str:
-    """` (13 known failures, 1 stale baseline entry)`, or '' without a baseline."""
-    if report.baseline is None:
-        return ""
-    known, stale = len(report.with_baseline(KNOWN)), len(report.with_baseline(STALE))
-    said = [f"{known} known failure{'s' if known != 1 else ''}"]
-    if stale:
-        said.append(f"{stale} stale baseline entr{'ies' if stale != 1 else 'y'}")
-    return f" ({', '.join(said)})"
+def counts(report: Report) -> str:
+    """` (13 known failures, 1 stale baseline entry, 3 not applicable)`: the known failures and stale entries when
+    the run has a baseline, the checks that are not applicable when there are any; '' for none of them."""
+    said = []
+    if report.baseline is not None:
+        known, stale = len(report.with_baseline(KNOWN)), len(report.with_baseline(STALE))
+        said.append(f"{known} known failure{'s' if known != 1 else ''}")
+        if stale:
+            said.append(f"{stale} stale baseline entr{'ies' if stale != 1 else 'y'}")
+    not_applicable = sum(c.status is CheckStatus.NOT_APPLICABLE for c in report.checks)
+    if not_applicable:
+        said.append(f"{not_applicable} not applicable")
+    return f" ({', '.join(said)})" if said else ""
 
 
 def headline(report: Report) -> str:
     """The verdict's first line: the run's status and settings."""
     return (
         f"{(report.algorithm or 'ppo').upper()} statistics verify: {report.verdict.value.upper()}"
-        f"{baseline_counts(report)}  "
+        f"{counts(report)}  "
         f"target={report.target} algorithm={report.algorithm} "
         f"device={report.device} dtype={report.dtype} torch={report.torch} seed={report.seed}"
     )

@@ -13,23 +13,29 @@ names none is a HarnessConfigError. A factory may also declare, with an `optiona
 (`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
 makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `contract_version`
 (`factory.contract_version = 2`), the version of its algorithm's contract it was written for: a failing check
-that a later change touches then names that change (harness/contract.py). A built-in target declares the
+that a later change touches then names that change (harness/contract.py); and, with `not_applicable`
+(`factory.not_applicable = {"loss_type=vespo": "our trainer has no vespo"}`), the checks it cannot run, each with
+its reason: a key `KEY=VALUE` names every check swept with that parameter (`uneven_lengths[loss_type=vespo]`), any
+other key is a check id or a pattern of them (`reward_stats*`, fnmatch's); such a check is not run and is reported
+not applicable with the reason (`Target.not_applicable_reason`). A built-in target declares the
 package's install extras it needs where its algorithm names it, after its `module:factory` in entry-point syntax
 (`"harness.algorithms.ppo.targets.trl:factory [trl-ppo]"`; `extras(name)` reads them without loading it).
-Anything that cannot be resolved is a HarnessConfigError (exit 2); whether the run it builds fits that
-algorithm is checked by `harness.preflight`.
+A `not_applicable` key that names no check of the algorithm's gate, and anything that cannot be resolved, is a
+HarnessConfigError (exit 2); whether the run it builds fits that algorithm is checked by `harness.preflight`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from harness.algorithms import builtin_targets, builtin_targets_with_argument, known_algorithms
 from harness.errors import HarnessConfigError
+from harness.verdict import CheckId
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,26 @@ class Target:
     """The version of its algorithm's contract it was written for (None: it pins none)."""
     extras: tuple[str, ...] = ()
     """The package's install extras it needs (a built-in target's, as its algorithm declares them)."""
+    not_applicable: tuple[tuple[str, str], ...] = ()
+    """(key, reason) of each check it declares it cannot run (`factory.not_applicable`), in its order."""
+
+    def not_applicable_reason(self, check_id: CheckId) -> str | None:
+        """The declared reason of the first declaration that matches `check_id`, None when none does."""
+        return next((reason for key, reason in self.not_applicable if matches(key, check_id)), None)
+
+    def unmatched(self, check_ids: Iterable[CheckId]) -> list[str]:
+        """The keys of `not_applicable` that match none of `check_ids` (a typo, or a check the gate does not have)."""
+        ids = list(check_ids)
+        return [key for key, _ in self.not_applicable if not any(matches(key, i) for i in ids)]
+
+
+def matches(key: str, check_id: CheckId) -> bool:
+    """True when the declaration `key` names `check_id`: `KEY=VALUE` one of its parameters, else its id, or an fnmatch
+    pattern of ids (where `[` opens a set of characters)."""
+    name, equals, value = key.partition("=")
+    if equals and "[" not in key:
+        return any(k == name.strip() and str(v) == value.strip() for k, v in check_id.params)
+    return key == str(check_id) or fnmatch.fnmatchcase(str(check_id), key)
 
 
 _WITH_EXTRAS = re.compile(r"^(?P<path>[^\[]*?)\s*(?:\[(?P<extras>[^\]]*)\])?\s*$")
@@ -99,6 +125,22 @@ def declared_metrics(factory: Callable) -> tuple[str, ...]:
         raise HarnessConfigError(f"`{OPTIONAL_METRICS}` of the factory must be a tuple of metric names, "
                                  f"got {declared!r}")  # fmt: skip
     return tuple(declared)
+
+
+NOT_APPLICABLE = "not_applicable"
+"""The factory attribute naming the checks its trainer cannot run (a dict of key to reason)."""
+
+
+def declared_not_applicable(factory: Callable) -> tuple[tuple[str, str], ...]:
+    """(key, reason) of each check `factory` declares it cannot run (`factory.not_applicable`), () when it declares
+    none; HarnessConfigError when the attribute is not a dict of non-empty strings."""
+    declared = getattr(factory, NOT_APPLICABLE, {})
+    if not isinstance(declared, dict) or not all(
+        isinstance(v, str) and v.strip() for pair in declared.items() for v in pair
+    ):
+        raise HarnessConfigError(f"`{NOT_APPLICABLE}` of the factory must be a dict of a check (id, pattern or "
+                                 f"KEY=VALUE) to the reason it cannot run it, got {declared!r}")  # fmt: skip
+    return tuple(declared.items())
 
 
 def declare_hint(name: str, *algorithms: str) -> str:
@@ -158,7 +200,7 @@ def resolve(name: str) -> Target:
             f"target {name!r} names algorithm {algorithm!r}; known: {', '.join(sorted(known_algorithms()))}"
         )
     try:
-        optional = declared_metrics(factory)
+        optional, cannot = declared_metrics(factory), declared_not_applicable(factory)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
     pinned = pinned_contract(factory, algorithm, name)
@@ -167,7 +209,18 @@ def resolve(name: str) -> Target:
 
         pinned = get(algorithm).contract.version  # a built-in target ships with the gate: written for its contract
     needs = _split(declared[1])[1] if declared is not None else ()
-    return Target(name, algorithm, factory, optional_metrics=optional, contract_version=pinned, extras=needs)
+    target = Target(name, algorithm, factory, optional_metrics=optional, contract_version=pinned, extras=needs,
+                    not_applicable=cannot)  # fmt: skip
+    if cannot:
+        from harness.algorithms import cases
+
+        unmatched = target.unmatched(c.id for c in cases(algorithm))
+        if unmatched:
+            raise HarnessConfigError(
+                f"target {name!r} declares not applicable {', '.join(map(repr, unmatched))}, which names no check of "
+                f"the {algorithm} gate (a check id, a pattern of them, or a KEY=VALUE parameter of one)"
+            )
+    return target
 
 
 def pinned_contract(factory: Callable, algorithm: str, name: str = "factory") -> int | None:

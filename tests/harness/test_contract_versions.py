@@ -130,14 +130,16 @@ def test_an_old_import_path_warns_once_naming_the_new_one(module, new):
 
 @pytest.mark.slow
 def test_a_new_loss_type_a_0_1_0_target_cannot_build_names_its_changelog_entry(tmp_path):
-    """The 0.1.0 trainer refuses cispo (its configuration knows four loss types): the configuration error says which
-    contract change added it."""
-    code, _, out = verify(tmp_path, "--target", OLD_TARGET, "--check", "uneven_lengths[loss_type=cispo]",
+    """The 0.1.0 trainer refuses cispo (its configuration knows four loss types): the check errs, its configuration
+    error says which contract change added it, and the run ends naming the check that could not be configured."""
+    code, report, out = verify(tmp_path, "--target", OLD_TARGET, "--check", "uneven_lengths[loss_type=cispo]",
                           pythonpath=SUPPORT)  # fmt: skip
     assert code == 2, out
     said = [line for line in out.splitlines() if line.startswith("CONFIG ERROR")]
-    assert len(said) == 1 and "got 'cispo'" in said[0], out
+    assert len(said) == 2 and "got 'cispo'" in said[0], out
     assert "GRPO contract 2 (release 0.2.0, CHANGELOG.md) changed the loss types" in said[0]
+    assert said[1].startswith("CONFIG ERROR 1 check could not be configured: uneven_lengths[loss_type=cispo]; ")
+    assert [c["status"] for c in report["checks"]] == ["error"] and "got 'cispo'" in report["checks"][0]["message"]
 
 
 @pytest.mark.slow
