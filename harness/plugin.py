@@ -276,10 +276,16 @@ def changed_under(item: pytest.Item) -> str:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from .report import write_report
+    from .verdict import CheckStatus
 
     errors = session.config.stash.get(CONFIG_ERROR, [])
     report = session.config.stash.get(COLLECTOR, None)
     report_dir = session.config.option.ppo_report_dir
+    if report is not None and report.checks and not errors and session.exitstatus == 0 and not any(
+        c.status in (CheckStatus.PASS, CheckStatus.FAIL) for c in report.checks
+    ):  # every check not applicable or skipped: exit 0 would pass a gate that verified nothing
+        errors.append(f"nothing was verified: none of the {len(report.checks)} selected checks ran (each is not "
+                      "applicable to this target or was skipped)")  # fmt: skip
     if session.config.option.ppo_write_baseline:
         write_baseline(session.config, report, errors)
     if report is not None and report_dir:

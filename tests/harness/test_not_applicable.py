@@ -122,3 +122,10 @@ def test_a_declaration_that_names_no_check_or_a_baseline_entry_for_one_is_one_li
     baseline.write_text(f'[[known]]\ncheck = "{VESPO}"\nreason = "r"\n')
     code, _, out = gate(tmp_path / "b", "declaring", GRPO, extra=("--baseline", str(baseline)))
     assert code == 2 and f"check '{VESPO}' is one target" in out and "remove its entry" in out, out
+
+
+@pytest.mark.slow
+def test_a_gate_whose_every_selected_check_is_not_applicable_verified_nothing_and_exits_2(tmp_path):
+    code, report, out = gate(tmp_path, "declaring", VESPO, OTHER_VESPO)
+    assert code == 2 and "nothing was verified: none of the 2 selected checks ran" in out, out
+    assert sorted(c["status"] for c in report["checks"]) == ["error", "not_applicable", "not_applicable"]
