@@ -64,6 +64,9 @@ class Report:
     config_errors: list[str] = field(default_factory=list)
     baseline: Baseline | None = None
     """The known failures the run is held to, or None."""
+    unconfigured: list[str] = field(default_factory=list)
+    """The ids of the checks whose run could not be configured (each also an error check saying why): the run exits
+    2 naming them (harness/engine.py). Not part of verify.json, where those checks are errors."""
 
     def add(self, result: CheckResult) -> CheckResult:
         """Record one check's result."""
