@@ -9,7 +9,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 
 from harness.instrument.observe import Observation, Ran
-from harness.oracle.numbers import as_float
+from harness.oracle.numbers import as_float, finite_float
 from harness.verdict import Check
 
 RAISED = "the trainer raised during the run"
@@ -44,19 +44,36 @@ def require(check: Check, condition: object, missing: str) -> bool:
     return bool(condition)
 
 
-def require_logged(check: Check, logs: Mapping[str, object], names: Sequence[str], where: str,
-                   lacking: Collection[str] = ()) -> bool:  # fmt: skip
-    """True when `logs` holds every one of `names` but those in `lacking` (which it may leave out), each a finite
-    number; else the check fails, each reason beginning with `where`: the names never logged, the values that are
-    not numbers (a string, a tensor of more than one element) and the non-finite ones."""
-    missing = [n for n in names if n not in logs and n not in lacking]
-    numbers = {n: as_float(logs[n]) for n in names if n in logs}
-    strange = [f"{n}={logs[n]!r}" for n, x in numbers.items() if x is None]
-    bad = [f"{n}={logs[n]}" for n, x in numbers.items() if x is not None and not math.isfinite(x)]
-    if missing:
-        check.fail(f"{where}: the trainer never logged {', '.join(missing)}")
-    if strange:
-        check.fail(f"{where}: logged values that are not numbers {', '.join(strange)}")
-    if bad:
-        check.fail(f"{where}: non-finite logged values {', '.join(bad)}")
-    return not (missing or strange or bad)
+def require_logged(check: Check, logs: Sequence[Mapping[str, object]], names: Sequence[str], split: str,
+                   unit: str = "log", lacking: Mapping[int, Collection[str]] | None = None) -> bool:  # fmt: skip
+    """True when every one of `logs` holds every one of `names` (but those its `lacking` may leave out) as a finite
+    number; else the check fails, naming every name that is not: in one line the names some log never has, with the
+    `unit`s that lack each unless every one does; in one line per log its values that are not numbers (a string, a
+    tensor of more than one element), in another its non-finite ones. `split` names the run. It never stops the
+    check: the caller compares what was logged (`usable`), each metric with its own verdict."""
+    absent: dict[str, list[int]] = {}
+    ok = True
+    for i, log in enumerate(logs):
+        may = (lacking or {}).get(i, ())
+        for name in names:
+            if name not in log and name not in may:
+                absent.setdefault(name, []).append(i + 1)
+        numbers = {n: as_float(log[n]) for n in names if n in log}
+        strange = [f"{n}={log[n]!r}" for n, x in numbers.items() if x is None]
+        bad = [f"{n}={log[n]}" for n, x in numbers.items() if x is not None and not math.isfinite(x)]
+        ok = ok and not (strange or bad)
+        if strange:
+            check.fail(f"{unit} {i + 1} ({split}): logged values that are not numbers {', '.join(strange)}")
+        if bad:
+            check.fail(f"{unit} {i + 1} ({split}): non-finite logged values {', '.join(bad)}")
+    if absent:
+        said = [n if len(at) == len(logs) else f"{n} in {unit}{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
+                for n, at in absent.items()]  # fmt: skip
+        check.fail(f"the trainer never logged {', '.join(said)} ({split})")
+    return ok and not absent
+
+
+def usable(log: Mapping[str, object], names: Sequence[str]) -> list[str]:
+    """Those of `names` that `log` holds as a finite number, in their order: what a check compares after
+    `require_logged` named the others."""
+    return [n for n in names if n in log and finite_float(log[n]) is not None]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation, ObservationCache
-from harness.require import require_logged, require_ran
+from harness.require import require_logged, require_ran, usable
 from harness.verdict import Check
 
 from .contract import OPTIONAL, POLICY_LOSS
@@ -23,23 +23,23 @@ from .view import IntervalView, view_of
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check,
                  may_lack: Mapping[int, Sequence[str]] | None = None) -> bool:  # fmt: skip
-    """One log per interval, each with every name as a finite number (`require_logged`); otherwise the check
-    fails, saying which. `may_lack` maps a log's index to the names it may leave out (a note says so): the
-    extremes of an interval with no token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md,
-    section 8)."""
+    """True when the run finished with one log per interval; each log's metrics not logged as finite numbers among
+    `names` fail the check, named (`require_logged`), without stopping it: the caller compares the rest (`usable`).
+    `may_lack` maps a log's index to the names it may leave out (a note says so): the extremes of an interval with no
+    token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md, section 8)."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
     if len(ran.logs) != obs.spec.total_logs:
         check.fail(f"expected {obs.spec.total_logs} log(s) ({obs.spec.split_label}), saw {len(ran.logs)}")
         return False
+    lacking = {}
     for i, logs in enumerate(ran.logs):
-        lacking = [n for n in (may_lack or {}).get(i, ()) if n in names and n not in logs]
-        if lacking:
-            check.note(f"log {i + 1} has no token and leaves out {', '.join(lacking)} (the contract logs 0): "
+        lacking[i] = [n for n in (may_lack or {}).get(i, ()) if n in names and n not in logs]
+        if lacking[i]:
+            check.note(f"log {i + 1} has no token and leaves out {', '.join(lacking[i])} (the contract logs 0): "
                        f"not checked there")  # fmt: skip
-        if not require_logged(check, logs, names, f"log {i + 1} ({obs.spec.split_label})", lacking):
-            return False
+    require_logged(check, ran.logs, names, obs.spec.split_label, "log", lacking)
     return True
 
 
@@ -115,12 +115,14 @@ def run_logs(obs: Observation) -> tuple[Mapping[str, float], ...]:
 
 
 def compare_interval(obs: Observation, interval: IntervalView, check: Check, names: Sequence[str]) -> None:
-    """The interval's logged `names` against the oracle fed that interval's records alone."""
+    """The interval's logged `names` against the oracle fed that interval's records alone: those it logged as
+    finite numbers (`require_logs` failed the check naming the others), each with its own verdict."""
     expected = interval.expected
     logged = obs.ran.logs[interval.index]
     where = f"log {interval.index + 1}" if obs.spec.total_logs > 1 else None
-    verdicts = compare({n: logged[n] for n in names if n in logged}, {n: expected[n] for n in names}, obs.spec.dtype,
-                       TOLERANCES, where=where)  # fmt: skip
+    names = usable(logged, names)
+    verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype, TOLERANCES,
+                       where=where)  # fmt: skip
     check.absorb(diagnose_interval(verdicts, interval, obs.spec.dtype))
 
 

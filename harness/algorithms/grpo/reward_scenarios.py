@@ -24,7 +24,7 @@ from harness.compare import compare
 from harness.diagnose import Candidate, diagnosed
 from harness.instrument.observe import Observation, ObservationCache
 from harness.oracle.numbers import finite_float
-from harness.require import require
+from harness.require import require, usable
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult, MetricStatus
 
@@ -251,7 +251,8 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
         return check.finish()
     for index, completions in enumerate(trained):
         where = f"log {index + 1}" if len(trained) > 1 else None
-        stats = lengths.length_stats(completions)
+        logged = usable(obs.ran.logs[index], lengths.LENGTH_NAMES)  # require_logs named the others
+        stats = {n: e for n, e in lengths.length_stats(completions).items() if n in logged}
         verdicts = compare(obs.ran.logs[index], stats, obs.spec.dtype, TOLERANCES, where=where)
         check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype))
         if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):

@@ -14,7 +14,7 @@ import torch
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
-from harness.require import require
+from harness.require import require, usable
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
@@ -50,7 +50,8 @@ def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None
     """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
     whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
     the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
-    token may leave out (a note, not a failure)."""
+    token may leave out (a note, not a failure). A metric not logged as a finite number fails the check, named, and
+    every other is still compared, each with its own verdict."""
     names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
                          obs.spec.split_label)  # fmt: skip
     per_interval = require_records(obs, check)
@@ -63,8 +64,7 @@ def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None
     if not require(check, not missing, missing):
         return
     for interval in per_interval:
-        logged, lacking = obs.ran.logs[interval.index], may_lack.get(interval.index, ())
-        compare_interval(obs, interval, check, [n for n in names if n in logged or n not in lacking])
+        compare_interval(obs, interval, check, names)
 
 
 def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -230,9 +230,11 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         log = obs.ran.logs[0]
         where = obs.spec.split_label
         identities = lr0_identities(base.loss_type)
+        identities = {n: v for n, v in identities.items() if n not in names or n in usable(log, names)}
         check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
         if obs is not observed[0]:
-            check.absorb(compare({n: log[n] for n in names}, {n: first[n] for n in names}, obs.spec.dtype,
+            both = usable(first, usable(log, names))
+            check.absorb(compare({n: log[n] for n in both}, {n: first[n] for n in both}, obs.spec.dtype,
                                  TOLERANCES, kind="partition", where=where))  # fmt: skip
     if check.failed:
         check.note(f"reference cut {observed[0].spec.split_label}")

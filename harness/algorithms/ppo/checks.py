@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
-from harness.require import require_logged, require_ran
+from harness.require import require_logged, require_ran, usable
 from harness.tolerances import tolerance
 from harness.verdict import Check
 
@@ -41,16 +41,15 @@ def logprob_problems(ran: Ran, dtype: str) -> list[str]:
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
-    """Every update logged every name as a finite number (`require_logged`); otherwise the check fails, saying which."""
+    """True when the run finished with one log per update; each update's metrics not logged as finite numbers among
+    `names` fail the check, named (`require_logged`), without stopping it: the caller compares the rest (`usable`)."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
     if len(ran.logs) != obs.spec.total_updates:
         check.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(ran.logs)}")
         return False
-    for i, logs in enumerate(ran.logs):
-        if not require_logged(check, logs, names, f"update {i + 1} ({obs.spec.split_label})"):
-            return False
+    require_logged(check, ran.logs, names, obs.spec.split_label, "update")
     return True
 
 
@@ -90,7 +89,8 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
 
 
 def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[str] = POOLED_STATS) -> UpdateView | None:
-    """Update `index`'s view, when the run has the expected geometry and logged every one of `names`."""
+    """Update `index`'s view, when the run has the expected geometry and logged every update (the metrics of `names`
+    it did not log as finite numbers fail the check, named: `compare_pooled` compares the others)."""
     view = require_view(obs, check)
     if view is None or not require_logs(obs, names, check):
         return None
@@ -107,6 +107,7 @@ def compare_pooled(obs: Observation, update: UpdateView, check: Check, names: Se
         check.fail(f"update {update.index + 1}: {problem}")
     expected = expected_metrics(update, obs.spec.kl_coef, obs.spec.kl_estimator, None, obs.spec.missing_eos_penalty)
     logged = obs.ran.logs[update.index]
+    names = usable(logged, names)  # require_logs named the others
     verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype, TOLERANCES)
     previous = earlier.micro_batches if earlier is not None else ()
     check.absorb(diagnose_pooled(verdicts, update.micro_batches, obs.spec, previous))

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.report.format import check_failure_lines
+from harness.require import usable
 from harness.verdict import Check, CheckId, CheckResult, CheckStatus
 
 from .checks import require_logs
@@ -51,6 +52,7 @@ def compare_splits(
         logged = {variance: obs.ran.logs[0].get(variance, math.nan)}
         check.absorb(compare(logged, {variance: 0.0}, obs.spec.dtype, TOLERANCES, kind="identity",
                              where=obs.spec.split_label))  # fmt: skip
+    means = usable(first.ran.logs[0], usable(second.ran.logs[0], means))  # require_logs named the others
     logged = {n: second.ran.logs[0][n] for n in means}
     check.absorb(compare(logged, {n: first.ran.logs[0][n] for n in means}, second.spec.dtype, TOLERANCES,
                          kind="partition", where=second.spec.split_label))  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 from harness.checks.sampling import judge_sampling
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
-from harness.require import require
+from harness.require import require, usable
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
@@ -112,9 +112,9 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
         spec = obs.spec
         expected = expected_metrics(update, spec.kl_coef, spec.kl_estimator, scores[i], spec.missing_eos_penalty)
         where = f"update {i + 1}" if len(view.updates) > 1 else None
-        logged = obs.ran.logs[i]
+        logged, names = obs.ran.logs[i], usable(obs.ran.logs[i], ROLLOUT)  # require_logs named the others
         verdicts = compare(
-            {n: logged[n] for n in ROLLOUT}, {n: expected[n] for n in ROLLOUT}, spec.dtype, TOLERANCES, where=where
+            {n: logged[n] for n in names}, {n: expected[n] for n in names}, spec.dtype, TOLERANCES, where=where
         )
         check.absorb(diagnose_rollout(verdicts, update.rollout, expected, spec))
     return check.finish()
@@ -143,7 +143,8 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     check = Check(case.id)
     obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs", 1)), spy=False)
     if require_logs(obs, LR0_IDENTITIES, check):
-        verdicts = compare(obs.ran.logs[0], LR0_IDENTITIES, obs.spec.dtype, TOLERANCES, kind="identity")
+        identities = {n: LR0_IDENTITIES[n] for n in usable(obs.ran.logs[0], list(LR0_IDENTITIES))}
+        verdicts = compare(obs.ran.logs[0], identities, obs.spec.dtype, TOLERANCES, kind="identity")
         check.absorb(diagnose_identities(verdicts, obs.spec))
     return check.finish()
 
