@@ -45,6 +45,11 @@ SETTINGS = (
     "dropout",
 )
 """The trainer settings `verify --set KEY=VALUE` may change for the whole GRPO gate."""
+REFUSED = {
+    "delta": "TRL corrects the KL by the ratio before its delta cap, the contract by the capped one, an open question "
+    "of the contract: only logp_gradient[run=delta] runs it, at beta 0 (docs/gate.md)"
+}
+"""Trainer settings that `--set` refuses, and why."""
 
 
 @dataclass(frozen=True)
@@ -206,4 +211,4 @@ class GRPOSpec:
 
 def parse_settings(assignments: list[str]) -> dict[str, Any]:
     """`["loss_type=bnpo", "beta=0.04"]` -> {"loss_type": "bnpo", ...}; HarnessConfigError listing the keys."""
-    return settings.parse_settings(assignments, GRPOSpec, SETTINGS)
+    return settings.parse_settings(assignments, GRPOSpec, SETTINGS, REFUSED)
