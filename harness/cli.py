@@ -62,6 +62,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help="how the ranks start: forked from this process once it has imported the target (the "
                            "default where the system can fork), or as fresh interpreters by torch.distributed.run "
                            "(the default elsewhere)")  # fmt: skip
+    dist.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                      help="a trainer setting of every rank's runs (repeatable), as verify's --set; a run that sets "
+                           "the key itself keeps its own")  # fmt: skip
     checks = sub.add_parser("checks", help="list the check ids of a target's algorithm (for --check)")
     checks.add_argument("--target", default="reference",
                         help="the target whose algorithm's checks are listed (default reference: the PPO gate)")

@@ -96,21 +96,29 @@ class GRPOAlgorithm:
         """A generation batch of 3 * 2 completions in groups of 4."""
         return run_spec.with_(per_device_train_batch_size=3, gradient_accumulation_steps=2, num_generations=4)
 
-    def rank_specs(self, seed: int) -> dict[str, GRPOSpec]:
-        """The runs each rank of `verify-dist` makes."""
+    def rank_specs(self, seed: int, settings: dict | None = None) -> dict[str, GRPOSpec]:
+        """The runs each rank of `verify-dist` makes (`settings`: from `verify-dist --set`)."""
         from . import ranks
 
-        return ranks.rank_specs(seed)
+        return ranks.rank_specs(seed, settings)
+
+    def rank_reads(self, processes: int) -> dict:
+        """Every check of `verify-dist` on `processes` ranks, by id, with the names of the runs it reads."""
+        from . import ranks
+
+        return ranks.rank_reads(processes)
 
     def for_rank(self, spec: GRPOSpec, rank: int, world_size: int) -> GRPOSpec:
         """Every rank runs the same spec (the trainer reads its rank from the process group)."""
         return spec
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
-        """The checks of `verify-dist` on every rank's runs; a declared optional metric must be logged there too."""
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = (),
+                    settings: dict | None = None) -> list[CheckResult]:  # fmt: skip
+        """The checks of `verify-dist` on every rank's runs (those whose runs are all there); a declared optional
+        metric must be logged there too."""
         from . import ranks
 
-        return ranks.rank_checks(dict(runs), tuple(declares))
+        return ranks.rank_checks(dict(runs), tuple(declares), settings)
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,8 @@ each rank's masks are the contract's, and each rank's reward functions were give
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -23,6 +24,7 @@ from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Ran
 from harness.oracle.gradients import reductions
+from harness.settings import applied
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
@@ -55,29 +57,50 @@ def loss_type_run(loss_type: str) -> GRPOSpec:
     return UNEVEN.with_(name=f"logp_gradient_{loss_type}", loss_type=loss_type, max_steps=2, logging_steps=2)
 
 
-def rank_specs(seed: int) -> dict[str, GRPOSpec]:
+def rank_specs(seed: int, settings: Mapping[str, Any] | None = None) -> dict[str, GRPOSpec]:
     """The runs every rank makes: two generations, each logged once (also the freshness of the second log); the
     same with two reward functions under batch scaling (the advantages, masks and reward inputs); and two windows
-    under each of GRADIENT_LOSS_TYPES (the gradient)."""
-    runs = {"uneven_lengths": UNEVEN.with_(seed=seed), "advantages": REWARDS.with_(seed=seed)}
-    return {**runs, **{f"logp_gradient_{t}": loss_type_run(t).with_(seed=seed) for t in GRADIENT_LOSS_TYPES}}
+    under each of GRADIENT_LOSS_TYPES (the gradient). `settings` (`verify-dist --set`) apply to every run but where
+    the run sets the key itself (the loss type of a gradient run, the batch scaling of the reward run)."""
+    runs = {"uneven_lengths": UNEVEN, "advantages": REWARDS,
+            **{f"logp_gradient_{t}": loss_type_run(t) for t in GRADIENT_LOSS_TYPES}}  # fmt: skip
+    return {name: applied(spec, settings or {}, GRPOSpec()).with_(seed=seed) for name, spec in runs.items()}
 
 
-def rank_checks(runs: dict[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
+def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
+    """Every check of verify-dist on `processes` ranks, with the runs of `rank_specs` it reads."""
+    world = (("ranks", processes),)
+    return {
+        CheckId("uneven_lengths", world): ("uneven_lengths",),
+        CheckId("freshness", world): ("uneven_lengths",),
+        CheckId("logp_gradient", world): ("uneven_lengths",),
+        **{CheckId("logp_gradient", (*world, ("loss_type", t))): (f"logp_gradient_{t}",) for t in GRADIENT_LOSS_TYPES},
+        **{CheckId(name, world): ("advantages",) for name in ("advantages", "completion_mask", "reward_inputs")},
+    }
+
+
+def rank_checks(runs: dict[str, Sequence[Ran]], declares: Sequence[str] = (),
+                settings: Mapping[str, Any] | None = None) -> list[CheckResult]:  # fmt: skip
     """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank (`declares`: the optional
     metrics the target declares it logs); logp_gradient on every rank's recorded gradients, against the formula
-    with every rank's counts and the world factor."""
-    ranks = runs["uneven_lengths"]
-    spec = UNEVEN
-    return [
-        *(pooled_across_ranks(ranks, spec, index, CheckId(name, (("ranks", len(ranks)),)), declares)
-          for index, name in enumerate(("uneven_lengths", "freshness"))),
-        logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", (("ranks", len(ranks)),))),
-        *(logp_gradient_across_ranks(runs[f"logp_gradient_{t}"], loss_type_run(t),
-                                     CheckId("logp_gradient", (("ranks", len(ranks)), ("loss_type", t))))
-          for t in GRADIENT_LOSS_TYPES),
-        *rollout_across_ranks(runs["advantages"], REWARDS),
-    ]  # fmt: skip
+    with every rank's counts and the world factor; the checks of the reward run. Only the checks whose runs are all
+    in `runs` (`rank_reads`); `settings`: those the runs were made with."""
+    specs = rank_specs(0, settings)
+    results = []
+    if "uneven_lengths" in runs:
+        ranks, spec = runs["uneven_lengths"], specs["uneven_lengths"]
+        world = (("ranks", len(ranks)),)
+        results += [pooled_across_ranks(ranks, spec, index, CheckId(name, world), declares)
+                    for index, name in enumerate(("uneven_lengths", "freshness"))]  # fmt: skip
+        results.append(logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", world)))
+    for t in GRADIENT_LOSS_TYPES:
+        if f"logp_gradient_{t}" in runs:
+            ranks = runs[f"logp_gradient_{t}"]
+            check_id = CheckId("logp_gradient", (("ranks", len(ranks)), ("loss_type", t)))
+            results.append(logp_gradient_across_ranks(ranks, specs[f"logp_gradient_{t}"], check_id))
+    if "advantages" in runs:
+        results += rollout_across_ranks(runs["advantages"], specs["advantages"])
+    return results
 
 
 def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:

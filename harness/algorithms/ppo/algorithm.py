@@ -83,21 +83,28 @@ class PPOAlgorithm:
         """A local batch of 12 rows in 5 minibatches."""
         return run_spec.with_(per_device_train_batch_size=4, gradient_accumulation_steps=3, num_mini_batches=5)
 
-    def rank_specs(self, seed: int) -> dict[str, ScenarioSpec]:
-        """The runs each rank of `verify-dist` makes."""
+    def rank_specs(self, seed: int, settings: dict | None = None) -> dict[str, ScenarioSpec]:
+        """The runs each rank of `verify-dist` makes (`settings`: from `verify-dist --set`)."""
         from . import ranks
 
-        return ranks.rank_specs(seed)
+        return ranks.rank_specs(seed, settings)
+
+    def rank_reads(self, processes: int) -> dict:
+        """Every check of `verify-dist` on `processes` ranks, by id, with the names of the runs it reads."""
+        from . import ranks
+
+        return ranks.rank_reads(processes)
 
     def for_rank(self, spec: ScenarioSpec, rank: int, world_size: int) -> ScenarioSpec:
         """PPO's specs vary the padding by rank."""
         return spec.with_(rank=rank, world_size=world_size)
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = ()) -> list[CheckResult]:
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = (),
+                    settings: dict | None = None) -> list[CheckResult]:  # fmt: skip
         """The checks of `verify-dist` on every rank's runs (the PPO contract has no optional metric to declare)."""
         from . import ranks
 
-        return ranks.rank_checks(dict(runs))
+        return ranks.rank_checks(dict(runs), settings)
 
 
 @functools.lru_cache(maxsize=1)

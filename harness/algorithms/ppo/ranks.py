@@ -6,10 +6,12 @@ logged metrics equal the oracle's pooled value over all ranks, not a mean of per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.compare import compare
 from harness.instrument.observe import Ran
+from harness.settings import applied
 from harness.verdict import Check, CheckId, CheckResult
 
 from .contract import LR0_IDENTITIES, POOLED_STATS, ROLLOUT
@@ -25,20 +27,35 @@ ENTROPY = "policy/entropy_avg"
 """The metric whose per-rank means are compared with the pooled one to show the run has teeth."""
 
 
-def rank_specs(seed: int) -> dict[str, ScenarioSpec]:
-    """The runs every rank makes: the uneven split over two updates (also freshness), and LR 0."""
-    return {"uneven_split": UNEVEN.with_(seed=seed), "lr0_ratio": LR0.with_(seed=seed)}
+def rank_specs(seed: int, settings: Mapping[str, Any] | None = None) -> dict[str, ScenarioSpec]:
+    """The runs every rank makes: the uneven split over two updates (also freshness), and LR 0; `settings`
+    (`verify-dist --set`) apply to both."""
+    runs = {"uneven_split": UNEVEN, "lr0_ratio": LR0}
+    return {name: applied(spec, settings or {}, ScenarioSpec()).with_(seed=seed) for name, spec in runs.items()}
 
 
-def rank_checks(runs: dict[str, Sequence[Ran]]) -> list[CheckResult]:
-    """uneven_split (update 1), freshness (update 2) and lr0_ratio on the pooled records of every rank."""
-    uneven = runs["uneven_split"]
-    return [
-        pooled_across_ranks(uneven, UNEVEN, 0, CheckId("uneven_split", (("ranks", len(uneven)),))),
-        pooled_across_ranks(uneven, UNEVEN, 1, CheckId("freshness", (("ranks", len(uneven)),))),
-        lr0_identities(runs["lr0_ratio"], CheckId("lr0_ratio", (("ranks", len(runs["lr0_ratio"])),))),
-        gradients_across_ranks(runs["lr0_ratio"], LR0, CheckId("logp_gradient", (("ranks", len(runs["lr0_ratio"])),))),
-    ]
+def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
+    """Every check of verify-dist on `processes` ranks, with the runs of `rank_specs` it reads."""
+    world = (("ranks", processes),)
+    return {CheckId("uneven_split", world): ("uneven_split",), CheckId("freshness", world): ("uneven_split",),
+            CheckId("lr0_ratio", world): ("lr0_ratio",), CheckId("logp_gradient", world): ("lr0_ratio",)}  # fmt: skip
+
+
+def rank_checks(runs: dict[str, Sequence[Ran]], settings: Mapping[str, Any] | None = None) -> list[CheckResult]:
+    """uneven_split (update 1), freshness (update 2) and lr0_ratio on the pooled records of every rank; only those
+    whose runs are in `runs` (`rank_reads`); `settings`: those the runs were made with."""
+    specs, results = rank_specs(0, settings), []
+    if "uneven_split" in runs:
+        uneven, spec = runs["uneven_split"], specs["uneven_split"]
+        world = (("ranks", len(uneven)),)
+        results += [pooled_across_ranks(uneven, spec, 0, CheckId("uneven_split", world)),
+                    pooled_across_ranks(uneven, spec, 1, CheckId("freshness", world))]  # fmt: skip
+    if "lr0_ratio" in runs:
+        lr0, spec = runs["lr0_ratio"], specs["lr0_ratio"]
+        world = (("ranks", len(lr0)),)
+        results += [lr0_identities(lr0, spec, CheckId("lr0_ratio", world)),
+                    gradients_across_ranks(lr0, spec, CheckId("logp_gradient", world))]  # fmt: skip
+    return results
 
 
 def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, check_id: CheckId) -> CheckResult:
@@ -82,12 +99,12 @@ def ranks_differ(updates: Sequence[UpdateView], pooled: float | None, spec: Scen
     return True
 
 
-def lr0_identities(ranks: Sequence[Ran], check_id: CheckId) -> CheckResult:
+def lr0_identities(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: CheckId) -> CheckResult:
     """The LR-0 identities, as logged by the first rank."""
     check = Check(check_id)
     logs = ranks[0].logs
     if not logs or any(n not in logs[0] for n in LR0_IDENTITIES):
         check.fail("the trainer logged no update, or not every identity metric")
     else:
-        check.absorb(compare(logs[0], LR0_IDENTITIES, "float32", TOLERANCES, kind="identity"))
+        check.absorb(compare(logs[0], LR0_IDENTITIES, spec.dtype, TOLERANCES, kind="identity"))
     return check.finish()
