@@ -11,8 +11,6 @@ import sys
 
 from . import needs
 
-SUITE = "harness.suite"
-
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
@@ -37,6 +35,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="where verify.json, verify.xml and verify.md go (default reports/)")  # fmt: skip
     verify.add_argument("--check", action="append", default=[], metavar="ID",
                         help="run only this check (repeatable), e.g. 'uneven_split[epochs=1]'")  # fmt: skip
+    verify.add_argument("-k", default=None, metavar="EXPRESSION", dest="keyword",
+                        help="run only the checks whose ids the expression selects: words joined by and, or, not "
+                        "and parentheses, each matching the ids that contain it, e.g. -k 'uneven and not epochs=2'")
     verify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                         help="a trainer setting for the whole gate (repeatable), e.g. temperature=0.7")  # fmt: skip
     verify.add_argument("-v", "--verbose", action="store_true",
@@ -123,19 +124,6 @@ def list_checks(args: argparse.Namespace) -> int:
     return 0
 
 
-def pytest_exit_code(code: int) -> int:
-    """pytest's codes mapped to ours: 0 pass, 1 a check failed, everything else a usage/config error."""
-    return code if code in (0, 1) else 2
-
-
-def plugin_args() -> list[str]:
-    """Load the plugin by hand only where the package's pytest11 entry point is not installed."""
-    from importlib.metadata import entry_points
-
-    installed = any(ep.value == "harness.plugin" for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "harness.plugin"]
-
-
 def parse_seeds(text: str) -> list[int]:
     """`0,1,2` or `0-4` (or a mix, `0-2,7`) -> the seeds, in order, each once; ValueError otherwise."""
     seeds: list[int] = []
@@ -198,75 +186,6 @@ def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
 VERDICT = {0: "pass", 1: "fail", 2: "error"}
 
 
-def verify(args: argparse.Namespace, extra: list[str]) -> int:
-    """The gate in one process: the configuration validated once (one line and exit 2), then every check."""
-    import pytest
-
-    from .errors import HarnessConfigError
-    from .heap import frozen
-    from .preflight import built, preflight
-
-    def config_error(exc: HarnessConfigError) -> int:
-        print(f"error: {exc}", file=sys.stderr)
-        write_config_error(args, str(exc))
-        return 2
-
-    try:
-        configured = preflight(
-            args.target, args.seed, args.device, args.dtype, args.settings, args.check, build=False,
-            baseline=args.baseline,
-        )  # fmt: skip
-    except HarnessConfigError as exc:
-        return config_error(exc)
-    pytest_args = [
-        "--pyargs",
-        SUITE,
-        *plugin_args(),
-        f"--ppo-target={args.target}",
-        f"--ppo-seed={args.seed}",
-        f"--ppo-device={args.device}",
-        f"--ppo-dtype={args.dtype}",
-        f"--ppo-report-dir={args.report_dir}",
-        *(f"--ppo-check={check}" for check in args.check),
-        *(f"--ppo-set={setting}" for setting in args.settings),
-        *([f"--ppo-baseline={args.baseline}"] if args.baseline is not None else []),
-        *([f"--ppo-write-baseline={args.write_baseline}"] if args.write_baseline is not None else []),
-        # one line per check is the whole verdict; pytest's own failure sections repeat it (-v keeps them)
-        *(["--ppo-verbose"] if args.verbose else ["--tb=no", "-rN"]),
-        f"--junitxml={args.report_dir}/verify.xml",
-        "-o",
-        "junit_suite_name=ppo-verify",
-        "-q",
-        # the CLI imported harness before pytest could rewrite its asserts; the suite does not rely on that
-        "-W",
-        "ignore::pytest.PytestAssertRewriteWarning",
-        *extra,
-    ]
-    # what the imports left (torch, transformers, the target's modules) frozen before anything is built: the
-    # collections of the checks' runs and pytest's own skip it (harness/heap.py)
-    with frozen():
-        try:
-            built(configured.target.factory, configured.run_spec, configured.algorithm, args.target)
-        except HarnessConfigError as exc:
-            return config_error(exc)
-        return pytest_exit_code(pytest.main(pytest_args))
-
-
-def write_config_error(args: argparse.Namespace, message: str) -> None:
-    """verify.json (and verify.md) saying once that the run could not be configured, with no check run."""
-    from .report import Report, write_report
-
-    try:
-        from .targets import resolve
-
-        algorithm = resolve(args.target).algorithm
-    except Exception:  # the target itself is what could not be configured
-        algorithm = None
-    report = Report(target=args.target, device=args.device, seed=args.seed, dtype=args.dtype, algorithm=algorithm)
-    report.config_errors.append(message)
-    write_report(report, args.report_dir, step_summary=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness ...`; a module it needs that cannot be imported is one line and exit 2 (needs.guarded)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -280,12 +199,14 @@ def run(argv: list[str]) -> int:
     no_teardown_walk()  # a gate process's teardown would walk torch's and transformers' objects (harness/heap.py)
     args, extra = parse(argv)
     # what a command will import, checked before it starts (one line naming it, from `main`): every target trains
-    # with torch; the gate's engine is pytest, and Hypothesis draws the PPO gate's partitions (the `gate` extra)
-    needs.require(*{"verify": ("torch", "pytest", "hypothesis"), "verify-dist": ("torch",), "checks": ("torch",)}
+    # with torch; Hypothesis draws the PPO gate's partitions (the `gate` extra)
+    needs.require(*{"verify": ("torch", "hypothesis"), "verify-dist": ("torch",), "checks": ("torch",)}
                   .get(args.command, ()))  # fmt: skip
     if args.command == "verify" and args.seeds is not None:
         return verify_seeds(args, list(argv))
     if args.command == "verify":
+        from .verify_command import verify
+
         return verify(args, extra)
     if args.command == "checks":
         return list_checks(args)

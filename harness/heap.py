@@ -1,13 +1,13 @@
 """Keeping Python's cyclic garbage collector off the heap that torch and transformers leave after their imports.
 
-Importing torch, transformers and accelerate leaves a few hundred thousand long-lived objects. Every full
-collection walks all of them: pytest's two collections when a session ends (its unraisable-exception
-plugin) took about 0.5 s of a gate process here, and the collections of the interpreter's teardown at
-exit about 1 to 1.5 s (measured in docs/development.md, "The collector and the imported heap"), in a
-gate whose checks may take less than a second. `gc.freeze()` moves every object alive at that moment out
+Importing torch, transformers and accelerate leaves a few hundred thousand long-lived objects. Every
+full collection walks all of them: the collections of a gate's own runs, and those of the
+interpreter's teardown at exit (about 1 to 1.5 s of a gate process here, measured in
+docs/development.md, "The collector and the imported heap"), in a gate whose checks may take less
+than a second. `gc.freeze()` moves every object alive at that moment out
 of the collector's reach; new objects are collected as usual.
 
-- `frozen()`: a block (the gate's pytest session) during which what existed before it is frozen;
+- `frozen()`: a block (the gate's run, harness/verify_command.py) during which what existed before it is frozen;
   unfrozen after (unless an outer freeze was there), so that an in-process caller's objects are
   collectable again.
 - `no_teardown_walk()`: at the interpreter's exit (atexit, which runs before the teardown), freeze

@@ -1,27 +1,28 @@
-"""pytest plugin (entry point `ppo_stats_harness`): options, fixtures, the check parametrization, reports.
+"""pytest plugin (entry point `ppo_stats_harness`): the gate's engine (harness/engine.py) seen from pytest.
 
-The verify suite has one test, parametrized here over every check of the target's
-algorithm (`harness.algorithms.cases`), each named by its check id. torch is not
-imported when the plugin loads, only when a fixture or the parametrization needs it.
+For a trainer held to the gate from its own test suite: the `--ppo-*` options, the fixtures (`ppo_cache`,
+`ppo_run_spec`, `ppo_report`, `ppo_spy`, ...), the parametrization of the verify suite's one test
+(harness/suite/test_verify.py) over the checks of the target's algorithm, each named by its check id, and the
+reports (`--ppo-report-dir`; JUnit XML is pytest's own `--junitxml`). The run loop, its configuration errors and
+the baseline are the engine's: the session's `Gate` (one per session, made when a fixture or the parametrization
+first needs it) runs each check into its `Report`. torch is not imported when the plugin loads.
 
-With `--ppo-baseline FILE` (harness/baseline.py) a test that fails with the failure lines of
-a check the baseline lists is reported as an expected failure (pytest's xfail: `x` in the
-progress, counted as xfailed, a `<skipped type="pytest.xfail">` in JUnit XML), and a test that
-passes with a check the baseline lists fails, saying to remove the entry (as a strict xfail
-that passed). `--ppo-write-baseline FILE` writes the run's failed checks as a baseline file.
+With `--ppo-baseline FILE` (harness/baseline.py) a test is an expected failure (pytest's xfail: `x` in the
+progress, counted as xfailed, a `<skipped type="pytest.xfail">` in JUnit XML) when the report says every check it
+recorded that did not pass is a known failure (`Report.known`) and it failed an assertion (`assert`, `pytest.fail`);
+a test that recorded a new failure or raised anything else stays failed. A test that passes with a check the
+baseline lists as known fails, saying to remove the entry (as a strict xfail that passed). `--ppo-write-baseline
+FILE` writes the run's failed checks as a baseline file.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .plugin_baseline import WROTE, apply_baseline, not_applicable_entries, write_baseline
+from .plugin_baseline import WROTE, apply_baseline, write_baseline
 
 CONFIG_ERROR = pytest.StashKey[list]()
-UNCONFIGURED = pytest.StashKey[list]()
-COLLECTOR = pytest.StashKey[object]()
-TARGET = pytest.StashKey[object]()
-BASELINE = pytest.StashKey[object]()
+GATE = pytest.StashKey[object]()
 RECORDED_BEFORE = pytest.StashKey[int]()
 SESSION_ALGORITHM = pytest.StashKey[object]()
 CASE_FIXTURE = "ppo_case"
@@ -57,26 +58,16 @@ def pytest_configure(config: pytest.Config) -> None:
     from .algorithms import SESSION_ALGORITHMS
 
     config.stash[CONFIG_ERROR] = []
-    config.stash[UNCONFIGURED] = []
     # `case(id)` of an id several algorithms have is this session's target's algorithm's (resolved when asked)
     config.stash[SESSION_ALGORITHM] = lambda: _target(config).algorithm
     SESSION_ALGORITHMS.append(config.stash[SESSION_ALGORITHM])
-    config.stash[BASELINE] = None
-    path = getattr(config.option, "ppo_baseline", None)
-    if path:
-        from .baseline import load
+    if getattr(config.option, "ppo_baseline", None):  # a bad baseline file stops the session before it collects
         from .errors import HarnessConfigError
 
         try:
-            config.stash[BASELINE] = load(path, _target(config).algorithm, config.option.ppo_target)
+            _gate(config)
         except HarnessConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
-        declared = not_applicable_entries(config.stash[BASELINE], _target(config))
-        if declared:
-            raise pytest.UsageError(
-                f"baseline {path}: check {declared[0]!r} is one target {config.option.ppo_target!r} declares not "
-                "applicable, so it never runs: remove its entry"
-            )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -97,29 +88,49 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _target(config: pytest.Config):
-    """The resolved target of --ppo-target (resolved once per session)."""
+    """The resolved target of --ppo-target (the session's gate's, once there is one)."""
     from .targets import resolve
 
-    if TARGET not in config.stash:
-        config.stash[TARGET] = resolve(config.option.ppo_target)
-    return config.stash[TARGET]
+    gate = config.stash.get(GATE, None)
+    return gate.target if gate is not None else resolve(config.option.ppo_target)
+
+
+def _gate(config: pytest.Config):
+    """The session's `harness.engine.Gate` of the --ppo-* options (made once; HarnessConfigError when they do not
+    configure a run). A CUDA device the machine lacks skips what needs the gate."""
+    from .engine import Gate, GateOptions
+
+    if GATE not in config.stash:
+        opt = config.option
+        if opt.ppo_device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                pytest.skip("no CUDA device: the GPU scenarios did not run")
+        options = GateOptions(target=opt.ppo_target, seed=opt.ppo_seed, device=opt.ppo_device, dtype=opt.ppo_dtype,
+                              checks=tuple(opt.ppo_check), settings=tuple(opt.ppo_set),
+                              baseline=opt.ppo_baseline)  # fmt: skip
+        config.stash[GATE] = Gate(options)
+    return config.stash[GATE]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize the check test over the target's algorithm's cases, selected by --ppo-check."""
     if CASE_FIXTURE not in metafunc.fixturenames:
         return
-    from .algorithms import cases
+    from .errors import HarnessConfigError
 
-    every = cases(_target(metafunc.config).algorithm)
-    wanted = metafunc.config.option.ppo_check
-    unknown = sorted(set(wanted) - {str(c.id) for c in every})
-    if unknown:
-        raise pytest.UsageError(
-            f"unknown check id(s) {', '.join(unknown)}; known: {', '.join(str(c.id) for c in every)}"
-        )
-    chosen = [c for c in every if not wanted or str(c.id) in wanted]
+    try:
+        chosen = _gate(metafunc.config).cases()
+    except HarnessConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
     metafunc.parametrize(CASE_FIXTURE, chosen, ids=[str(c.id) for c in chosen])
+
+
+@pytest.fixture(scope="session")
+def ppo_gate(pytestconfig: pytest.Config):
+    """The session's `harness.engine.Gate`: `ppo_gate.run(case)` runs one check into the session's report."""
+    return _gate(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -129,21 +140,9 @@ def ppo_target(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
-def ppo_run_spec(pytestconfig: pytest.Config):
+def ppo_run_spec(ppo_gate):
     """Run-wide settings (seed, device, dtype) that every scenario spec of the target's algorithm takes."""
-    from .algorithms import get
-
-    opt = pytestconfig.option
-    if opt.ppo_device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            pytest.skip("no CUDA device: the GPU scenarios did not run")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    algorithm = get(_target(pytestconfig).algorithm)
-    settings = algorithm.parse_settings(opt.ppo_set)
-    return algorithm.run_spec(opt.ppo_seed, opt.ppo_device, opt.ppo_dtype, settings)
+    return ppo_gate.run_spec
 
 
 @pytest.fixture(scope="session")
@@ -162,35 +161,23 @@ def ppo_algorithm(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
-def ppo_contract_lines(pytestconfig: pytest.Config, ppo_algorithm):
+def ppo_contract_lines(ppo_gate):
     """`annotate(result)`: a failed check's result with the lines of the contract's changes that touch it since the
     version the target pins (every change when it pins none; harness/contract.py)."""
-    from .contract import with_changes
-
-    pinned = _target(pytestconfig).contract_version
-    return lambda result: with_changes(result, ppo_algorithm.name, ppo_algorithm.contract, pinned)
+    return ppo_gate.annotated
 
 
 @pytest.fixture(scope="session")
-def ppo_cache(pytestconfig: pytest.Config, ppo_target):
+def ppo_cache(ppo_gate):
     """Each (target, scenario spec) runs once per session, however many checks read it; the checks read the target's
     declarations from it."""
-    from .instrument.observe import ObservationCache
-
-    return ObservationCache(ppo_target, _target(pytestconfig))
+    return ppo_gate.cache
 
 
 @pytest.fixture(scope="session")
-def ppo_report(pytestconfig: pytest.Config):
+def ppo_report(ppo_gate):
     """Collects check results for verify.json / verify.md and the terminal summary."""
-    from .report import Report
-
-    opt = pytestconfig.option
-    algorithm = _target(pytestconfig).algorithm
-    report = Report(target=opt.ppo_target, device=opt.ppo_device, seed=opt.ppo_seed, dtype=opt.ppo_dtype,
-                    algorithm=algorithm, baseline=pytestconfig.stash.get(BASELINE, None))  # fmt: skip
-    pytestconfig.stash[COLLECTOR] = report
-    return report
+    return ppo_gate.report
 
 
 @pytest.fixture
@@ -210,10 +197,10 @@ def ppo_spy():
         spy._restore()
 
 
-def is_check(item: pytest.Item) -> bool:
-    """True for a test of the gate's own parametrization (one check id); a user's test that raises a configuration
-    error is that test's failure, and never stops their session."""
-    return CASE_FIXTURE in getattr(item, "fixturenames", ())
+def _report(config: pytest.Config):
+    """The session's report, or None when no test asked for the gate."""
+    gate = config.stash.get(GATE, None)
+    return gate.report if gate is not None else None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -221,92 +208,51 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     from .errors import HarnessConfigError
 
-    collector = item.config.stash.get(COLLECTOR, None)
-    if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and is_check(item):
-        said = str(call.excinfo.value) + changed_under(item)
-        report = outcome.get_result()
-        report.longrepr = f"configuration error: {said}"
-        case = item.callspec.params[CASE_FIXTURE]
-        errors = item.config.stash[CONFIG_ERROR]
-        if said not in errors:
-            errors.append(said)
-        if call.when == "call" and collector is not None:
-            # this check's run could not be configured (the trainer refused a setting): it errs, the others run
-            item.config.stash[UNCONFIGURED].append((str(case.id), said))
-            collector.add(not_configured(case.id, said))
-        else:  # a fixture every check shares could not be configured: the gate's session stops
+    if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and call.when == "setup":
+        if CASE_FIXTURE in getattr(item, "fixturenames", ()):
+            # a fixture every check shares could not be configured: the gate's session stops
+            said = str(call.excinfo.value)
+            outcome.get_result().longrepr = f"configuration error: {said}"
+            if said not in item.config.stash[CONFIG_ERROR]:
+                item.config.stash[CONFIG_ERROR].append(said)
             item.session.shouldstop = f"configuration error: {said}"
+    from .report.format import CheckFailed
+
+    if call.excinfo is not None and isinstance(call.excinfo.value, CheckFailed):
+        outcome.get_result().longrepr = str(call.excinfo.value)  # the check's failure lines are the whole story
+    report = _report(item.config)
     if call.when == "setup":
-        item.stash[RECORDED_BEFORE] = len(collector.checks) if collector is not None else 0
-    elif call.when == "call" and collector is not None and collector.baseline is not None:
-        recorded = collector.checks[item.stash.get(RECORDED_BEFORE, 0) :]
-        apply_baseline(outcome.get_result(), call, recorded, collector)
-
-
-def not_configured(check_id, said: str):
-    """The result of a check whose run could not be configured: an error saying why."""
-    from .verdict import CheckResult, CheckStatus
-
-    return CheckResult(check_id, CheckStatus.ERROR, problems=(f"configuration error: {said}",))
-
-
-def unconfigured_line(check_ids: list[str]) -> str:
-    """The one line that ends a run some of whose checks could not be configured: which, and how a target that
-    cannot run a check declares it."""
-    count = f"{len(check_ids)} check{'s' if len(check_ids) != 1 else ''}"
-    return (
-        f"{count} could not be configured: {', '.join(check_ids)}; a target that cannot run a check declares it "
-        'not applicable, with its reason: factory.not_applicable = {"<check id, pattern or KEY=VALUE>": "<reason>"} '
-        "(docs/using-the-gate.md)"
-    )
-
-
-def changed_under(item: pytest.Item) -> str:
-    """For a check whose run could not be configured: ' (in CHECK; <each contract change that touches it since the
-    version the target pins>)', so that a target written before the change hears which one; '' for none."""
-    from .algorithms import get
-
-    case = getattr(item, "callspec", None) and item.callspec.params.get(CASE_FIXTURE)
-    if case is None:
-        return ""
-    target = _target(item.config)
-    lines = get(target.algorithm).contract.lines(target.algorithm, str(case.id), target.contract_version)
-    return f" (in {case.id}; {'; '.join(lines)})" if lines else ""
+        item.stash[RECORDED_BEFORE] = len(report.checks) if report is not None else 0
+    elif call.when == "call" and report is not None and report.baseline is not None:
+        recorded = report.checks[item.stash.get(RECORDED_BEFORE, 0) :]
+        apply_baseline(outcome.get_result(), call, recorded, report)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from .report import write_report
-    from .verdict import CheckStatus
 
     errors = session.config.stash.get(CONFIG_ERROR, [])
-    report = session.config.stash.get(COLLECTOR, None)
-    report_dir = session.config.option.ppo_report_dir
-    if report is not None and report.checks and not errors and session.exitstatus == 0 and not any(
-        c.status in (CheckStatus.PASS, CheckStatus.FAIL) for c in report.checks
-    ):  # every check not applicable or skipped: exit 0 would pass a gate that verified nothing
-        errors.append(f"nothing was verified: none of the {len(report.checks)} selected checks ran (each is not "
-                      "applicable to this target or was skipped)")  # fmt: skip
+    gate = session.config.stash.get(GATE, None)
+    report = gate.finish() if gate is not None and gate.report.checks else None
     if session.config.option.ppo_write_baseline:
         write_baseline(session.config, report, errors)
-    if report is not None and report_dir:
-        # a check that could not be configured is already the report's, as an error; the others become error rows
-        in_checks = {said for _, said in session.config.stash.get(UNCONFIGURED, [])}
-        report.config_errors.extend(e for e in errors if e not in in_checks)
-        write_report(report, report_dir)  # also appends the Markdown to $GITHUB_STEP_SUMMARY when set
-    if errors:
+    if report is not None and session.config.option.ppo_report_dir:
+        report.config_errors.extend(e for e in errors if e not in report.config_errors)
+        write_report(report, session.config.option.ppo_report_dir)  # also appends to $GITHUB_STEP_SUMMARY when set
+    if errors or (report is not None and (report.config_errors or report.unconfigured)):
         session.exitstatus = 2
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The verdict: one line per check (every metric with --ppo-verbose or pytest -v), then configuration errors.
 
-    With pytest's tracebacks off (`--tb=no`, as `ppo-verify` runs without -v), a failed test or a
-    collection error that is not a check would show nowhere: each gets a line with its last line.
+    With pytest's tracebacks off (`--tb=no`), a failed test or a collection error that is not a check would show
+    nowhere: each gets a line with its last line.
     """
+    from .engine import error_lines
     from .report.terminal import render_terminal
 
-    report = config.stash.get(COLLECTOR, None)
-    errors = config.stash.get(CONFIG_ERROR, [])
+    report = _report(config)
     verbose = config.option.ppo_verbose or config.get_verbosity() > 0
     checks = report.checks if report is not None else []
     if checks:
@@ -322,8 +268,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 last = (rep.longreprtext.strip().splitlines() or [""])[-1].removeprefix("E").strip()
                 is_test = getattr(rep, "when", None) is not None  # a collection error has no phase
                 terminalreporter.write_line(f"{kind if is_test else 'ERROR'}  {rep.nodeid}  {last}", red=True)
-    unconfigured = [check_id for check_id, _ in config.stash.get(UNCONFIGURED, [])]
-    for line in errors + ([unconfigured_line(unconfigured)] if unconfigured else []):
+    errors = config.stash.get(CONFIG_ERROR, [])
+    said = errors + [line for line in (error_lines(report) if report is not None else []) if line not in errors]
+    for line in said:
         terminalreporter.write_line(f"CONFIG ERROR {line}", red=True)
     if WROTE in config.stash:
         terminalreporter.write_line(config.stash[WROTE])

@@ -127,9 +127,11 @@ def run(argv: list[str]) -> int:
 
         return triage.main(argv[1:])
     args = parse(argv)
-    # every sub-command imports the gate (torch; pytest and Hypothesis, the `gate` extra), and mutmut's runs mutmut:
-    # checked before a run starts, so that a missing one is one line (from `main`) and not a failure of each mutant
-    needs.require("torch", "pytest", "hypothesis", *(("mutmut",) if args.command in ("mutmut", "all") else ()))
+    # every sub-command imports the gate (torch; Hypothesis, the `gate` extra), and mutmut's runs mutmut, which runs
+    # the verify suite under pytest: checked before a run starts, so that a missing one is one line (from `main`) and
+    # not a failure of each mutant
+    mutmut = ("pytest", "mutmut") if args.command in ("mutmut", "all") else ()
+    needs.require("torch", "hypothesis", *mutmut)
     from . import mutmut_run, report, runner, selection  # after parsing: `--help` and a usage error import none of them
 
     codes = []

@@ -154,8 +154,8 @@ def serve(modules: list[str], forbidden: list[str]) -> int:
     if why:
         send(replies, {"error": why})
         return 2
-    # every child's collections skip what the preloading left (the harness's heap.py says why: pytest's two
-    # collections alone took 0.5 s of a run that may train for less than one)
+    # every child's collections skip what the preloading left (the harness's heap.py says why: a full collection
+    # walks every object the imports left, in runs that may train for less than a second)
     gc.freeze()
     send(replies, {"ready": True, "seconds": round(time.perf_counter() - started, 3)})
     base = os.environ.get("PYTHONPATH", "")

@@ -4,7 +4,7 @@ The copy's folder is first on PYTHONPATH (project.scratch_env), so its `referenc
 patched or not, is the one the gate imports.
 
 A run is a fresh `python -m harness` process, or, given a GateServer (Linux), a child forked
-from one process that has imported torch, transformers, accelerate, pytest and the harness
+from one process that has imported torch, transformers, accelerate and the harness
 once (gate_server.py), but no trainer: the child imports the scratch copy's
 `reference_trainers` itself, exactly as the fresh process would, and saves each run the
 seconds of those imports. A `verify-dist` run forked so forks its ranks from itself in turn
@@ -34,20 +34,17 @@ PRELOAD = (
     "transformers.models.llama.modeling_llama",
     "transformers.models.auto.modeling_auto",
     "accelerate",
-    "pytest",
     "harness",
     "harness.cli",
-    "harness.plugin",
+    "harness.engine",
+    "harness.verify_command",
     "harness.preflight",
     "harness.instrument.observe",
     "harness.report.terminal",
     "hypothesis",
-    "anyio.pytest_plugin",
-    "xdist.plugin",
 )
 """What the gate server imports before it forks, besides the algorithms' modules (`preload_modules`): what every gate
-imports, but no trainer and no test module (pytest imports the verify suite in each run, rewriting its asserts as in
-a fresh process)."""
+imports (the engine, harness/engine.py, and the command that drives it), but no trainer."""
 
 TRAINER_PACKAGES = ("reference_trainers", "reference_ppo")
 """The packages a mutant patches (reference_ppo's modules are reference_trainers'): never preloaded."""

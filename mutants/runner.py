@@ -6,7 +6,7 @@ into a fresh temporary folder, apply the patch there, and run
 PYTHONPATH pointing at it (so that the scratch copy's `reference_trainers` is the one
 imported; the runner checks this once per session, and after every forked run). On Linux
 each run (`verify`, and `verify-dist`, whose ranks are forked from it in turn) is a child
-forked from one gate server that imported torch, transformers, accelerate, pytest and the
+forked from one gate server that imported torch, transformers, accelerate and the
 harness once but no trainer (harness_run.py, gate_server.py): the same run, without each
 run's seconds of imports; `fork=False` (`--no-fork`) starts a fresh process for every run
 instead. The verdict comes from the

@@ -61,7 +61,7 @@ def verify_wall_time() -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         code = subprocess.call(
-            [sys.executable, "-m", "harness", "verify", "--report-dir", out, "-q", "--no-header"],
+            [sys.executable, "-m", "harness", "verify", "--report-dir", out],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -279,8 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat must be at least 1")
     small = (args.size or ("medium" if args.live else "small")) == "small"
     # what the run imports (one line naming it, from harness/bench/__main__.py): torch; on the CPU, the small
-    # size's figures end with the wall time of `python -m harness verify`, the gate's engine (the `gate` extra)
-    needs.require("torch", *(("pytest", "hypothesis") if small and args.device == "cpu" else ()))
+    # size's figures end with the wall time of `python -m harness verify`, whose PPO gate draws its partitions with
+    # Hypothesis (the `gate` extra)
+    needs.require("torch", *(("hypothesis",) if small and args.device == "cpu" else ()))
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():

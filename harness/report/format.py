@@ -109,3 +109,20 @@ def check_failure_lines(result: CheckResult, known: bool = False, stale: str = "
             lines.append("    " + diagnosis_text(m))
     lines += ["    " + diagnosis_line(d) for d in result.diagnoses]
     return lines + list(result.contract_changes)
+
+
+class CheckFailed(AssertionError):
+    """A test's failure that is a check's own: its message is the check's failure lines, and it carries the result,
+    so that a baseline judges the test by the result (`Report.known`), never by its message (harness/plugin.py)."""
+
+    def __init__(self, result: CheckResult) -> None:
+        self.result = result
+        super().__init__("\n".join(check_failure_lines(result)))
+
+
+def assert_passed(result: CheckResult) -> CheckResult:
+    """`result` when its check passed; else CheckFailed with its failure lines (the way a test of one's own fails
+    with a check: `assert_passed(ppo_report.add(case(...).run(ppo_cache, ppo_run_spec)))`)."""
+    if not result.passed:
+        raise CheckFailed(result)
+    return result

@@ -270,12 +270,11 @@ def test_a_new_failure_exits_1_and_an_entry_not_run_is_neither(tmp_path):
 
 OWN_TESTS = '''
 from harness.algorithms import case
-from harness.report import check_failure_lines
+from harness.report import assert_passed
 
 
 def test_known(ppo_cache, ppo_run_spec, ppo_report):
-    result = ppo_report.add(case("short_window", "grpo").run(ppo_cache, ppo_run_spec))
-    assert result.passed, "\\n".join(check_failure_lines(result))
+    assert_passed(ppo_report.add(case("short_window", "grpo").run(ppo_cache, ppo_run_spec)))
 
 
 def test_known_check_but_another_failure(ppo_cache, ppo_run_spec, ppo_report):

@@ -3,7 +3,7 @@
 A test that reads a run of a target asks `observations(factory)` for the one `ObservationCache` of that
 factory, so a scenario several modules read (the GRPO reference's uneven-lengths run, the PPO reference's
 uneven split) trains once. A test about the gate's verdict on a target, not about the command line, asks
-`gate(...)`: the same checks `python -m harness verify` runs (the `harness.suite` test per case, against one
+`gate(...)`: the run `python -m harness verify` makes (the engine's `run_gate`, harness/engine.py, against one
 cache, into one `Report`), in this process and once per argument set; the subprocess stays with the tests of
 the command line itself (`tests/support/gate_run.py`: exit codes, `--seeds`, the terminal lines, module targets).
 """
@@ -43,25 +43,16 @@ def reference(algorithm: str = "ppo") -> ObservationCache:
 
 @functools.cache
 def _gate(target: str, seed: int, dtype: str, settings: tuple[str, ...], checks: tuple[str, ...]) -> str:
-    from harness.algorithms import cases, get
-    from harness.report import Report
+    from harness.engine import GateOptions, run_gate
     from harness.targets import resolve
 
     resolved = resolve(target)
-    algorithm = get(resolved.algorithm)
-    run_spec = algorithm.run_spec(seed, "cpu", dtype, algorithm.parse_settings(list(settings)))
-    every = cases(algorithm.name)
-    unknown = sorted(set(checks) - {str(c.id) for c in every})
-    assert not unknown, f"unknown check ids {unknown}"
     # the default run's observations are the ones other tests read; another seed's, dtype's or setting's are
     # this gate's alone, and go when it is done
     shared = (seed, dtype, settings) == (0, "float32", ())
     cache = declaring(observations(resolved.factory) if shared else ObservationCache(resolved.factory), resolved)
-    report = Report(target=target, device="cpu", seed=seed, dtype=dtype, algorithm=algorithm.name)
-    for c in every:
-        if not checks or str(c.id) in checks:
-            report.add(c.run(cache, run_spec))
-    return report.to_json()
+    options = GateOptions(target=target, seed=seed, dtype=dtype, settings=settings, checks=checks)
+    return run_gate(options, cache=cache).to_json()
 
 
 def gate(

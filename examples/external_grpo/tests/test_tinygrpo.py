@@ -15,7 +15,7 @@ from tinygrpo import broken, target, trainer
 from harness.algorithms import case
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import ObservationCache
-from harness.report import check_failure_lines
+from harness.report import assert_passed, check_failure_lines
 
 
 def test_the_recorder_keeps_one_record_per_pass():
@@ -54,8 +54,7 @@ def test_the_mask_keeps_a_pad_before_the_stop_token():
     ],
 )
 def test_gate_checks_pass(check_id, ppo_cache, ppo_run_spec, ppo_report):
-    result = ppo_report.add(case(check_id).run(ppo_cache, ppo_run_spec))
-    assert result.passed, "\n".join(check_failure_lines(result))
+    assert_passed(ppo_report.add(case(check_id).run(ppo_cache, ppo_run_spec)))
 
 
 def test_the_gate_catches_a_mean_of_pass_means(ppo_run_spec):

@@ -15,7 +15,7 @@ from harness.algorithms import case
 from harness.algorithms.ppo.contract import LOGPROB_ROLES, MICRO_BATCH_ROLES
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument.observe import ObservationCache
-from harness.report import check_failure_lines
+from harness.report import assert_passed, check_failure_lines
 
 
 def test_the_site_map_names_every_call_site(ppo_spy):
@@ -30,8 +30,7 @@ def test_the_site_map_names_every_call_site(ppo_spy):
 
 @pytest.mark.parametrize("check_id", ["uneven_split[epochs=1]", "lr0_ratio[epochs=2]", "gradient_partition"])
 def test_gate_checks_pass(check_id, ppo_cache, ppo_run_spec, ppo_report):
-    result = ppo_report.add(case(check_id).run(ppo_cache, ppo_run_spec))
-    assert result.passed, "\n".join(check_failure_lines(result))
+    assert_passed(ppo_report.add(case(check_id).run(ppo_cache, ppo_run_spec)))
 
 
 def test_the_gate_catches_a_mean_of_pass_means(ppo_run_spec):
