@@ -1,4 +1,4 @@
-"""Known failures: a baseline file names the checks the gate knows fail on a target.
+"""Known failures: a baseline file names the checks the gate knows fail on a target, and how each fails.
 
 The file is TOML, one `[[known]]` table per check::
 
@@ -7,13 +7,22 @@ The file is TOML, one `[[known]]` table per check::
     check = "extremes"
     reason = "clip_ratio/high_max is the mean of the micro-batches' maxima (class 18)"
     link = "https://github.com/huggingface/trl/issues/..."   # optional
+    [known.metrics]                                          # each failing metric's diagnoses
+    entropy = [16]
+    "clip_ratio/high_max" = [18]
+
+and optionally `diagnoses` (the check's own), `problems` (how many of its problems are no metric's) and
+`raises = true` (the trainer raises there): harness/baseline_pins.py. An entry with none of them is the
+check-level form (files written before the metrics were pinned): it pins no metric and holds any failure
+of its check, as it always did.
 
 `load` reads it and validates it against an algorithm's check ids (a HarnessConfigError of one
 line naming the file and the entry for the first thing wrong). `outcome` is what an entry makes
-of its check's result: a failed check is `known` (it does not fail the run), a passed check is
-`stale` (it fails the run: the entry is to be removed); an errored or skipped check is neither,
-and so is a check that did not run. Writing a baseline from a run's failed checks is the report's
-(harness/report/baseline_file.py).
+of its check's result: a failed check is `known` (it does not fail the run) when it fails as its
+entry pins, else `changed` (`changes` says how); a passed check is `stale` (it fails the run: the
+entry is to be removed); an errored check is `changed` (an error is never known); a skipped check
+is neither, and so is a check that did not run. Writing a baseline from a run's failed checks is
+the report's (harness/report/baseline_file.py).
 """
 
 from __future__ import annotations
@@ -25,27 +34,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.baseline_pins import KEYS as PIN_KEYS
+from harness.baseline_pins import Pins, changes, parse_pins
 from harness.errors import HarnessConfigError
-from harness.verdict import CheckStatus
+from harness.verdict import CheckResult, CheckStatus
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: pytest, which runs the gate, brings tomli there
     import tomli as tomllib
 
-KEYS = ("check", "reason", "link")
-"""The keys of an entry; `link` is optional."""
+KEYS = ("check", "reason", "link", *PIN_KEYS)
+"""The keys of an entry; all but `check` and `reason` are optional."""
 KNOWN = "known"
 STALE = "stale"
+CHANGED = "changed"
+ERRORED = "it errored: an error is never a known failure"
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One known failure: the check's id, why it fails, and optionally where that is tracked."""
+    """One known failure: the check's id, why it fails, optionally where that is tracked, and how it fails (`pins`;
+    None for the check-level form, which holds any failure of the check)."""
 
     check: str
     reason: str
     link: str | None = None
+    pins: Pins | None = None
 
 
 @dataclass(frozen=True)
@@ -63,15 +78,32 @@ class Baseline:
         """The listed check ids that are not among `ran`, in the file's order."""
         return [e.check for e in self.entries if e.check not in ran]
 
+    def unpinned(self) -> list[str]:
+        """The checks of the entries in the check-level form (no metric pinned), in the file's order."""
+        return [e.check for e in self.entries if e.pins is None]
 
-def outcome(entry: Entry | None, status: CheckStatus) -> str | None:
-    """`known` for a failed check with an entry, `stale` for a passed one, else None."""
+
+def why_not_known(entry: Entry | None, result: CheckResult) -> list[str]:
+    """Why a listed check that failed or errored is not a known failure, one line each ([] when it is known, or
+    passed, or is not listed)."""
+    if entry is None:
+        return []
+    if result.status is CheckStatus.ERROR:
+        return [ERRORED]
+    if result.status is not CheckStatus.FAIL or entry.pins is None:
+        return []
+    return changes(entry.pins, result)
+
+
+def outcome(entry: Entry | None, result: CheckResult) -> str | None:
+    """`known` for a listed check that failed as its entry pins, `changed` for one that failed otherwise or errored,
+    `stale` for a passed one, else None."""
     if entry is None:
         return None
-    if status is CheckStatus.FAIL:
-        return KNOWN
-    if status is CheckStatus.PASS:
+    if result.status is CheckStatus.PASS:
         return STALE
+    if result.status in (CheckStatus.FAIL, CheckStatus.ERROR):
+        return CHANGED if why_not_known(entry, result) else KNOWN
     return None
 
 
@@ -112,7 +144,7 @@ def parse(data: dict[str, Any], path: str, algorithm: str, target: str | None = 
         for key in ("check", "reason"):
             if key not in table:
                 raise HarnessConfigError(f"{where}: missing `{key}`")
-        for key in KEYS:
+        for key in ("check", "reason", "link"):
             if key in table and not (isinstance(table[key], str) and table[key].strip()):
                 raise HarnessConfigError(f"{where}: `{key}` must be a non-empty string")
         check = table["check"]
@@ -126,7 +158,7 @@ def parse(data: dict[str, Any], path: str, algorithm: str, target: str | None = 
                 f"{where}: {algorithm} has no check {json.dumps(check)}{hint}; `{lister}` lists them"
             )
         seen[check] = number
-        entries.append(Entry(check, table["reason"], table.get("link")))
+        entries.append(Entry(check, table["reason"], table.get("link"), parse_pins(table, where)))
     return tuple(entries)
 
 

@@ -2,7 +2,9 @@
 
 With a baseline the header gives the run's verdict with it applied and counts the known
 failures; a known failure's status reads `known fail` and its message ends with the entry's
-reason (and link); a stale entry's reads `stale` (remove it from the baseline); the metrics of
+reason (and link); a listed check that fails otherwise than its entry pins reads `fail (not as
+known)`, its message what changed; a stale entry's reads `stale` (remove it from the baseline:
+a fix, or a change in how the trainer runs the scenario); the metrics of
 known failures are listed apart from the failing metrics, under "Known failing metrics". A check the target declares
 it cannot run reads `not_applicable`, its message the declared reason, and the header counts them.
 """
@@ -34,11 +36,15 @@ def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
 def status_and_message(report: Report, check: CheckResult) -> list[str]:
     """A check's status and message cells, with what the baseline made of it."""
     entry = report.baseline.entry(str(check.id)) if report.baseline is not None else None
+    changes = report.baseline_changes(check)
+    if entry is not None and changes:
+        return [f"{check.status.value} (not as known)", f"not as the baseline knows it: {'; '.join(changes)}"]
     if entry is None or not (report.known(check) or report.stale(check)):
         return [check.status.value, check.message]
     said = f"baseline: {entry.reason}" + (f" ({entry.link})" if entry.link else "")
     if report.stale(check):
-        return ["stale", f"passes: remove it from the baseline `{report.baseline.path}` ({said})"]
+        return ["stale", f"passes: remove it from the baseline `{report.baseline.path}` once you know why: a fix, or "
+                         f"a change in how the trainer runs the scenario ({said})"]  # fmt: skip
     return ["known fail", f"{check.message} ({said})"]
 
 

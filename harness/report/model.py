@@ -8,8 +8,8 @@ Schema of `verify.json`::
                               "status", "reason", "failed", "diagnosis", "diagnosis_reason", "tol_source",
                               "precision"}],
                  "diagnoses", "contract_changes",
-                 "known", "stale", "baseline_reason", "baseline_link"}],
-     "verdict", "baseline": {"file", "known", "stale", "not_run"}}
+                 "known", "stale", "baseline_changes", "baseline_reason", "baseline_link"}],
+     "verdict", "baseline": {"file", "known", "stale", "changed", "not_run", "unpinned"}}
 
 `where` tells apart several comparisons of one metric in a check (`update 2`, a split);
 `tol` is the allowed gap around `expected` (abs_tol + rel_tol * |expected|); `failed` is
@@ -23,11 +23,16 @@ are `{"class", "classes", "formula", "value", "gap", "source"}`.
 
 The fields after `contract_changes` and after `checks` are there only when the run had a baseline
 (`--baseline`, harness/baseline.py); every other field stays what the checks found. A check's
-`known` is true for a failed check the baseline lists, its `stale` for a passed one, and
-`baseline_reason` / `baseline_link` are its entry's (null when it has none). `verdict` is the
-run's status with the baseline applied (a known failure counts as a pass, a stale entry as a
-failure); `baseline` names the file and lists the ids of the known failures, of the stale
-entries and of the entries whose check did not run.
+`known` is true for a failed check the baseline lists that fails as its entry pins, its `stale` for
+a passed one, `baseline_changes` says (one line each) why a listed check that failed or errored is
+not known (a metric that fails with another diagnosis or none, or is not pinned, the raise, the
+problems that are no metric's, the check's own diagnoses; [] otherwise), and `baseline_reason` /
+`baseline_link` are its entry's (null when it has none). `verdict` is the run's status with the
+baseline applied (a known failure counts as a pass, a stale entry as a failure); `baseline` names
+the file and lists the ids of the known failures, of the stale entries, of the listed checks that
+failed otherwise than pinned (`changed`), of the entries whose check did not run, and of the
+entries in the check-level form (`unpinned`: they pin no metric and hold any failure of their
+check; `--write-baseline` rewrites them with their metrics).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.baseline import KNOWN, STALE, Baseline, outcome
+from harness.baseline import CHANGED, KNOWN, STALE, Baseline, outcome, why_not_known
 from harness.verdict import CheckId, CheckResult, CheckStatus
 
 
@@ -87,21 +92,30 @@ class Report:
         return CheckStatus.overall(c.status for c in self.all_checks())
 
     def baseline_outcome(self, check: CheckResult) -> str | None:
-        """`known` for a failed check the baseline lists, `stale` for a passed one, else None."""
+        """`known` for a failed check the baseline lists that fails as its entry pins, `changed` for one that fails
+        otherwise or errored, `stale` for a passed one, else None (harness/baseline.py `outcome`)."""
         if self.baseline is None:
             return None
-        return outcome(self.baseline.entry(str(check.id)), check.status)
+        return outcome(self.baseline.entry(str(check.id)), check)
 
     def known(self, check: CheckResult) -> bool:
-        """True for a failed check the baseline lists."""
+        """True for a failed check the baseline lists that fails as its entry pins (any failure, for an entry in the
+        check-level form)."""
         return self.baseline_outcome(check) == KNOWN
+
+    def baseline_changes(self, check: CheckResult) -> list[str]:
+        """Why a check the baseline lists that failed or errored is not a known failure, one line each: which metric
+        changed and from what to what, a raise the entry does not pin, an error; [] for any other check."""
+        if self.baseline is None:
+            return []
+        return why_not_known(self.baseline.entry(str(check.id)), check)
 
     def stale(self, check: CheckResult) -> bool:
         """True for a passed check the baseline lists (the run fails until the entry is removed)."""
         return self.baseline_outcome(check) == STALE
 
     def with_baseline(self, state: str) -> list[CheckResult]:
-        """The checks whose baseline outcome is `state` (`known` or `stale`), in report order."""
+        """The checks whose baseline outcome is `state` (`known`, `stale` or `changed`), in report order."""
         return [c for c in self.all_checks() if self.baseline_outcome(c) == state]
 
     @property
@@ -119,6 +133,7 @@ class Report:
             **check.as_dict(),
             "known": self.known(check),
             "stale": self.stale(check),
+            "baseline_changes": self.baseline_changes(check),
             "baseline_reason": entry.reason if entry else None,
             "baseline_link": entry.link if entry else None,
         }
@@ -129,7 +144,9 @@ class Report:
             "file": baseline.path,
             "known": [str(c.id) for c in self.with_baseline(KNOWN)],
             "stale": [str(c.id) for c in self.with_baseline(STALE)],
+            "changed": [str(c.id) for c in self.with_baseline(CHANGED)],
             "not_run": baseline.not_run([str(c.id) for c in self.checks]),
+            "unpinned": baseline.unpinned(),
         }
 
     def as_dict(self) -> dict[str, Any]:

@@ -10,9 +10,13 @@ metric's. The verbose form is the metric table, then every check's failure lines
 (harness/report/format.py, `check_failure_lines`: the lines pytest's failure message has).
 
 With a baseline, a known failure's line starts with `known` and ends with its entry's reason
-(`known FAIL  <id>  <what failed first> (baseline: <reason>)`), a passed check the baseline
-lists reads `STALE <id>  passes: remove it from the baseline <file> (baseline: <reason>)`, and
-the headline gives the run's verdict with the baseline applied and counts both.
+(`known FAIL  <id>  <what failed first> (baseline: <reason>)`); a listed check that fails otherwise
+than its entry pins reads `FAIL  <id>  not as the baseline knows it: <metric>: class 16 -> no
+diagnosis; ... (baseline: <reason>)` (`Report.baseline_changes`); a passed check the baseline lists
+reads `STALE <id>  passes: remove it from the baseline <file> once you know why: a fix, or a change in
+how the trainer runs the scenario (baseline: <reason>)`. The headline gives the run's verdict with the
+baseline applied and counts them, and the line after it names the entries in the check-level form
+(they pin no metric: `--write-baseline` rewrites them).
 
 A check the target declares it cannot run reads `n/a   <id>  not applicable: <reason>`, and the headline counts
 them: `PASS (3 not applicable)`.
@@ -20,7 +24,7 @@ them: `PASS (3 not applicable)`.
 
 from __future__ import annotations
 
-from harness.baseline import KNOWN, STALE, Entry
+from harness.baseline import CHANGED, KNOWN, STALE, Entry
 from harness.report.format import FAILED, check_failure_lines, failure_line, first_diagnosis, fmt
 from harness.verdict import CheckResult, CheckStatus
 
@@ -29,14 +33,15 @@ from .rows import METRIC_HEADER, metric_rows
 
 
 def failure_lines(report: Report) -> list[str]:
-    """Every check's failure lines (`check_failure_lines`), with what the baseline made of it, in report order."""
-    return [
-        line
-        for check in report.all_checks()
-        for line in check_failure_lines(
-            check, known=report.known(check), stale=stale_text(report, check) if report.stale(check) else ""
-        )
-    ]
+    """Every check's failure lines (`check_failure_lines`), with what the baseline made of it, in report order: a
+    listed check that fails otherwise than pinned adds, indented, how."""
+    lines = []
+    for check in report.all_checks():
+        stale = stale_text(report, check) if report.stale(check) else ""
+        lines += check_failure_lines(check, known=report.known(check), stale=stale)
+        if report.baseline_outcome(check) == CHANGED:
+            lines.append(f"    {check.id} {changed_text(report, check)}")
+    return lines
 
 
 def entry_of(report: Report, check: CheckResult) -> Entry:
@@ -48,8 +53,31 @@ def entry_of(report: Report, check: CheckResult) -> Entry:
 
 
 def stale_text(report: Report, check: CheckResult) -> str:
-    """What a stale entry's line says after the check id."""
-    return f"passes: remove it from the baseline {report.baseline.path} (baseline: {entry_of(report, check).reason})"
+    """What a stale entry's line says after the check id: the check passes, which is a fix or a change in how the
+    trainer runs its scenario, and the run fails until the entry is removed."""
+    return (
+        f"passes: remove it from the baseline {report.baseline.path} once you know why: a fix, or a change in how "
+        f"the trainer runs the scenario (baseline: {entry_of(report, check).reason})"
+    )
+
+
+def changed_text(report: Report, check: CheckResult) -> str:
+    """What the line of a listed check that fails otherwise than its entry pins says after the check id."""
+    said = "; ".join(report.baseline_changes(check))
+    return f"not as the baseline knows it: {said} (baseline: {entry_of(report, check).reason})"
+
+
+def unpinned_line(report: Report) -> list[str]:
+    """The line naming the baseline's entries in the check-level form, or none."""
+    unpinned = report.baseline.unpinned() if report.baseline is not None else []
+    if not unpinned:
+        return []
+    count = f"{len(unpinned)} entr{'ies' if len(unpinned) != 1 else 'y'}"
+    return [
+        f"baseline {report.baseline.path}: {count} pin no metrics (the check-level form, which holds any failure of "
+        f"its check, a raise included): rewrite the file with --write-baseline ({', '.join(unpinned[:3])}"
+        + (", ...)" if len(unpinned) > 3 else ")")
+    ]
 
 
 def first_failure(check: CheckResult) -> str:
@@ -81,6 +109,8 @@ def check_lines(report: Report) -> list[str]:
             lines.append(f"known {status:<5} {str(check.id):<{width}}  {first_failure(check)} (baseline: {reason})")
         elif report.stale(check):
             lines.append(f"{'STALE':<5} {str(check.id):<{width}}  {stale_text(report, check)}")
+        elif report.baseline_outcome(check) == CHANGED:
+            lines.append(f"{status:<5} {str(check.id):<{width}}  {changed_text(report, check)}")
         elif check.status in FAILED:
             lines.append(f"{status:<5} {str(check.id):<{width}}  {first_failure(check)}")
         elif check.status is CheckStatus.NOT_APPLICABLE:
@@ -91,14 +121,18 @@ def check_lines(report: Report) -> list[str]:
 
 
 def counts(report: Report) -> str:
-    """` (13 known failures, 1 stale baseline entry, 3 not applicable)`: the known failures and stale entries when
-    the run has a baseline, the checks that are not applicable when there are any; '' for none of them."""
+    """` (13 known failures, 1 stale baseline entry, 1 not as known, 3 not applicable)`: the known failures, stale
+    entries and listed checks that fail otherwise than pinned when the run has a baseline, the checks that are not
+    applicable when there are any; '' for none of them."""
     said = []
     if report.baseline is not None:
         known, stale = len(report.with_baseline(KNOWN)), len(report.with_baseline(STALE))
         said.append(f"{known} known failure{'s' if known != 1 else ''}")
         if stale:
             said.append(f"{stale} stale baseline entr{'ies' if stale != 1 else 'y'}")
+        changed = len(report.with_baseline(CHANGED))
+        if changed:
+            said.append(f"{changed} not as known")
     not_applicable = sum(c.status is CheckStatus.NOT_APPLICABLE for c in report.checks)
     if not_applicable:
         said.append(f"{not_applicable} not applicable")
@@ -118,11 +152,11 @@ def headline(report: Report) -> str:
 def render_terminal(report: Report, verbose: bool = False) -> str:
     """One line per check; with `verbose`, the metric table and every failure line instead."""
     if not verbose:
-        return "\n".join([headline(report), *check_lines(report)])
+        return "\n".join([headline(report), *unpinned_line(report), *check_lines(report)])
     header = METRIC_HEADER[:-1]
     rows = [[cell if isinstance(cell, str) else fmt(cell) for cell in row[:-1]] for row in metric_rows(report, False)]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    lines = [headline(report)]
+    lines = [headline(report), *unpinned_line(report)]
     for row in [header, *rows]:
         lines.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
     return "\n".join(lines + failure_lines(report))

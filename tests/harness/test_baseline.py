@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.baseline import Baseline, Entry, load, outcome
+from harness.baseline_pins import Pins
 from harness.cli import main, without_options
 from harness.errors import HarnessConfigError
 from harness.report import Report
@@ -139,12 +140,13 @@ def held_to(entries: list[Entry], *results: CheckResult) -> Report:
     return report
 
 
-def test_outcomes_known_stale_and_neither():
+def test_outcomes_known_stale_changed_and_neither():
     listed = Entry("extremes", "a mean of maxima")
-    assert outcome(listed, CheckStatus.FAIL) == "known"
-    assert outcome(listed, CheckStatus.PASS) == "stale"
-    assert outcome(listed, CheckStatus.ERROR) is None and outcome(listed, CheckStatus.SKIP) is None
-    assert outcome(None, CheckStatus.FAIL) is None
+    assert outcome(listed, result("extremes", CheckStatus.FAIL)) == "known"
+    assert outcome(listed, result("extremes", CheckStatus.PASS)) == "stale"
+    assert outcome(listed, result("extremes", CheckStatus.ERROR)) == "changed"  # an error is never known
+    assert outcome(listed, result("extremes", CheckStatus.SKIP)) is None
+    assert outcome(None, result("extremes", CheckStatus.FAIL)) is None
 
 
 def test_only_known_failures_pass_and_keep_every_status():
@@ -152,14 +154,16 @@ def test_only_known_failures_pass_and_keep_every_status():
                      result("extremes", CheckStatus.FAIL), result("short_window", CheckStatus.PASS))  # fmt: skip
     data = json.loads(report.to_json())
     assert data["status"] == "fail" and data["verdict"] == "pass"
-    assert data["baseline"] == {"file": "known.toml", "known": ["extremes"], "stale": [], "not_run": ["partition"]}
+    assert data["baseline"] == {"file": "known.toml", "known": ["extremes"], "stale": [], "changed": [],
+                                "not_run": ["partition"], "unpinned": ["extremes", "partition"]}  # fmt: skip
     first, second = data["checks"]
     assert (first["status"], first["known"], first["stale"]) == ("fail", True, False)
     assert (first["baseline_reason"], first["baseline_link"]) == ("a mean of maxima", "https://example.org/1")
     assert (second["known"], second["baseline_reason"]) == (False, None)
     lines = render_terminal(report).splitlines()
     assert lines[0].startswith("GRPO statistics verify: PASS (1 known failure)  target=reference-grpo")
-    assert lines[1].startswith("known FAIL  extremes") and lines[1].endswith("(baseline: a mean of maxima)")
+    assert lines[1].startswith("baseline known.toml: 2 entries pin no metrics (the check-level form")
+    assert lines[2].startswith("known FAIL  extremes") and lines[2].endswith("(baseline: a mean of maxima)")
     markdown = render_markdown(report)
     assert markdown.startswith("## GRPO statistics verify: PASS (1 known failure)")
     assert "| extremes | extremes | known fail |" in markdown and "### Failing metrics" not in markdown
@@ -202,9 +206,9 @@ def test_written_then_read_back(tmp_path):
     assert write(path, report) == 2
     back = load(path, "grpo")
     assert back.entries == tuple(failed_entries(report))
-    assert back.entries == (
-        Entry("short_window", "1 metric(s) disagree: entropy"),
-        Entry("extremes", odd, "https://example.org/1"),
+    assert back.entries == (  # each pins what failed: here no metric (the results have none) and no other problem
+        Entry("short_window", "1 metric(s) disagree: entropy", pins=Pins()),
+        Entry("extremes", odd, "https://example.org/1", pins=Pins()),
     )
     assert path.read_text(encoding="utf-8").startswith("# Known failures of the gate on target reference-grpo")
 
@@ -236,7 +240,10 @@ def test_a_baselined_failure_exits_0_and_is_shown_as_known(tmp_path):
     assert (report["status"], report["verdict"]) == ("fail", "pass")
     assert junit_outcomes(out)["test_check[short_window]"] == "skipped:pytest.xfail"
     assert "known fail" in (out / "verify.md").read_text(encoding="utf-8")
-    assert load(written, "grpo").entries == (Entry("short_window", "entropy logged 0.5 high", "https://example.org/2"),)
+    (rewritten,) = load(written, "grpo").entries  # the known failure keeps its reason and link, its metrics pinned
+    assert (rewritten.check, rewritten.reason, rewritten.link) == ("short_window", "entropy logged 0.5 high",
+                                                                   "https://example.org/2")  # fmt: skip
+    assert "entropy" in rewritten.pins.by_key
 
 
 @pytest.mark.slow  # gate processes: the full tier
@@ -260,11 +267,12 @@ def test_a_new_failure_exits_1_and_an_entry_not_run_is_neither(tmp_path):
                                   "--baseline", str(known), "--write-baseline", str(written))  # fmt: skip
     assert code == 1, output[-3000:]
     assert "known FAIL  short_window" in output and "\nFAIL  extremes" in output
-    assert report["baseline"] == {"file": str(known), "known": ["short_window"], "stale": [], "not_run": ["partition"]}
+    assert report["baseline"] == {"file": str(known), "known": ["short_window"], "stale": [], "changed": [],
+                                  "not_run": ["partition"], "unpinned": ["short_window", "partition"]}  # fmt: skip
     assert junit_outcomes(out)["test_check[extremes]"] == "failure"
     # today's failures, in report order: the known one keeps its reason, the new one says what failed first
     (first, second) = load(written, "grpo").entries
-    assert first == Entry("short_window", "entropy logged 0.5 high")
+    assert (first.check, first.reason, first.link) == ("short_window", "entropy logged 0.5 high", None)
     assert second.check == "extremes" and second.reason.startswith("entropy: logged=")
 
 

@@ -133,7 +133,7 @@ def test_every_surface_writes_a_checks_failure_lines_through_one_function():
     stale = report_of(passed)
     stale.baseline = known.baseline
     assert failure_lines(stale) == [
-        "STALE uneven_lengths uneven_lengths[loss_type=dapo]: passes: remove it from the baseline known.toml "
-        "(baseline: a mean of means)"
+        "STALE uneven_lengths uneven_lengths[loss_type=dapo]: passes: remove it from the baseline known.toml once you "
+        "know why: a fix, or a change in how the trainer runs the scenario (baseline: a mean of means)"
     ]
     assert check_failure_lines(passed) == []
