@@ -225,7 +225,7 @@ def verify(session: nox.Session) -> None:
     """
     trl, args = trl_option(session)
     wanted = trl_extra(args) if trl is None else None
-    install(session, "test", *([wanted] if wanted else []))
+    install(session, "gate", *([wanted] if wanted else []))  # the engine's needs: no pytest
     if trl is not None:
         install_trl(session, trl)
     if names_target(args):
@@ -355,7 +355,8 @@ def example(session: nox.Session) -> None:
 
     Builds the wheel, creates a venv, installs torch (the pin of constraints.txt), then the wheel with no extra,
     TRL's newest release and what TRL imports undeclared, as a TRL user's training environment has them: there,
-    live mode must run with none of the test dependencies (`live_without_extras`). Then both examples; for each
+    live mode must run with none of the test dependencies (`live_without_extras`). Then the wheel's `gate` extra:
+    `ppo-verify` must run the gate with no pytest there (`gate_without_pytest`). Then both examples; for each
     example in turn, `ppo-verify` on its trainer must exit 0, its own tests must pass, and `ppo-verify` on its
     broken variant must exit 1. Reports: reports/example/ (tinyppo) and reports/example/grpo/ (tinygrpo).
     """
@@ -398,6 +399,10 @@ def example(session: nox.Session) -> None:
         session.run(*pip, wheel, f"trl=={TRL_NEWEST}", *trl_besides(), external=True)
         with session.chdir(scratch):
             live_without_extras(session, python, os.path.join(scratch, "live"), env)
+        session.run(*pip, f"{wheel}[gate]", external=True)  # what the gate's engine needs, and no pytest
+        with session.chdir(scratch):
+            verify = os.path.join(bin_dir, "ppo-verify")
+            gate_without_pytest(session, python, verify, os.path.join(scratch, "gate"), env)
         session.run(*pip, wheel, *(f"{project}[test]" for project in projects), external=True)
 
         modules = ["harness", *(package for _, package, *_ in EXAMPLES)]
@@ -457,6 +462,17 @@ def live_without_extras(session: nox.Session, python: str, reports: str, env: di
     session.log(f"live mode with no extra: LiveCheck checked {checked[1]} logs of a TRL {TRL_NEWEST} GRPOTrainer run "
                 f"({checked[2]} failed, class 16, as TRL logs entropy), without {', '.join(TEST_ONLY)}; "
                 f"{time.monotonic() - started:.1f} s")  # fmt: skip
+
+
+def gate_without_pytest(session: nox.Session, python: str, verify: str, reports: str, env: dict) -> None:
+    """In a venv holding the package with its `gate` extra (and TRL): pytest is not importable, and `ppo-verify`
+    holds the reference GRPO trainer to two checks, exit 0: the gate's engine needs no test framework."""
+    probe = "import importlib.util as u; print(bool(u.find_spec('pytest')))"
+    if session.run(python, "-c", probe, env=env, external=True, silent=True).strip() != "False":
+        session.error("installing the package with its gate extra brought pytest: the engine must not need it")
+    session.run(verify, "--target", "reference-grpo", "--check", "short_window", "--check", "extremes",
+                "--report-dir", reports, env=env, external=True)  # fmt: skip
+    session.log("ppo-verify ran the gate with the gate extra alone, without pytest (exit 0)")
 
 
 @nox.session(python=False, default=False)

@@ -1,7 +1,8 @@
 """What the commands need installed, and the one line a command prints when it cannot import it.
 
-The package's own dependencies (torch, transformers, accelerate, ...) come with it; the gate's engine (pytest, and
-Hypothesis for the PPO gate) is the `gate` extra, since live mode runs in a user's training environment without it;
+The package's own dependencies (torch, transformers, accelerate, ...) come with it; what the gate's engine needs
+beside them (Hypothesis, for the PPO gate) is the `gate` extra, since live mode runs in a user's training environment
+without it; pytest is needed only by the pytest plugin and mutmut's runs;
 TRL is the `trl` extra (today's release) or `trl-ppo` (1.12.0, for the PPO adapter). A command run without one of
 them stops with one line on stderr naming what to install, and exit 2 (a usage error), never a traceback:
 `guarded` wraps each command's main, `require` checks ahead of a long run what it will import later.

@@ -97,16 +97,11 @@ def _target(config: pytest.Config):
 
 def _gate(config: pytest.Config):
     """The session's `harness.engine.Gate` of the --ppo-* options (made once; HarnessConfigError when they do not
-    configure a run). A CUDA device the machine lacks skips what needs the gate."""
+    configure a run, a CUDA device the machine lacks included: a gate that ran nothing must not pass)."""
     from .engine import Gate, GateOptions
 
     if GATE not in config.stash:
         opt = config.option
-        if opt.ppo_device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                pytest.skip("no CUDA device: the GPU scenarios did not run")
         options = GateOptions(target=opt.ppo_target, seed=opt.ppo_seed, device=opt.ppo_device, dtype=opt.ppo_dtype,
                               checks=tuple(opt.ppo_check), settings=tuple(opt.ppo_set),
                               baseline=opt.ppo_baseline)  # fmt: skip
@@ -209,13 +204,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     from .errors import HarnessConfigError
 
     if call.excinfo is not None and isinstance(call.excinfo.value, HarnessConfigError) and call.when == "setup":
-        if CASE_FIXTURE in getattr(item, "fixturenames", ()):
-            # a fixture every check shares could not be configured: the gate's session stops
-            said = str(call.excinfo.value)
-            outcome.get_result().longrepr = f"configuration error: {said}"
-            if said not in item.config.stash[CONFIG_ERROR]:
-                item.config.stash[CONFIG_ERROR].append(said)
-            item.session.shouldstop = f"configuration error: {said}"
+        # a fixture of the gate (its options, target or device) could not be configured: the session stops, exit 2;
+        # a configuration error a test of one's own raises while it runs stays that test's failure
+        said = str(call.excinfo.value)
+        outcome.get_result().longrepr = f"configuration error: {said}"
+        if said not in item.config.stash[CONFIG_ERROR]:
+            item.config.stash[CONFIG_ERROR].append(said)
+        item.session.shouldstop = f"configuration error: {said}"
     from .report.format import CheckFailed
 
     if call.excinfo is not None and isinstance(call.excinfo.value, CheckFailed):

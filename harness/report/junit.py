@@ -3,7 +3,8 @@
 One `<testsuite name="ppo-verify">` with one `<testcase>` per check, named `test_check[<check id>]` under the class
 `harness.suite.test_verify` (the names the gate's pytest adapter gives the same checks, so a CI that keys on them
 reads either): a passed check is an empty test case; a failed or errored check (and a stale baseline entry) a
-`<failure>` whose message is its first failure line and whose text is every failure line (harness/report/format.py);
+`<failure>` whose message is its first failure line and whose text is every failure line (harness/report/format.py),
+after, for a check the baseline lists that fails otherwise than its entry pins, what changed;
 a known failure `<skipped type="pytest.xfail">` with its entry's reason; a check the target declares not applicable
 `<skipped type="pytest.skip">` with the declared reason; each configuration error of the run an `<error>` test case
 of its own.
@@ -52,7 +53,9 @@ def junit_tree(report: Report, seconds: dict[str, float] | None = None) -> ET.El
             ET.SubElement(case, "skipped", type="pytest.skip", message=check.message)
             tally["skipped"] += 1
         elif not check.passed:
-            lines = check_failure_lines(check)
+            # a check the baseline lists that fails otherwise than it pins says first what changed
+            changed = [f"not as the baseline knows it: {line}" for line in report.baseline_changes(check)]
+            lines = changed + check_failure_lines(check)
             ET.SubElement(case, "failure", message=lines[0] if lines else check.message).text = "\n".join(lines)
             tally["failures"] += 1
     for number, line in enumerate(report.config_errors):

@@ -91,6 +91,18 @@ def test_junit_says_each_outcome_as_ci_systems_read_it():
     ET.tostring(suite)  # serialisable
 
 
+def test_junit_says_first_what_changed_in_a_check_the_baseline_knows_otherwise():
+    from harness.baseline_pins import Pins
+
+    failing = MetricVerdict("entropy", MetricStatus.FAIL, logged=2.0, expected=1.0, abs_err=1.0, tol=0.1)
+    pinned = Entry("a", "entropy is class 16", pins=Pins(metrics=(("entropy", frozenset({"16"})),)))
+    report = report_of(result("a", "fail", failing), baseline=Baseline("b.toml", (pinned,)))
+    assert not report.known(report.checks[0])
+    failure = junit_tree(report).getroot().find("testsuite").find("testcase").find("failure")
+    assert failure.get("message").startswith("not as the baseline knows it: entropy"), failure.get("message")
+    assert "FAIL a entropy: logged=2" in failure.text
+
+
 def test_run_gate_runs_the_selected_checks_into_one_report_in_this_process():
     from harness.targets import resolve
 

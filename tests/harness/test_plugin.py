@@ -63,3 +63,18 @@ def test_verdict_is_one_line_per_check_and_lists_other_failures_when_tracebacks_
     verbose = pytester.runpytest("--ppo-verbose")  # tracebacks on: the failure is in pytest's own section
     verbose.stdout.fnmatch_lines(["check*metric*logged*"])
     assert "FAIL  test_" not in verbose.stdout.str()
+
+
+def test_a_cuda_device_the_machine_lacks_stops_the_session_rather_than_skipping(pytester):
+    """A gate that ran nothing must not pass: `--ppo-device=cuda` without CUDA is a configuration error of the
+    session (exit 2), where the plugin once skipped every check."""
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has CUDA")
+    pytester.makepyfile("def test_spec(ppo_run_spec):\n    assert ppo_run_spec is not None\n")
+    result = pytester.runpytest("--ppo-device=cuda")
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(["*CONFIG ERROR --device cuda but torch * sees no CUDA device*"])
