@@ -198,6 +198,17 @@ def _report(config: pytest.Config):
     return gate.report if gate is not None else None
 
 
+def configuration_errors(config: pytest.Config) -> list[str]:
+    """Every configuration error of the session, one line each: the gate's own (its options, target or device), the
+    run's, and each check whose run could not be configured (its error's line); [] for none."""
+    report = _report(config)
+    errors = list(config.stash.get(CONFIG_ERROR, []))
+    if report is not None:
+        errors += report.config_errors
+        errors += [c.problems[0] for c in report.checks if str(c.id) in report.unconfigured and c.problems]
+    return errors
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield

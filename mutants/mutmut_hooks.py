@@ -252,9 +252,9 @@ def exit2_reason(session) -> dict:
     rejected the gate's valid configuration (a detection), else {"configuration": False, "detail": ...} (an
     interruption, a collection or usage error: no verdict)."""
     try:
-        from harness.plugin import CONFIG_ERROR
+        from harness.plugin import configuration_errors
 
-        errors = session.config.stash.get(CONFIG_ERROR, [])
+        errors = configuration_errors(session.config)
     except Exception:  # noqa: BLE001 - no harness plugin: not the gate's refusal
         errors = []
     if errors:
@@ -336,7 +336,11 @@ def _ppo_ranks_outside_the_stats_run(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _ppo_fresh_observations_while_mutmut_collects_stats(request):
-    """Empty the harness's observation cache before each test of mutmut's stats run."""
-    if os.environ.get("MUTANT_UNDER_TEST") == "stats" and "ppo_cache" in request.fixturenames:
-        request.getfixturevalue("ppo_cache").clear()
+    """Empty the harness's observation cache before each test of mutmut's stats run (the verify suite's test reads it
+    through the session's gate, `ppo_gate`; a test of one's own through `ppo_cache`)."""
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        if "ppo_gate" in request.fixturenames:
+            request.getfixturevalue("ppo_gate").cache.clear()
+        elif "ppo_cache" in request.fixturenames:
+            request.getfixturevalue("ppo_cache").clear()
     yield

@@ -59,3 +59,24 @@ def test_a_refusal_is_detected_and_an_unexplained_exit_2_is_neither_detected_nor
     )
     assert mutmut_run.unjudged_line(records[:1], reasons) is None
     assert json.loads(json.dumps(records[0].to_dict()))["status"] == "refused (configuration error)"
+
+
+def test_a_check_whose_run_the_mutated_trainer_refused_is_a_configuration_error_of_the_session():
+    """The engine errs one check whose run could not be configured and the others run: the session's exit 2 is
+    still the gate refusing the mutated trainer, said in the check's own words."""
+    from harness.plugin import GATE
+    from harness.report import Report
+    from harness.report.unconfigured import not_configured
+    from harness.verdict import CheckId
+
+    report = Report(target="reference", device="cpu")
+    report.add(not_configured(CheckId("uneven_split"), "learning_rate must be >= 0"))
+    report.unconfigured.append("uneven_split")
+    stash = {GATE: types.SimpleNamespace(report=report)}
+    config = types.SimpleNamespace(stash=types.SimpleNamespace(get=lambda key, default: stash.get(key, default)))
+    session = types.SimpleNamespace(config=config, exitstatus=2, shouldstop=False, shouldfail=False, testsfailed=1,
+                                    testscollected=3)  # fmt: skip
+    assert mutmut_hooks.exit2_reason(session) == {
+        "configuration": True,
+        "detail": "configuration error: learning_rate must be >= 0",
+    }
