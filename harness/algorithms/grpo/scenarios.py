@@ -14,6 +14,7 @@ import torch
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.invariance import CutRun, Knob, knob_findings
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
@@ -226,6 +227,7 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]
+    cuts = []
     for obs in observed:
         log = obs.ran.logs[0]
         where = obs.spec.split_label
@@ -234,11 +236,28 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
         if obs is not observed[0]:
             both = usable(first, usable(log, names))
-            check.absorb(compare({n: log[n] for n in both}, {n: first[n] for n in both}, obs.spec.dtype,
-                                 TOLERANCES, kind="partition", where=where))  # fmt: skip
+            verdicts = compare({n: log[n] for n in both}, {n: first[n] for n in both}, obs.spec.dtype, TOLERANCES,
+                               kind="partition", where=where)  # fmt: skip
+            check.absorb(verdicts)
+            changed = {m.name: (float(first[m.name]), float(log[m.name])) for m in verdicts if m.failed}
+            cuts.append(CutRun(knobs_of(obs.spec), where, changed))
+    for finding in knob_findings(knobs_of(observed[0].spec), cuts, KNOBS):
+        check.diagnose(finding)
     if check.failed:
         check.note(f"reference cut {observed[0].spec.split_label}")
     return check.finish()
+
+
+KNOBS = (Knob("per_device_train_batch_size", "the micro-batch size"),
+         Knob("gradient_accumulation_steps", "the accumulation steps"),
+         Knob("num_iterations", "the passes over a generation"))  # fmt: skip
+"""The systems knobs `partition` varies, as its findings name them (at a fixed generation batch the micro-batches per
+generation follow from the micro-batch size)."""
+
+
+def knobs_of(spec: GRPOSpec) -> dict[str, int]:
+    """A run's settings of the systems knobs."""
+    return {knob.key: getattr(spec, knob.key) for knob in KNOBS}
 
 
 def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
+from harness.invariance import CutRun, Knob, knob_findings
 from harness.report.format import check_failure_lines
 from harness.require import usable
-from harness.verdict import Check, CheckId, CheckResult, CheckStatus
+from harness.verdict import Check, CheckId, CheckResult, CheckStatus, Diagnosis
 
 from .checks import require_logs
 from .spec import ScenarioSpec
@@ -40,9 +41,10 @@ def splits(draw) -> tuple[int, int, int, int]:
 
 def compare_splits(
     cache: ObservationCache, reference: ScenarioSpec, other: ScenarioSpec, check_id: CheckId,
-    means: Sequence[str], variance: str,
+    means: Sequence[str], variance: str, cuts: list[CutRun] | None = None,
 ) -> CheckResult:  # fmt: skip
-    """One drawn split against the reference split: the same pooled means, and a zero variance at both."""
+    """One drawn split against the reference split: the same pooled means, and a zero variance at both; `cuts` gets
+    the split's knobs and the means it changed (harness/invariance.py)."""
     check = Check(check_id)
     observed = [cache.get(spec, spy=False) for spec in (reference, other)]
     if not all([require_logs(o, means, check) for o in observed]):
@@ -54,8 +56,12 @@ def compare_splits(
                              where=obs.spec.split_label))  # fmt: skip
     means = usable(first.ran.logs[0], usable(second.ran.logs[0], means))  # require_logs named the others
     logged = {n: second.ran.logs[0][n] for n in means}
-    check.absorb(compare(logged, {n: first.ran.logs[0][n] for n in means}, second.spec.dtype, TOLERANCES,
-                         kind="partition", where=second.spec.split_label))  # fmt: skip
+    verdicts = compare(logged, {n: first.ran.logs[0][n] for n in means}, second.spec.dtype, TOLERANCES,
+                       kind="partition", where=second.spec.split_label)  # fmt: skip
+    check.absorb(verdicts)
+    if cuts is not None:
+        changed = {m.name: (float(first.ran.logs[0][m.name]), float(logged[m.name])) for m in verdicts if m.failed}
+        cuts.append(CutRun(knobs_of(second.spec), second.spec.split_label, changed))
     if check.failed:
         check.note(f"reference split {first.spec.split_label}")
     return check.finish()
@@ -67,6 +73,7 @@ def partition_invariance(
     """Hypothesis draws splits (10 examples, seeded); a failure names every split that failed."""
     reference = base.with_(**REFERENCE_SPLIT)
     verdicts: list[CheckResult] = []
+    cuts: list[CutRun] = []
 
     # a fixed seed, so that the draws do not change when this function's source text does (derandomize
     # alone seeds from a digest of the source)
@@ -79,7 +86,7 @@ def partition_invariance(
         bs, gas, mb, epochs = split
         other = base.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=gas, num_mini_batches=mb,
                            num_ppo_epochs=epochs)  # fmt: skip
-        result = compare_splits(cache, reference, other, check_id, means, variance)
+        result = compare_splits(cache, reference, other, check_id, means, variance, cuts)
         verdicts.append(result)
         assert result.passed, "\n".join(check_failure_lines(result))  # Hypothesis shrinks on AssertionError
 
@@ -89,7 +96,8 @@ def partition_invariance(
         pass  # reported through the failing verdict
     failing = [v for v in verdicts if not v.passed]
     if failing:
-        return every_failing_split(check_id, failing)
+        unique = list({cut.label: cut for cut in cuts}.values())  # Hypothesis replays some splits while it shrinks
+        return every_failing_split(check_id, failing, knob_findings(knobs_of(reference), unique, KNOBS))
     if verdicts:
         return verdicts[-1]
     check = Check(check_id)
@@ -97,9 +105,23 @@ def partition_invariance(
     return check.finish()
 
 
-def every_failing_split(check_id: CheckId, failing: list[CheckResult]) -> CheckResult:
-    """One result naming every split that failed (Hypothesis replays some while it shrinks: each is kept once)."""
+def every_failing_split(
+    check_id: CheckId, failing: list[CheckResult], findings: Sequence[Diagnosis] = ()
+) -> CheckResult:
+    """One result naming every split that failed (Hypothesis replays some while it shrinks: each is kept once), with
+    the knobs the failing means depend on (`findings`, harness/invariance.py) as the check's diagnoses."""
     problems = list(dict.fromkeys(p for v in failing for p in v.problems))
-    notes = list(dict.fromkeys(n for v in failing for n in v.notes))
+    notes = list(dict.fromkeys(n for v in failing for n in v.notes)) + [d.formula for d in findings]
     metrics = list({(m.name, m.where): m for v in failing for m in v.metrics if m.failed}.values())
-    return CheckResult(check_id, CheckStatus.FAIL, tuple(problems), tuple(notes), tuple(metrics))
+    return CheckResult(check_id, CheckStatus.FAIL, tuple(problems), tuple(notes), tuple(metrics), tuple(findings))
+
+
+KNOBS = (Knob("per_device_train_batch_size", "the micro-batch size"), Knob("num_mini_batches", "the mini-batches"),
+         Knob("num_ppo_epochs", "the epochs"))  # fmt: skip
+"""The systems knobs a drawn split varies, as the check's findings name them (the accumulation steps follow from the
+micro-batch size: a split holds the local batch of 12)."""
+
+
+def knobs_of(spec: ScenarioSpec) -> dict[str, int]:
+    """A run's settings of the systems knobs."""
+    return {knob.key: getattr(spec, knob.key) for knob in KNOBS}
