@@ -10,7 +10,8 @@ temporary of its size).
 Every step keeps its summaries (which backward passes it applied, the
 unexplained part of `.grad`, the norms, the clipping coefficient, the non-finite
 tensors). It keeps a copy of `.grad` itself, and of the contributions' sums, only
-when the recorder is made with `copies=True`: a model-sized tensor per step,
+when the recorder is made with `copies=True` (with the weights before and after each step, and the optimizer's
+settings: optimizer_steps.py): a model-sized tensor per step,
 which only the checks that compare gradients themselves read (`Step.grad`,
 `Step.local_grad`, in grad_trace.py, the frozen `GradTrace` this recorder's `trace()`
 returns); without the copies those raise `GradCopiesNotKept`, and each step
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .grad_trace import GradTrace, Step
+from .optimizer_steps import WeightSteps
 
 
 class GradTrackingLost(RuntimeError):
@@ -136,8 +138,11 @@ class GradRecorder:
         self._positions: list[torch.Tensor | None] = [None] * len(self.params)
         self.lost = ""
         """Why the tracked sums were lost ("" while they are not)."""
+        self._weights: WeightSteps | None = None
 
     def __enter__(self) -> GradRecorder:
+        if self.copies:
+            self._weights = WeightSteps(self.params, self.optimizer)
         self._handles.append(torch.autograd.graph.register_multi_grad_hook(self.params, self._on_backward, mode="any"))
         for i, p in enumerate(self.params):
             self._handles.append(p.register_hook(self._contribution(i)))
@@ -221,6 +226,8 @@ class GradRecorder:
         # as autograd sums .grad) that sum is the copy to keep and its gap is 0; elsewhere .grad is cloned
         # (only when the step keeps it: the trainer's .grad is only read here) and the difference is taken, in
         # float32 as always, in the pending sum itself, which this step drops. max |x| is max(-min x, max x).
+        if self._weights is not None:
+            self._weights.before()
         grads, expected, differing, local = [], [], [], []
         for i, (p, e) in enumerate(zip(self.params, self._pending)):
             if self._mode[i] == TRACKED and self._untouched(i, "after the step's last backward pass"):
@@ -260,14 +267,18 @@ class GradRecorder:
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self.nonfinite_weights.append(_nonfinite(self.params))
+        if self._weights is not None:
+            self._weights.after()
 
     def trace(self) -> GradTrace:
         """The frozen record of the run so far (GradTrackingLost where a tracking recorder lost the sums)."""
         if self.lost:
             raise GradTrackingLost(f"{self.lost}: the run must be recorded again with a summing recorder")
+        weights = self._weights
         return GradTrace(
-            tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights), self.copies
-        )
+            tuple(self.backwards), tuple(self.steps), tuple(self.unapplied), tuple(self.nonfinite_weights), self.copies,
+            tuple(weights.updates) if weights else (), weights.start if weights else None,
+        )  # fmt: skip
 
     @property
     def unapplied(self) -> list[int]:

@@ -1,7 +1,9 @@
 """What the gradient recorder (grad.py) saw, frozen: each optimizer step's summaries, and its `.grad` copy when kept.
 
 A run recorded without the copies keeps each step's summaries only: reading `Step.grad` or `Step.local_grad` from
-it raises `GradCopiesNotKept`.
+it raises `GradCopiesNotKept`. A run recorded with them also keeps, per step, what the step did to the weights
+(`StepUpdate`: the weights before and after it, the optimizer's settings and step counts), which the optimizer
+step's recomputation reads (harness/oracle/optimizer.py).
 """
 
 from __future__ import annotations
@@ -72,6 +74,26 @@ class Step:
 
 
 @dataclass(frozen=True)
+class StepUpdate:
+    """What one real optimizer step did to the weights (harness/instrument/optimizer_steps.py records it)."""
+
+    optimizer: tuple[str, ...]
+    """The names of the optimizer's class and of its bases, most derived first (`type(optimizer).__mro__`)."""
+    groups: tuple[dict, ...]
+    """Each param group's settings at the step: every entry but its parameters (the learning rate as used)."""
+    group_of: tuple[int | None, ...]
+    """Per parameter: the param group holding it (None: the optimizer holds it in none)."""
+    has_grad: tuple[bool, ...]
+    """Per parameter: whether its `.grad` was set at the step (an optimizer skips a parameter without one)."""
+    counts: tuple[float | None, ...]
+    """Per parameter: the optimizer's own step count in its state before the step (None: no state yet)."""
+    before: tuple[torch.Tensor, ...]
+    """Per parameter: the weights the step started from."""
+    after: tuple[torch.Tensor, ...]
+    """Per parameter: the weights the step left."""
+
+
+@dataclass(frozen=True)
 class GradTrace:
     """What the recorder saw, frozen: the clock of each backward pass, each step, the unapplied passes."""
 
@@ -82,3 +104,7 @@ class GradTrace:
     """Per step: parameter tensors holding a NaN or an inf right after it."""
     copies: bool = True
     """Whether the steps kept their `.grad` copies (a trace without them serves only the steps' summaries)."""
+    updates: tuple[StepUpdate, ...] = ()
+    """Per step, what it did to the weights (kept with the copies only; empty without them)."""
+    start: tuple[torch.Tensor, ...] | None = None
+    """The weights when the recorder started (kept with the copies only)."""

@@ -123,14 +123,19 @@ class GRPOAlgorithm:
 
 @functools.lru_cache(maxsize=1)
 def _scenarios() -> tuple[Scenario, ...]:
+    from harness.checks.optimizer import optimizer_scenario
+
     from .forward import FORWARD_SCENARIOS
     from .gradient_scenarios import LOGP_GRADIENT
     from .masks import MASK_SCENARIOS
     from .reward_inputs import REWARD_INPUT_SCENARIOS
     from .reward_scenarios import REWARD_SCENARIOS
+    from .runs import UNEVEN, spec_for
     from .scenarios import SCENARIOS
 
-    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *REWARD_INPUT_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS)
+    optimizer = optimizer_scenario(lambda run: spec_for(UNEVEN, run), "the uneven lengths' two generations")
+    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *REWARD_INPUT_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS,
+            optimizer)  # fmt: skip
 
 
 GRPO = GRPOAlgorithm()

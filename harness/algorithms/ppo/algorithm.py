@@ -109,9 +109,15 @@ class PPOAlgorithm:
 
 @functools.lru_cache(maxsize=1)
 def _scenarios() -> tuple[Scenario, ...]:
+    from harness.checks.optimizer import optimizer_scenario
+
+    from .runs import UNEVEN, spec_for
     from .scenarios import SCENARIOS
 
-    return tuple(SCENARIOS)
+    two_epochs = optimizer_scenario(
+        lambda run: spec_for(UNEVEN, run).with_(num_ppo_epochs=2), "the uneven split, two epochs", spy=True
+    )
+    return (*SCENARIOS, two_epochs)
 
 
 PPO = PPOAlgorithm()
