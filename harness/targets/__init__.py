@@ -17,7 +17,9 @@ that a later change touches then names that change (harness/contract.py); and, w
 (`factory.not_applicable = {"loss_type=vespo": "our trainer has no vespo"}`), the checks it cannot run, each with
 its reason: a key `KEY=VALUE` names every check swept with that parameter (`uneven_lengths[loss_type=vespo]`), any
 other key is a check id or a pattern of them (`reward_stats*`, fnmatch's); such a check is not run and is reported
-not applicable with the reason (`Target.not_applicable_reason`). A built-in target declares the
+not applicable with the reason (`Target.not_applicable_reason`); and, with `definitions` (`factory.definitions =
+"verl"`, or a dict), which of its algorithm's published definitions its trainer implements (harness/definitions.py,
+`Target.definition`). A built-in target declares the
 package's install extras it needs where its algorithm names it, after its `module:factory` in entry-point syntax
 (`"harness.algorithms.ppo.targets.trl:factory [trl-ppo]"`; `extras(name)` reads them without loading it).
 A `not_applicable` key that names no check of the algorithm's gate, and anything that cannot be resolved, is a
@@ -56,6 +58,13 @@ class Target:
     """The package's install extras it needs (a built-in target's, as its algorithm declares them)."""
     not_applicable: tuple[tuple[str, str], ...] = ()
     """(key, reason) of each check it declares it cannot run (`factory.not_applicable`), in its order."""
+    definitions: tuple[tuple[str, object], ...] = ()
+    """(name, value) of every definition of its algorithm's vocabulary, as it declares them (`factory.definitions`)
+    or the default profile fixes them (harness/definitions.py)."""
+
+    def definition(self, name: str, default: object = None) -> object:
+        """The value of definition `name` its trainer implements (`default` when the algorithm publishes none)."""
+        return next((value for key, value in self.definitions if key == name), default)
 
     def not_applicable_reason(self, check_id: CheckId) -> str | None:
         """The declared reason of the first declaration that matches `check_id`, None when none does."""
@@ -143,6 +152,20 @@ def declared_not_applicable(factory: Callable) -> tuple[tuple[str, str], ...]:
     return tuple(declared.items())
 
 
+DEFINITIONS = "definitions"
+"""The factory attribute naming the definitions its trainer implements (a profile's name, or a dict)."""
+
+
+def declared_definitions(factory: Callable, algorithm: str) -> tuple[tuple[str, object], ...]:
+    """(name, value) of every definition of `algorithm`'s vocabulary as `factory.definitions` declares them (the
+    default profile where it declares none); HarnessConfigError for an unknown name, profile or value."""
+    from harness.algorithms import get
+    from harness.definitions import Vocabulary
+
+    vocabulary = getattr(get(algorithm), DEFINITIONS, None) or Vocabulary()
+    return vocabulary.resolve(getattr(factory, DEFINITIONS, None))
+
+
 def declare_hint(name: str, *algorithms: str) -> str:
     """How a factory names its algorithm: one of `algorithms` (none given: every registered one, the default first)."""
     names = list(algorithms) or known_algorithms()
@@ -201,6 +224,7 @@ def resolve(name: str) -> Target:
         )
     try:
         optional, cannot = declared_metrics(factory), declared_not_applicable(factory)
+        definitions = declared_definitions(factory, algorithm)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
     pinned = pinned_contract(factory, algorithm, name)
@@ -210,7 +234,7 @@ def resolve(name: str) -> Target:
         pinned = get(algorithm).contract.version  # a built-in target ships with the gate: written for its contract
     needs = _split(declared[1])[1] if declared is not None else ()
     target = Target(name, algorithm, factory, optional_metrics=optional, contract_version=pinned, extras=needs,
-                    not_applicable=cannot)  # fmt: skip
+                    not_applicable=cannot, definitions=definitions)  # fmt: skip
     if cannot:
         from harness.algorithms import cases
 

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
+from harness.definitions import Vocabulary
 
+from .definitions import VOCABULARY
 from .instruments import INSTRUMENTS
 from .tolerances import ROWS
 from .versions import CONTRACT
@@ -59,6 +61,8 @@ class GRPOAlgorithm:
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""
+    definitions: Vocabulary = VOCABULARY
+    """The definitions a target may declare, and their profiles (definitions.py; harness/definitions.py)."""
     live: Live | None = LIVE
     bench: Bench | None = Bench(live_run="harness.algorithms.grpo.targets.live.bench")
     """The run `python -m harness.bench --live` measures under `live_reference` (targets/live/bench.py)."""

@@ -31,6 +31,7 @@ from harness.diagnose import Candidate, diagnosed
 from harness.tolerances import tolerance
 from harness.verdict import Diagnosis, MetricVerdict
 
+from .definitions import ADVANTAGE_EPSILON, VOCABULARY
 from .rewards import STD_EPS, Generation, nan_mean, nan_std, weighted_rewards
 from .tolerances import TOLERANCES
 
@@ -45,9 +46,12 @@ def nan_pstd(values: torch.Tensor) -> float:
     return math.sqrt(float(((kept - kept.mean()) ** 2).mean()))
 
 
-def advantages_of(rewards: torch.Tensor, size: int, center: str, scale: str, std=nan_std) -> torch.Tensor:
-    """(N,) rewards minus the mean of their group ('group') or of the batch ('batch'), divided by (std + 1e-4) of
-    the group, of the batch, or by nothing ('none'); NaN advantages as 0."""
+def advantages_of(
+    rewards: torch.Tensor, size: int, center: str, scale: str, std=nan_std, epsilon: float = STD_EPS
+) -> torch.Tensor:
+    """(N,) rewards minus the mean of their group ('group') or of the batch ('batch'), divided by (std + epsilon,
+    1e-4 unless the target declares another) of the group, of the batch, or by nothing ('none'); NaN advantages
+    as 0."""
     groups = rewards.view(-1, size)
     if center == "group":
         means = torch.tensor([nan_mean(g) for g in groups], dtype=torch.float64).repeat_interleave(size)
@@ -56,9 +60,9 @@ def advantages_of(rewards: torch.Tensor, size: int, center: str, scale: str, std
     advantages = rewards - means
     if scale == "group":
         stds = torch.tensor([std(g) for g in groups], dtype=torch.float64).repeat_interleave(size)
-        advantages = advantages / (stds + STD_EPS)
+        advantages = advantages / (stds + epsilon)
     elif scale == "batch":
-        advantages = advantages / (std(rewards) + STD_EPS)
+        advantages = advantages / (std(rewards) + epsilon)
     return torch.nan_to_num(advantages, nan=0.0)
 
 
@@ -71,11 +75,21 @@ class Formula:
     advantages: Callable[[Generation], torch.Tensor]
 
 
-def formulas(weights: Sequence[float], size: int, scale_rewards: str) -> list[Formula]:
-    """The known wrong formulas under `scale_rewards` (those that differ from it)."""
+def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: float = STD_EPS) -> list[Formula]:
+    """The known wrong formulas under `scale_rewards` (those that differ from it), with the advantage epsilon the
+    target declares; and the epsilon of each other profile of definitions.py, where the target declares another."""
     rewards = lambda m: weighted_rewards(m.scores, weights)  # noqa: E731
-    asked = lambda center, scale, std=nan_std: lambda m: advantages_of(rewards(m), size, center, scale, std)  # noqa: E731
+    def asked(center: str, scale: str, std=nan_std, eps: float = epsilon) -> Callable[[Generation], torch.Tensor]:
+        return lambda m: advantages_of(rewards(m), size, center, scale, std, eps)
+
     out = []
+    if scale_rewards != "none":
+        for profile in VOCABULARY.profiles:
+            other = profile.values[ADVANTAGE_EPSILON]
+            if other != epsilon:
+                out.append(Formula((), f"{ADVANTAGE_EPSILON} {other:g} (the {profile.name} profile's), where the "
+                                   f"target declares {epsilon:g}: declare the definitions its trainer implements",
+                                   asked("group", scale_rewards, eps=other)))  # fmt: skip
     if scale_rewards != "none":
         out += [Formula((48,), "divided by the population std (divisor n), not the Bessel-corrected one",
                         asked("group", scale_rewards, nan_pstd)),
@@ -94,10 +108,13 @@ def formulas(weights: Sequence[float], size: int, scale_rewards: str) -> list[Fo
         out += [Formula((), "centred on the generation batch's mean, not the group's", asked("batch", "none")),
                 Formula((), "divided by the group's std (scale_rewards='group')", asked("group", "group")),
                 Formula((), "divided by the batch's std (scale_rewards='batch')", asked("group", "batch"))]  # fmt: skip
-    unscored_zero = lambda m: advantages_of(rewards(m).nan_to_num(nan=0.0), size, "group", scale_rewards)  # noqa: E731
+    def unscored_zero(m: Generation) -> torch.Tensor:
+        return advantages_of(rewards(m).nan_to_num(nan=0.0), size, "group", scale_rewards, epsilon=epsilon)
+
     out.append(Formula((50,), "an unscorable completion (no function scored it) rewarded 0", unscored_zero))
     if any(w != 1 for w in weights):
-        ones = lambda m: advantages_of(weighted_rewards(m.scores, [1.0] * len(weights)), size, "group", scale_rewards)  # noqa: E731
+        ones = lambda m: advantages_of(weighted_rewards(m.scores, [1.0] * len(weights)), size, "group", scale_rewards,  # noqa: E731
+                                       epsilon=epsilon)
         out.append(Formula((51,), "the reward weights not applied (every weight 1)", ones))
     return out
 
@@ -106,8 +123,8 @@ Row = tuple[int, int, float, float]
 """(generation, batch row, logged advantage, the oracle's) of one trained row."""
 
 
-def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spec, dtype: str
-                        ) -> tuple[Diagnosis | None, str, int]:  # fmt: skip
+def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spec, dtype: str,
+                        epsilon: float = STD_EPS) -> tuple[Diagnosis | None, str, int]:  # fmt: skip
     """(the one known wrong formula that reproduces every logged advantage, '', the worst row's index in `rows`) or
     (None, why there is none, that index)."""
     tol = tolerance("advantage", dtype, TOLERANCES)
@@ -116,7 +133,7 @@ def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spe
         return None, "", worst
     weights = tuple(spec.reward_weights or (1.0,))
     found = []
-    for f in formulas(weights, spec.num_generations, spec.scale_rewards):
+    for f in formulas(weights, spec.num_generations, spec.scale_rewards, epsilon):
         per_generation = {g: f.advantages(m) for g, m in made.items()}
         values = [float(per_generation[g][row]) for g, row, _, _ in rows]
         found.append((f.classes, f.formula, values, 1))

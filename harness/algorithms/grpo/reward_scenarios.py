@@ -30,6 +30,7 @@ from harness.verdict import Check, CheckResult, MetricStatus
 
 from . import formulas, lengths, reward_model, rewards
 from .checks import require_logs, require_records
+from .definitions import ADVANTAGE_EPSILON
 from .instruments import recorded
 from .runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
 from .spec import SCALE_REWARDS, GRPOSpec
@@ -50,8 +51,16 @@ def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observatio
                      spy=False)  # fmt: skip
 
 
-def recomputed(obs: Observation, check: Check):
-    """(the intervals' views, generations, every trained row), or None after failing the check."""
+def advantage_epsilon(cache: ObservationCache) -> float:
+    """The constant the target's trainer adds to the reward std (its declared `advantage_epsilon`; TRL's 1e-4 for a
+    cache of a bare factory)."""
+    target = cache.target
+    return float(target.definition(ADVANTAGE_EPSILON, rewards.STD_EPS)) if target is not None else rewards.STD_EPS
+
+
+def recomputed(obs: Observation, check: Check, epsilon: float = rewards.STD_EPS):
+    """(the intervals' views, generations, every trained row), or None after failing the check; `epsilon` is the
+    advantage's, as the target declares it (`advantage_epsilon`)."""
     per_interval = require_records(obs, check)
     if per_interval is None:
         return None
@@ -64,7 +73,7 @@ def recomputed(obs: Observation, check: Check):
         check.fail(line)
     if len(problems) > SHOWN:
         check.fail(f"... and {len(problems) - SHOWN} more rows a reward model scored that are not their completion")
-    made = rewards.generations(calls, obs.spec)
+    made = rewards.generations(calls, obs.spec, epsilon)
     if isinstance(made, str):
         check.fail(f"not recomputable: {made}")
         return None
@@ -121,17 +130,18 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     the worst row, with how many rows are off, and the known wrong formula that gives every logged advantage when
     one does (formulas.py)."""
     check, obs = Check(case.id), reward_run(cache, run, case)
-    seen = recomputed(obs, check)
+    seen = recomputed(obs, check, advantage_epsilon(cache))
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
     missing = what_is_missing(made, rows, obs.spec)
     if require(check, not missing, missing):
-        judge_advantages(check, obs, per_interval, made, rows)
+        judge_advantages(check, obs, per_interval, made, rows, advantage_epsilon(cache))
     return check.finish()
 
 
-def judge_advantages(check: Check, obs: Observation, per_interval, made, rows) -> None:
+def judge_advantages(check: Check, obs: Observation, per_interval, made, rows,
+                     epsilon: float = rewards.STD_EPS) -> None:  # fmt: skip
     """Every trained row's advantage against the oracle's: the worst row, how many are off, and the known wrong
     formula that gives every logged advantage when one does."""
     compared, places = [], []
@@ -149,7 +159,7 @@ def judge_advantages(check: Check, obs: Observation, per_interval, made, rows) -
     _, _, logged, expected = compared[worst]
     verdicts = compare({"advantage": logged}, {"advantage": expected}, dtype, TOLERANCES, where=where)
     if any(v.status is MetricStatus.FAIL for v in verdicts):
-        diagnosis, why, _ = formulas.diagnose_advantages(made, compared, obs.spec, dtype)
+        diagnosis, why, _ = formulas.diagnose_advantages(made, compared, obs.spec, dtype, epsilon)
         verdicts = [dataclasses.replace(v, diagnosis=diagnosis, diagnosis_reason=why) for v in verdicts]
     check.absorb(verdicts)
 
@@ -157,7 +167,7 @@ def judge_advantages(check: Check, obs: Observation, per_interval, made, rows) -
 def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """Each interval's reward statistics equal the oracle's over the completions it trained, each once."""
     check, obs = Check(case.id), reward_run(cache, run, case)
-    seen = recomputed(obs, check)
+    seen = recomputed(obs, check, advantage_epsilon(cache))
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
@@ -196,7 +206,7 @@ def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     sequence's last token (reward_model.py), every row it scored is its prompt and completion, and every
     advantage and each interval's reward statistics equal the oracle's from those scores."""
     check, obs = Check(case.id), cache.get(spec_for(MODEL, run), spy=False)
-    seen = recomputed(obs, check)
+    seen = recomputed(obs, check, advantage_epsilon(cache))
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
@@ -213,7 +223,7 @@ def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
                    f"of the {len(trained)} trained completions the reward model scored {scored} (all must be) and "
                    f"{moved} have a non-zero advantage (at least one)"):  # fmt: skip
         return check.finish()
-    judge_advantages(check, obs, per_interval, made, rows)
+    judge_advantages(check, obs, per_interval, made, rows, advantage_epsilon(cache))
     judge_reward_stats(check, obs, made, rows)
     if not check.failed:
         check.note(f"{len(watched)} reward-model calls, {scored} completions scored at the head of their last token")

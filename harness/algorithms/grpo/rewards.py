@@ -75,21 +75,27 @@ def weighted_rewards(scores: torch.Tensor, weights: Sequence[float]) -> torch.Te
     return total.masked_fill(unscored.all(dim=1), math.nan)
 
 
-def group_advantages(rewards: torch.Tensor, size: int, scale_rewards: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(advantages, zero_std) of a generation batch whose groups are `size` consecutive rows."""
+def group_advantages(
+    rewards: torch.Tensor, size: int, scale_rewards: str, epsilon: float = STD_EPS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, zero_std) of a generation batch whose groups are `size` consecutive rows; `epsilon` is added to
+    the std (the target's declared `advantage_epsilon`, definitions.py)."""
     groups = rewards.view(-1, size)
     means = torch.tensor([nan_mean(g) for g in groups], dtype=torch.float64).repeat_interleave(size)
     stds = torch.tensor([nan_std(g) for g in groups], dtype=torch.float64).repeat_interleave(size)
     advantages = rewards - means
     if scale_rewards == "group":
-        advantages = advantages / (stds + STD_EPS)
+        advantages = advantages / (stds + epsilon)
     elif scale_rewards == "batch":
-        advantages = advantages / (nan_std(rewards) + STD_EPS)
+        advantages = advantages / (nan_std(rewards) + epsilon)
     return torch.nan_to_num(advantages, nan=0.0), stds.abs() <= ZERO_STD
 
 
-def generations(calls: Sequence[RewardCall] | None, spec: Any) -> dict[int, Generation] | str:
-    """Every generation the reward calls scored, recomputed; or why they cannot be (the reason, a string)."""
+def generations(
+    calls: Sequence[RewardCall] | None, spec: Any, epsilon: float = STD_EPS
+) -> dict[int, Generation] | str:
+    """Every generation the reward calls scored, recomputed (`epsilon`: the advantage's, as the target declares it);
+    or why they cannot be (the reason, a string)."""
     if not calls:
         return "the target recorded no reward calls (`reward_calls` is empty or absent)"
     weights = tuple(spec.reward_weights or (1.0,))
@@ -101,14 +107,14 @@ def generations(calls: Sequence[RewardCall] | None, spec: Any) -> dict[int, Gene
         by_index[int(call.index)] = (str(call.function), torch.as_tensor(call.scores).double().reshape(-1))
     out: dict[int, Generation] = {}
     for generation, ranks in sorted(seen.items()):
-        made = _generation(generation, ranks, weights, spec)
+        made = _generation(generation, ranks, weights, spec, epsilon)
         if isinstance(made, str):
             return made
         out[generation] = made
     return out
 
 
-def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any) -> Generation | str:
+def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any, epsilon: float) -> Generation | str:
     blocks, offsets, names, first = [], {}, None, 0
     for rank, by_index in sorted(ranks.items()):
         if sorted(by_index) != list(range(len(weights))):
@@ -129,7 +135,7 @@ def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any) -
         return (f"generation {generation}: {len(scores)} completions scored, not a whole number of groups of "
                 f"num_generations={spec.num_generations}")  # fmt: skip
     rewards = weighted_rewards(scores, weights)
-    advantages, zero_std = group_advantages(rewards, spec.num_generations, spec.scale_rewards)
+    advantages, zero_std = group_advantages(rewards, spec.num_generations, spec.scale_rewards, epsilon)
     return Generation(names, scores, offsets, rewards, advantages, zero_std)
 
 

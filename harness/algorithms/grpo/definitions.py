@@ -1,0 +1,31 @@
+"""The GRPO definitions a target may declare (harness/definitions.py): the vocabulary, and its two profiles.
+
+`trl` is TRL's GRPOTrainer, the contract of docs/grpo-metrics.md and the default: a target that declares nothing
+is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
+formula and sources; the entries are few today, and each is read by the oracle where its formula is.
+"""
+
+from __future__ import annotations
+
+from harness.definitions import Definition, Profile, Vocabulary
+
+ADVANTAGE_EPSILON = "advantage_epsilon"
+
+VOCABULARY = Vocabulary(
+    definitions=(
+        Definition(
+            ADVANTAGE_EPSILON,
+            "the constant added to the reward std an advantage is divided by",
+            "A_i = (r_i - mean of its group) / (std + advantage_epsilon)",
+        ),
+    ),
+    profiles=(
+        Profile("trl", {ADVANTAGE_EPSILON: 1e-4},
+                {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
+                 "+ 1e-4)"}),
+        Profile("verl", {ADVANTAGE_EPSILON: 1e-6},
+                {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
+                 "epsilon=1e-6): scores / (std + epsilon)"}),
+    ),  # fmt: skip
+    default="trl",
+)

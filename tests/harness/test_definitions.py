@@ -1,0 +1,78 @@
+"""Definitions a target declares (harness/definitions.py, harness/algorithms/grpo/definitions.py): validated once,
+read by the oracle, and a trainer whose numbers match another profile than the one it declares is caught by name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.algorithms.grpo.definitions import ADVANTAGE_EPSILON, VOCABULARY
+from harness.errors import HarnessConfigError
+from harness.targets import resolve
+from tests.support.gates import gate
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = "tests.support.verl_like"
+
+
+def test_a_target_that_declares_nothing_is_held_to_the_default_profile():
+    assert VOCABULARY.default == "trl"
+    assert resolve("reference-grpo").definitions == ((ADVANTAGE_EPSILON, 1e-4),)
+    assert resolve("reference-grpo").definition(ADVANTAGE_EPSILON) == 1e-4
+
+
+@pytest.mark.parametrize(
+    ("declared", "value"),
+    [("verl", 1e-6), ({"profile": "verl"}, 1e-6), ({ADVANTAGE_EPSILON: 1e-5}, 1e-5),
+     ({"profile": "verl", ADVANTAGE_EPSILON: 2e-6}, 2e-6), ({ADVANTAGE_EPSILON: 1}, 1.0)],
+)  # fmt: skip
+def test_a_profile_or_an_entry_fixes_each_value(declared, value):
+    assert VOCABULARY.resolve(declared) == ((ADVANTAGE_EPSILON, value),)
+
+
+@pytest.mark.parametrize(
+    ("declared", "said"),
+    [("deepspeed", "no definitions profile 'deepspeed'; known: 'trl', 'verl'"),
+     ({"advantage_eps": 1e-6}, "no definition 'advantage_eps'; known: advantage_epsilon"),
+     ({ADVANTAGE_EPSILON: -1e-6}, "takes a finite positive number"), ({ADVANTAGE_EPSILON: True}, "positive number"),
+     ({ADVANTAGE_EPSILON: "1e-6"}, "positive number"), (["verl"], "a profile's name or a dict")],
+)  # fmt: skip
+def test_a_declaration_that_cannot_be_read_is_one_configuration_error(declared, said):
+    with pytest.raises(HarnessConfigError, match=re.escape(said)):
+        VOCABULARY.resolve(declared)
+
+
+def test_an_algorithm_without_definitions_refuses_a_declaration_naming_the_target(monkeypatch):
+    from harness.algorithms.ppo.targets import reference
+
+    monkeypatch.setattr(reference.factory, "definitions", "verl", raising=False)
+    with pytest.raises(HarnessConfigError, match="target 'reference': its algorithm publishes no definitions"):
+        resolve("reference")
+
+
+def test_the_docs_list_every_entry_and_profile_with_its_value():
+    text = (ROOT / "docs/definitions.md").read_text(encoding="utf-8")
+    for definition in VOCABULARY.definitions:
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{definition.name}` |"))
+        assert definition.formula in row
+        for profile in VOCABULARY.profiles:
+            assert f"{profile.values[definition.name]:g}" in row
+            assert f"`{profile.name}`, `{definition.name}`" in text
+
+
+def advantages(target: str) -> dict:
+    report = gate(target, checks=("advantages[scale_rewards=group]",))
+    return report["checks"][0]
+
+
+@pytest.mark.slow  # three GRPO reward runs
+def test_verls_epsilon_passes_declared_and_fails_by_name_undeclared_or_misdeclared():
+    assert advantages(f"{DOUBLE}:declaring")["status"] == "pass"
+    undeclared = advantages(f"{DOUBLE}:undeclared")
+    formula = undeclared["metrics"][0]["diagnosis"]["formula"]
+    assert undeclared["status"] == "fail" and formula.startswith("advantage_epsilon 1e-06 (the verl profile's)")
+    misdeclared = advantages(f"{DOUBLE}:misdeclared")
+    formula = misdeclared["metrics"][0]["diagnosis"]["formula"]
+    assert misdeclared["status"] == "fail" and formula.startswith("advantage_epsilon 0.0001 (the trl profile's)")
