@@ -94,6 +94,21 @@ class Contract:
         return pinned
 
 
+def optimizer_step_change(version: int, release: str) -> Change:
+    """The change that made an algorithm's contract hold each optimizer step to the optimizer's own update (the
+    neutral check `optimizer_step`, harness/checks/optimizer.py), as version `version` of release `release`."""
+    return Change(
+        version=version,
+        release=release,
+        subject="the optimizer's step",
+        old="none: the gradient a step applied was checked, the weights it made were not",
+        new="each step's new weights are the optimizer's update (AdamW, Adam or SGD, in float64) of the weights and "
+        "gradient it was given; weights move only in a step, and eps, weight decay and the optimizer's flags stay "
+        "fixed while training",
+        checks=("optimizer_step*",),
+    )
+
+
 def with_changes(result: CheckResult, algorithm: str, contract: Contract, pinned: int | None) -> CheckResult:
     """`result` carrying the lines of the contract's changes since `pinned` that touch it, when it did not pass."""
     if result.passed:

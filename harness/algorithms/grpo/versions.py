@@ -1,13 +1,14 @@
 """The GRPO contract's version and its history (harness/contract.py): what changed since version 1, and when.
 
 Version 1 is the contract of release 0.1.0. Version 2 (release 0.2.0) redefined bnpo, added four loss types, and
-gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note.
+gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note. Version
+3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
 from __future__ import annotations
 
-from harness.contract import Change, Contract
+from harness.contract import Change, Contract, optimizer_step_change
 
 BNPO = Change(
     version=2,
@@ -55,9 +56,11 @@ REWARD_INPUTS = Change(
     checks=("reward_inputs*",),
 )
 
+OPTIMIZER_STEP = optimizer_step_change(version=3, release="0.4.0")
+
 CONTRACT = Contract(
-    version=2,
+    version=3,
     document="docs/grpo-metrics.md",
-    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS),
+    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
