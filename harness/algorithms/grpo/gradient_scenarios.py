@@ -3,7 +3,8 @@ formula), `gradient_partition` (the step's gradient whatever the cut) and `every
 per window, after exactly its backward passes).
 
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
-off_policy for cispo, sapo and vespo), so they cost nothing more; two more runs, of the extremes
+off_policy for cispo, sapo and vespo, and reward_stats' small groups, the one run that stores no old log-probs),
+so they cost nothing more; two more runs, of the extremes
 geometry (two passes at LR 0.05, tokens clipped), cover beta 0 and a KL without the bias correction,
 and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the
 wrong floor shows. gradients.py has the formula.
@@ -26,7 +27,7 @@ from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wor
 from . import gradient_formulas, gradients
 from .checks import require_records, untrained_micro_batches, window_sizes
 from .instruments import recorded
-from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
+from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, ON_THE_FLY, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
 from .tolerances import TOLERANCES
 
@@ -41,6 +42,8 @@ RUNS = {
     "beta0": "the extremes run with beta 0 and the grpo loss type",
     "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
     "delta": f"the extremes run with beta 0, the grpo loss type and delta {DELTA:g}: ratios above it capped",
+    "on_the_fly": "one window per generation, one pass: no old log-probs are stored, the loss takes the current ones "
+    "detached (reward_stats[run=small_groups]'s run)",
 }
 """The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type)."""
 SINGLE = ("grpo", "dr_grpo")
@@ -62,6 +65,8 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
                                            steps_per_generation=8, max_steps=16, logging_steps=8)  # fmt: skip
     if name == "short_window":
         return spec_for(SHORT, run)
+    if name == "on_the_fly":
+        return spec_for(ON_THE_FLY, run)
     if name == "off_policy":
         return off_policy_spec(run, case.param("loss_type"))
     spec = clipping(run)
@@ -83,6 +88,10 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
     if require_ran(obs, check) is None or require_records(obs, check) is None:
         return check.finish()
     spec = obs.spec
+    if case.param("run") == "on_the_fly" and len(spec.window_sizes) != 1:
+        check.fail(f"windows of {list(spec.window_sizes)} micro-batches per generation: a generation outlives an "
+                   f"optimizer step, so the run stores old log-probs")  # fmt: skip
+        return check.finish()
     try:
         gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.WindowWeights.of(spec))
     except NotRecomputable as why:
@@ -212,8 +221,8 @@ LOGP_GRADIENT = Scenario(
     logp_gradient,
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
-    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; windows of one completion; "
-    "cispo, sapo, vespo off policy)",
+    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; old log-probs not stored; "
+    "windows of one completion; cispo, sapo, vespo off policy)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

@@ -57,8 +57,14 @@ SMALL_GROUPS = REWARDS.with_(name="reward_small_groups", per_device_train_batch_
                              steps_per_generation=1, max_steps=8, logging_steps=1)  # fmt: skip
 """Eight generations of one group (4 completions), each trained in one step and logged: a reward function scores
 fewer than two completions of some interval, so its statistics there are over too few scores (section 8)."""
+ON_THE_FLY = SMALL_GROUPS
+"""The run of `logp_gradient[run=on_the_fly]`: each generation trained in one optimizer step of one pass (TRL's
+defaults, steps_per_generation = gradient_accumulation_steps and num_iterations 1), where TRL's GRPOTrainer and the
+reference store no old log-probs and take the current ones, detached; every other run of that check stores them. The
+reward checks run it already (reward_stats[run=small_groups]), so it costs nothing more."""
 MODEL = REWARDS.with_(name="reward_model", reward_weights=(1.0, 0.5), reward_model=True)
 """The same run with the toy world's reward model as the second reward function, handed over as a module."""
+
 
 def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
     """`base` with the run-wide settings of `run`: seed, device, dtype, and every trainer setting of SETTINGS."""
