@@ -2,7 +2,8 @@
 
 Version 1 is the contract of release 0.1.0. Version 2 (release 0.2.0) redefined bnpo, added four loss types, and
 gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note. Version
-3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`).
+3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`) and checks the gradient
+in a run that stores no old log-probs.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -57,10 +58,19 @@ REWARD_INPUTS = Change(
 )
 
 OPTIMIZER_STEP = optimizer_step_change(version=3, release="0.4.0")
+ON_THE_FLY = Change(
+    version=3,
+    release="0.4.0",
+    subject="the gradient without stored old log-probs",
+    old="the gradient at the log-probs checked only in runs that store old log-probs",
+    new="also in a run that stores none (one window per generation, one pass: TRL's defaults), where the loss "
+    "takes the current log-probs, detached, as the old ones",
+    checks=("logp_gradient[[]run=on_the_fly*",),
+)
 
 CONTRACT = Contract(
     version=3,
     document="docs/grpo-metrics.md",
-    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP),
+    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
