@@ -136,10 +136,11 @@ def _scenarios() -> tuple[Scenario, ...]:
     from .reward_scenarios import REWARD_SCENARIOS
     from .runs import UNEVEN, spec_for
     from .scenarios import SCENARIOS
+    from .schedule import SCHEDULE_SCENARIOS
 
     optimizer = optimizer_scenario(lambda run: spec_for(UNEVEN, run), "the uneven lengths' two generations")
     return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *REWARD_INPUT_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS,
-            optimizer)  # fmt: skip
+            optimizer, *SCHEDULE_SCENARIOS)  # fmt: skip
 
 
 GRPO = GRPOAlgorithm()
