@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.algorithms.grpo.definitions import ADVANTAGE_EPSILON, VOCABULARY
+from harness.algorithms.grpo.definitions import ADVANTAGE_EPSILON, PARTIAL_LAST_INTERVAL, VOCABULARY
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
 from tests.support.gates import gate
@@ -19,8 +19,10 @@ DOUBLE = "tests.support.verl_like"
 
 def test_a_target_that_declares_nothing_is_held_to_the_default_profile():
     assert VOCABULARY.default == "trl"
-    assert resolve("reference-grpo").definitions == ((ADVANTAGE_EPSILON, 1e-4),)
-    assert resolve("reference-grpo").definition(ADVANTAGE_EPSILON) == 1e-4
+    assert resolve("tests.support.no_vespo:refusing").definitions == ((ADVANTAGE_EPSILON, 1e-4),
+                                                                      (PARTIAL_LAST_INTERVAL, "optional"))  # fmt: skip
+    # the reference declares that it logs a partial last interval, and keeps TRL's epsilon
+    assert resolve("reference-grpo").definitions == ((ADVANTAGE_EPSILON, 1e-4), (PARTIAL_LAST_INTERVAL, "logged"))
 
 
 @pytest.mark.parametrize(
@@ -29,13 +31,14 @@ def test_a_target_that_declares_nothing_is_held_to_the_default_profile():
      ({"profile": "verl", ADVANTAGE_EPSILON: 2e-6}, 2e-6), ({ADVANTAGE_EPSILON: 1}, 1.0)],
 )  # fmt: skip
 def test_a_profile_or_an_entry_fixes_each_value(declared, value):
-    assert VOCABULARY.resolve(declared) == ((ADVANTAGE_EPSILON, value),)
+    assert dict(VOCABULARY.resolve(declared))[ADVANTAGE_EPSILON] == value
 
 
 @pytest.mark.parametrize(
     ("declared", "said"),
     [("deepspeed", "no definitions profile 'deepspeed'; known: 'trl', 'verl'"),
-     ({"advantage_eps": 1e-6}, "no definition 'advantage_eps'; known: advantage_epsilon"),
+     ({"advantage_eps": 1e-6}, "no definition 'advantage_eps'; known: advantage_epsilon, partial_last_interval"),
+     ({PARTIAL_LAST_INTERVAL: "sometimes"}, "takes one of 'logged', 'optional'"),
      ({ADVANTAGE_EPSILON: -1e-6}, "takes a finite positive number"), ({ADVANTAGE_EPSILON: True}, "positive number"),
      ({ADVANTAGE_EPSILON: "1e-6"}, "positive number"), (["verl"], "a profile's name or a dict")],
 )  # fmt: skip
@@ -58,7 +61,8 @@ def test_the_docs_list_every_entry_and_profile_with_its_value():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{definition.name}` |"))
         assert definition.formula in row
         for profile in VOCABULARY.profiles:
-            assert f"{profile.values[definition.name]:g}" in row
+            value = profile.values[definition.name]
+            assert (f"{value:g}" if isinstance(value, float) else f"`{value}`") in row
             assert f"`{profile.name}`, `{definition.name}`" in text
 
 
@@ -76,3 +80,29 @@ def test_verls_epsilon_passes_declared_and_fails_by_name_undeclared_or_misdeclar
     misdeclared = advantages(f"{DOUBLE}:misdeclared")
     formula = misdeclared["metrics"][0]["diagnosis"]["formula"]
     assert misdeclared["status"] == "fail" and formula.startswith("advantage_epsilon 0.0001 (the trl profile's)")
+
+
+def run_logging(logs: int):
+    from harness.algorithms.grpo.schedule import SCHEDULE
+    from harness.instrument.observe import Observation, Ran
+
+    return Observation(SCHEDULE, Ran(tuple({} for _ in range(logs)), None, 0, 1))
+
+
+@pytest.mark.parametrize(("declared", "logs", "expected"), [("optional", 2, 2), ("optional", 3, 3), ("logged", 2, 3),
+                                                            ("logged", 3, 3)])  # fmt: skip
+def test_a_partial_last_interval_may_go_unlogged_only_where_the_target_declares_it_optional(declared, logs, expected):
+    """The schedule run logs 7 steps every 3: two whole intervals and a partial one. A trainer whose definitions let
+    it leave the partial one unlogged (TRL's, through transformers' Trainer) is held to the two it logged; one that
+    declares it logs it (the reference) to three, so a trainer of its that drops it fails the log count."""
+    import types
+
+    from harness.algorithms.grpo.schedule import judged, log_steps
+    from harness.targets import Target
+    from harness.verdict import Check, CheckId
+
+    target = Target("t", "grpo", print, definitions=((PARTIAL_LAST_INTERVAL, declared),))
+    check = Check(CheckId("schedule"))
+    obs = judged(types.SimpleNamespace(target=target), run_logging(logs), check)
+    assert obs.spec.total_logs == expected and len(log_steps(obs.spec)) == expected
+    assert any("not logged" in n for n in check.notes) == (expected == 2)

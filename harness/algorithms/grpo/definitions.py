@@ -10,6 +10,8 @@ from __future__ import annotations
 from harness.definitions import Definition, Profile, Vocabulary
 
 ADVANTAGE_EPSILON = "advantage_epsilon"
+PARTIAL_LAST_INTERVAL = "partial_last_interval"
+LOGGED, OPTIONAL = "logged", "optional"
 
 VOCABULARY = Vocabulary(
     definitions=(
@@ -18,14 +20,25 @@ VOCABULARY = Vocabulary(
             "the constant added to the reward std an advantage is divided by",
             "A_i = (r_i - mean of its group) / (std + advantage_epsilon)",
         ),
+        Definition(
+            PARTIAL_LAST_INTERVAL,
+            "whether a partial last logging interval (max_steps not a multiple of logging_steps) is logged",
+            "logs == ceil(max_steps / logging_steps) ('logged'); or floor(...) or ceil(...) ('optional')",
+            (LOGGED, OPTIONAL),
+        ),
     ),
     profiles=(
-        Profile("trl", {ADVANTAGE_EPSILON: 1e-4},
+        Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
-                 "+ 1e-4)"}),
-        Profile("verl", {ADVANTAGE_EPSILON: 1e-6},
+                 "+ 1e-4)",
+                 PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
+                 "DefaultFlowCallback asks for a log when global_step is a multiple of logging_steps, so a partial "
+                 "last interval's metrics are never an interval's log"}),
+        Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
-                 "epsilon=1e-6): scores / (std + epsilon)"}),
+                 "epsilon=1e-6): scores / (std + epsilon)",
+                 PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
+                 "out of a log"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -24,15 +24,17 @@ prompts, so with another prompt count its prompts are used unevenly by design, a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 
 from harness.instrument.loss import LossRecord, RewardCall
-from harness.instrument.observe import ObservationCache
+from harness.instrument.observe import Observation, ObservationCache
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
+from .definitions import LOGGED, OPTIONAL, PARTIAL_LAST_INTERVAL
 from .instruments import recorded
 from .reward_inputs import strip_pads
 from .runs import UNEVEN, spec_for
@@ -47,9 +49,25 @@ and 7."""
 
 
 def log_steps(spec: GRPOSpec) -> list[int]:
-    """The optimizer steps after which the contract logs: every `logging_steps`-th, and `max_steps` last."""
+    """The optimizer steps after which the run logs: every `logging_steps`-th, and `max_steps` last where a partial
+    last interval is logged (`spec.partial_last_logged`)."""
     steps = list(range(spec.logging_steps, spec.max_steps + 1, spec.logging_steps))
-    return steps if spec.max_steps % spec.logging_steps == 0 else [*steps, spec.max_steps]
+    partial = spec.max_steps % spec.logging_steps and spec.partial_last_logged
+    return [*steps, spec.max_steps] if partial else steps
+
+
+def judged(cache: ObservationCache, obs: Observation, check: Check) -> Observation:
+    """`obs` as its target's `partial_last_interval` has it judged: a target that may leave the partial last interval
+    unlogged (`optional`, TRL's: transformers' Trainer logs at multiples of logging_steps) and logged only the whole
+    intervals is held to those, noted; one that logged it, and every target that declares `logged`, to all."""
+    target = cache.target
+    declared = target.definition(PARTIAL_LAST_INTERVAL, LOGGED) if target is not None else LOGGED
+    whole = obs.spec.max_steps // obs.spec.logging_steps
+    if declared != OPTIONAL or obs.ran is None or len(obs.ran.logs) != whole or whole == obs.spec.total_logs:
+        return obs
+    check.note(f"the partial last interval (steps {whole * obs.spec.logging_steps + 1} to {obs.spec.max_steps}) is "
+               f"not logged, as the target's {PARTIAL_LAST_INTERVAL}={OPTIONAL!r} allows")  # fmt: skip
+    return dataclasses.replace(obs, spec=obs.spec.with_(partial_last_logged=False))
 
 
 def generation_problems(records: Sequence[LossRecord], calls: Sequence[RewardCall], spec: GRPOSpec) -> list[str]:
@@ -113,7 +131,7 @@ def schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """The counts of steps, generations and logs the configuration implies, each log's step, each interval's pooled
     metrics (the partial last included), and the one-pass rule of the prompts where they are recorded."""
     check = Check(case.id)
-    obs = cache.get(spec_for(SCHEDULE, run), spy=False)
+    obs = judged(cache, cache.get(spec_for(SCHEDULE, run), spy=False), check)
     spec = obs.spec
     pooled_check(cache, obs, check)  # the steps (one window each), the logs' count, every interval's stats
     if obs.ran is None:
@@ -122,8 +140,9 @@ def schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     if len(logs) == spec.total_logs:
         logged = [int(log["step"]) for log in logs if "step" in log]
         if len(logged) == len(logs) and logged != log_steps(spec):
-            check.fail(f"logged at steps {logged}, expected {log_steps(spec)} (every logging_steps={spec.logging_steps}"
-                       f" and the last, max_steps={spec.max_steps})")  # fmt: skip
+            last = f" and the last, max_steps={spec.max_steps}" if spec.partial_last_logged else ""
+            check.fail(f"logged at steps {logged}, expected {log_steps(spec)} (every logging_steps="
+                       f"{spec.logging_steps}{last})")  # fmt: skip
     records = recorded(obs.ran).loss_inputs or ()
     calls = recorded(obs.ran).reward_calls or ()
     for problem in generation_problems(records, calls, spec):

@@ -105,6 +105,11 @@ class GRPOSpec:
     """Added to the policy's pad-token logit, so that some completions are empty (all-masked rows)."""
     dropout: float = 0.0
     """Attention dropout of every toy model: a trainer must not let it act (at LR 0 no token is clipped)."""
+    # how the harness judges the run (no trainer reads it)
+    partial_last_logged: bool = True
+    """Whether a partial last logging interval (max_steps not a multiple of logging_steps) is one of the run's logs:
+    the `schedule` check judges a run its target declares may leave it unlogged (`partial_last_interval`,
+    definitions.py) with False."""
 
     def with_(self, **changes) -> GRPOSpec:
         """A copy with `changes`."""
@@ -140,8 +145,10 @@ class GRPOSpec:
 
     @property
     def total_logs(self) -> int:
-        """Logged intervals: one per logging_steps optimizer steps, and one for a partial last interval."""
-        return -(-self.max_steps // self.logging_steps)
+        """Logged intervals: one per logging_steps optimizer steps, and one for a partial last interval (unless
+        `partial_last_logged` is False)."""
+        whole = self.max_steps // self.logging_steps
+        return whole + (1 if self.max_steps % self.logging_steps and self.partial_last_logged else 0)
 
     def interval_of(self, window: int) -> int:
         """The logging interval (0-based) that optimizer step `window` (0-based) belongs to."""

@@ -228,3 +228,4 @@ def log_steps(max_steps: int, logging_steps: int) -> tuple[int, ...]:
 
 factory.algorithm = "grpo"
 factory.optional_metrics = ("policy_loss",)  # the reference logs it: a run that does not fails the pooled checks
+factory.definitions = {"partial_last_interval": "logged"}  # it logs a partial last interval (docs/grpo-metrics.md)

@@ -36,6 +36,9 @@ TRL_GRPO_FAILS = {
     "partition[dropout=0.1]",
     # under batch scaling frac_reward_zero_std tests the batch's reward std, not each group's
     "reward_stats[scale_rewards=batch]",
+    # its whole intervals' token means, pooled as in uneven_lengths (classes 16, 18); the partial last interval it
+    # leaves unlogged, as its definitions allow (partial_last_interval 'optional': transformers' Trainer)
+    "schedule",
 }
 TRL_GRPO_PASSES = {
     *(f"gradient_partition[loss_type={t}]" for t in LOSS_TYPES if t != "bnpo"),
