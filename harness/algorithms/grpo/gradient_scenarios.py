@@ -4,10 +4,10 @@ per window, after exactly its backward passes).
 
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
 off_policy for cispo, sapo and vespo, and reward_stats' small groups, the one run that stores no old log-probs),
-so they cost nothing more; two more runs, of the extremes
-geometry (two passes at LR 0.05, tokens clipped), cover beta 0 and a KL without the bias correction,
-and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the
-wrong floor shows. gradients.py has the formula.
+so they cost nothing more; four more runs, of the extremes geometry (two passes at LR 0.05, tokens clipped),
+cover beta 0, a KL without the bias correction, delta's cap and clip bounds that differ (epsilon_low 0.1,
+epsilon_high 0.4), and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at
+the wrong floor shows. gradients.py has the formula.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from harness.scenario import Case, Scenario
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wording
 
-from . import gradient_formulas, gradients
+from . import gradient_formulas, gradients, runs
 from .checks import require_records, untrained_micro_batches, window_sizes
 from .instruments import recorded
 from .runs import GRADIENT_CUTS, LR0, NO_GRADIENT, ON_THE_FLY, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
 from .spec import LOSS_TYPES, GRPOSpec
+from .token_gradients import token_gradient
 from .tolerances import TOLERANCES
 
 DELTA = 1.3
@@ -42,6 +43,7 @@ RUNS = {
     "beta0": "the extremes run with beta 0 and the grpo loss type",
     "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
     "delta": f"the extremes run with beta 0, the grpo loss type and delta {DELTA:g}: ratios above it capped",
+    "clip_asymmetric": "the extremes run with epsilon_low != epsilon_high (0.1 and 0.4 unless the run's differ)",
     "on_the_fly": "one window per generation, one pass: no old log-probs are stored, the loss takes the current ones "
     "detached (reward_stats[run=small_groups]'s run)",
 }
@@ -69,6 +71,8 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return spec_for(ON_THE_FLY, run)
     if name == "off_policy":
         return off_policy_spec(run, case.param("loss_type"))
+    if name == "clip_asymmetric":
+        return runs.asymmetric_clip_spec(run)
     spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
@@ -105,11 +109,32 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
     if case.param("run") in CLIPPED and gap.clipped == 0:
         check.fail("no token's gradient was zeroed by the clip: the run did not show the clipped branch")
         return check.finish()
+    if case.param("run") == "clip_asymmetric":
+        told = bounds_told_apart(gap, spec)
+        if not told:
+            check.fail(f"no compared token's gradient changes with epsilon_low {spec.epsilon_low} and epsilon_high "
+                       f"{spec.epsilon_high} swapped: the run did not tell the two bounds apart")  # fmt: skip
+            return check.finish()
+        check.note(f"{told} tokens whose gradient changes with epsilon_low {spec.epsilon_low} and epsilon_high "
+                   f"{spec.epsilon_high} swapped")  # fmt: skip
     if case.param("run") == "delta" and gap.capped == 0:
         check.fail(f"no token's gradient was zeroed by delta's cap ({DELTA:g}): the run did not show the cap")
         return check.finish()
     judge(check, gap, spec, f"{spec.split_label} {gap.where}")
     return check.finish()
+
+
+def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
+    """Compared tokens whose formula gradient changes when the two clip bounds are swapped: those a trainer that
+    swaps them, or takes one for both, would get wrong (some token of the clip_asymmetric run must be one)."""
+    settings = gradients.WindowWeights.of(spec).settings
+    swapped = dataclasses.replace(settings, epsilon_low=settings.epsilon_high, epsilon_high=settings.epsilon_low)
+    told = 0
+    for row in gap.rows:
+        other = token_gradient(row.record, swapped)
+        keep = ~row.terms.uncertain & ~other.uncertain & row.record.completion_mask.bool()
+        told += int((keep & (other.value != row.terms.value)).sum())
+    return told
 
 
 def all_zero(check: Check, records, spec: GRPOSpec, compared: int) -> CheckResult:
@@ -221,8 +246,8 @@ LOGP_GRADIENT = Scenario(
     logp_gradient,
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
-    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; old log-probs not stored; "
-    "windows of one completion; cispo, sapo, vespo off policy)",
+    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
+    "old log-probs not stored; windows of one completion; cispo, sapo, vespo off policy)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

@@ -78,6 +78,20 @@ def clipping(run: GRPOSpec) -> GRPOSpec:
     return spec if spec.loss_type in CLIPPED_LOSS_TYPES else spec.with_(loss_type=GRPOSpec().loss_type)
 
 
+ASYMMETRIC_CLIP = (0.1, 0.4)
+"""(epsilon_low, epsilon_high) of the asymmetric clip run when the run's bounds are equal: a clip-higher range
+(DAPO's, with TRL's 0.2 and 0.28, is too close: 1 or 2 tokens at seeds 0-4 tell its bounds apart; these, 4 to 22)."""
+
+
+def asymmetric_clip_spec(run: GRPOSpec) -> GRPOSpec:
+    """The extremes geometry with a clip range whose two sides differ (the run's own bounds where they already do),
+    so that a trainer that swaps them, or takes one for both, clips other tokens."""
+    spec = clipping(run).with_(name="clip_asymmetric")
+    if spec.epsilon_low == spec.epsilon_high:
+        spec = spec.with_(epsilon_low=ASYMMETRIC_CLIP[0], epsilon_high=ASYMMETRIC_CLIP[1])
+    return spec
+
+
 def at_cap_spec(run: GRPOSpec) -> GRPOSpec:
     """cispo on policy with its cap at 1: one window per generation, so the old log-probs are the new ones and
     every ratio is exactly 1, the cap itself, where r > epsilon_high is false (off_policy[loss_type=cispo])."""

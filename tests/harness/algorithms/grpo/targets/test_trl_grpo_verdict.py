@@ -56,6 +56,7 @@ TRL_GRPO_PASSES = {
     *(f"logp_gradient[run={r}]" for r in ("short_window", "extremes", "beta0", "kl_uncorrected", "delta")),
     *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
     "logp_gradient[run=on_the_fly]",  # its old log-probs, where it stores none, are the current ones detached
+    "logp_gradient[run=clip_asymmetric]",  # its clamp takes [1 - epsilon, 1 + epsilon_high], each bound on its side
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
     *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
