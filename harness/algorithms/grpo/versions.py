@@ -67,10 +67,29 @@ ON_THE_FLY = Change(
     "takes the current log-probs, detached, as the old ones",
     checks=("logp_gradient[[]run=on_the_fly*",),
 )
+CLIP_BOUNDS = Change(
+    version=3,
+    release="0.4.0",
+    subject="the gradient with unequal clip bounds",
+    old="the gradient at the log-probs checked only with epsilon_low == epsilon_high",
+    new="also with epsilon_low != epsilon_high (0.1 and 0.4), where a trainer that swaps the bounds or takes one for "
+    "both is no longer exact",
+    checks=("logp_gradient[[]run=clip_asymmetric*",),
+)
+SCHEDULE = Change(
+    version=3,
+    release="0.4.0",
+    subject="the schedule and the counts",
+    old="none: runs whose sizes divide evenly, no prompt used twice",
+    new="a run with a partial last interval and a half-trained last generation: the counts of steps, generations and "
+    "logs the configuration implies, every interval pooled, every prompt used once before any twice",
+    checks=("schedule*",),
+)
 
 CONTRACT = Contract(
     version=3,
     document="docs/grpo-metrics.md",
-    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY),
+    changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
+             CLIP_BOUNDS, SCHEDULE),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
