@@ -5,8 +5,8 @@ per window, after exactly its backward passes).
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
 off_policy for cispo, sapo and vespo, and reward_stats' small groups, the one run that stores no old log-probs),
 so they cost nothing more; four more runs, of the extremes geometry (two passes at LR 0.05, tokens clipped),
-cover beta 0, a KL without the bias correction, delta's cap and clip bounds that differ (epsilon_low 0.1,
-epsilon_high 0.4), and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at
+cover beta 0, a KL without the bias correction, delta's cap and clip bounds that differ (epsilon_low 0.05,
+epsilon_high 0.6), and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at
 the wrong floor shows. gradients.py has the formula.
 """
 
@@ -43,7 +43,7 @@ RUNS = {
     "beta0": "the extremes run with beta 0 and the grpo loss type",
     "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
     "delta": f"the extremes run with beta 0, the grpo loss type and delta {DELTA:g}: ratios above it capped",
-    "clip_asymmetric": "the extremes run with epsilon_low != epsilon_high (0.1 and 0.4 unless the run's differ)",
+    "clip_asymmetric": "the extremes run with epsilon_low != epsilon_high (0.05 and 0.6 unless the run's differ)",
     "on_the_fly": "one window per generation, one pass: no old log-probs are stored, the loss takes the current ones "
     "detached (reward_stats[run=small_groups]'s run)",
 }

@@ -78,9 +78,11 @@ def clipping(run: GRPOSpec) -> GRPOSpec:
     return spec if spec.loss_type in CLIPPED_LOSS_TYPES else spec.with_(loss_type=GRPOSpec().loss_type)
 
 
-ASYMMETRIC_CLIP = (0.1, 0.4)
-"""(epsilon_low, epsilon_high) of the asymmetric clip run when the run's bounds are equal: a clip-higher range
-(DAPO's, with TRL's 0.2 and 0.28, is too close: 1 or 2 tokens at seeds 0-4 tell its bounds apart; these, 4 to 22)."""
+ASYMMETRIC_CLIP = (0.05, 0.6)
+"""(epsilon_low, epsilon_high) of the asymmetric clip run when the run's bounds are equal: a wide clip-higher range.
+DAPO's (TRL's 0.2 and 0.28) is too close: 1 or 2 tokens of the reference's run at seeds 0-4 tell its bounds apart;
+with these, 14 to 44 of the reference's and 4 to 24 of examples/external_grpo's (0.1 and 0.4 left the latter none
+at seed 2)."""
 
 
 def asymmetric_clip_spec(run: GRPOSpec) -> GRPOSpec:

@@ -50,7 +50,7 @@ CLIP_ASYMMETRIC = "logp_gradient[run=clip_asymmetric]"
 
 
 def test_the_asymmetric_clip_run_keeps_bounds_that_already_differ_and_makes_equal_ones_differ():
-    assert (spec_of(CLIP_ASYMMETRIC).epsilon_low, spec_of(CLIP_ASYMMETRIC).epsilon_high) == (0.1, 0.4)
+    assert (spec_of(CLIP_ASYMMETRIC).epsilon_low, spec_of(CLIP_ASYMMETRIC).epsilon_high) == (0.05, 0.6)
     own = gradient_scenarios.run_spec(GRPOSpec(epsilon_low=0.2, epsilon_high=0.28), case(CLIP_ASYMMETRIC, "grpo"))
     assert (own.epsilon_low, own.epsilon_high) == (0.2, 0.28)
     even = gradient_scenarios.run_spec(GRPOSpec(epsilon_low=0.3, epsilon_high=0.3), case(CLIP_ASYMMETRIC, "grpo"))
