@@ -72,7 +72,7 @@ CLIP_BOUNDS = Change(
     release="0.4.0",
     subject="the gradient with unequal clip bounds",
     old="the gradient at the log-probs checked only with epsilon_low == epsilon_high",
-    new="also with epsilon_low != epsilon_high (0.1 and 0.4), where a trainer that swaps the bounds or takes one for "
+    new="also with epsilon_low != epsilon_high (0.05 and 0.6), where a trainer that swaps the bounds or takes one for "
     "both is no longer exact",
     checks=("logp_gradient[[]run=clip_asymmetric*",),
 )
