@@ -5,11 +5,11 @@ The file is TOML, one `[[known]]` table per check::
     # what the gate knows fails on this trainer; a new failure still fails the run
     [[known]]
     check = "extremes"
-    reason = "clip_ratio/high_max is the mean of the micro-batches' maxima (class 18)"
-    link = "https://github.com/huggingface/trl/issues/..."   # optional
+    reason = "the extreme is the mean of the micro-batches' maxima (class 18)"
+    link = "https://github.com/OWNER/trainer/issues/..."     # optional
     [known.metrics]                                          # each failing metric's diagnoses
     entropy = [16]
-    "clip_ratio/high_max" = [18]
+    "<metric> @ <where>" = [18]                              # one comparison of a metric
 
 and optionally `diagnoses` (the check's own), `problems` (how many of its problems are no metric's) and
 `raises = true` (the trainer raises there): harness/baseline_pins.py. An entry with none of them is the

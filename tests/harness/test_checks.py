@@ -18,8 +18,8 @@ def test_ids_are_unique_and_formed_from_scenario_and_params():
     # 13, 2 of the training signal, 3 + 1 of the gradient, 2 of the forward recompute, 2 of the
     # sampling, 30 of the sweep
     # (4 settings x 6 checks; 2 with dropout; the reward model's and the reward on text's profiles sweep only the
-    # two that read scores)
-    assert len(ids) == len(set(ids)) == 53
+    # two that read scores), and the optimizer's step
+    assert len(ids) == len(set(ids)) == 54
     assert "settings_sweep[settings=reward_model,check=training_signal]" in ids
     assert "settings_sweep[settings=reward_text,check=rollout_objectives]" in ids
     assert "settings_sweep[settings=reward_model,check=uneven_split]" not in ids

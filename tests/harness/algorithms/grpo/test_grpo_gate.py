@@ -350,8 +350,9 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # 5 runs without a loss type and its windows of one completion for grpo and dr_grpo, 3 scales twice, and the
     # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
     # again with the gradient clipped; an interval without a token, and a run without a KL term; the reward
-    # statistics per group of four and with one function at the default weight
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 == 61
+    # statistics per group of four and with one function at the default weight; the optimizer's step, the schedule,
+    # and logp_gradient without stored old log-probs and with unequal clip bounds
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 == 65
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

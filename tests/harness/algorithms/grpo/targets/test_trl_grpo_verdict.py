@@ -41,6 +41,7 @@ TRL_GRPO_FAILS = {
     "schedule",
 }
 TRL_GRPO_PASSES = {
+    "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
     *(f"gradient_partition[loss_type={t}]" for t in LOSS_TYPES if t != "bnpo"),
     "every_microbatch_applied",
     "every_microbatch_applied[max_grad_norm=0.05]",  # its clipping is the norm's
