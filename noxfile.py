@@ -592,3 +592,29 @@ def trl_releases(session: nox.Session) -> None:
     print("\n".join(["| TRL | exit | failing checks | seconds |", "|---|---|---|---|", *rows]), flush=True)
     if any(code not in (0, 1, 2) for code in codes):
         session.error(f"a gate did not reach a verdict: exit codes {codes}")
+
+
+VERL_KEEPS = ("transformers", "tokenizers", "accelerate")
+"""constraints.txt pins that verl 0.9.1's own pins overrule (transformers below 5.11, and what it brings)."""
+
+
+@nox.session(python=PYTHON, default=False)
+def verl(session: nox.Session) -> None:
+    """verl 0.9.1's GRPO update under the gate on the CPU (`--target verl`, docs/verl.md), in a venv of its own:
+    the package with its `verl` extra, under constraints.txt less the pins verl's own overrule (`VERL_KEEPS`), so
+    that torch stays 2.13.0 and transformers is verl's (below 5.11). A `kernels` that pip's downgrade of
+    transformers leaves behind is not the run's concern: the target keeps transformers from one it cannot use.
+    Arguments go to `python -m harness verify --target verl`; without any, the run is held to its baseline
+    (baselines/verl-0.9.1-grpo.toml) and the session exits with the gate's code."""
+    pins = [line for line in open(CONSTRAINTS, encoding="utf-8")
+            if not re.match(rf"\s*({'|'.join(VERL_KEEPS)})\s*[=<>!~]", line)]  # fmt: skip
+    constraints = os.path.join(session.create_tmp(), "constraints-verl.txt")
+    with open(constraints, "w", encoding="utf-8") as f:
+        f.writelines(pins)
+    session.install("-c", constraints, "--no-compile", "-e", ".[verl]")
+    session.env.update(WRITE_BYTECODE)
+    probe = ("import importlib.metadata as m, torch; print('verl', m.version('verl'), '| transformers',"
+             " m.version('transformers'), '| torch', torch.__version__)")  # fmt: skip
+    session.run("python", "-c", probe)
+    args = session.posargs or ["--baseline", os.path.join("baselines", "verl-0.9.1-grpo.toml")]
+    run_exit_code(session, "-m", "harness", "verify", "--target", "verl", *args)

@@ -1,0 +1,94 @@
+"""The `verl` target's configuration: a GRPO run spec -> verl 0.9.1's own config dataclasses, or the reason the spec
+is one verl's trainer cannot run.
+
+Ours: the mapping. verl's: every class and field name (`verl.workers.config`). A spec's micro-batch
+(`per_device_train_batch_size`) is verl's `ppo_micro_batch_size_per_gpu`; an optimizer step's completions
+(`per_device_train_batch_size * gradient_accumulation_steps`) its mini-batch; a generation batch its training
+step's batch; `num_iterations` its `ppo_epochs`; `beta` its `kl_loss_coef` with `use_kl_loss` and the k3 estimator
+(`low_var_kl`), as verl's GRPO example sets them; the loss types are verl's `loss_agg_mode`s with its `vanilla` clipped
+policy loss (docs/verl.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import HarnessConfigError
+
+LOSS_AGG_MODES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
+"""The loss types whose aggregation verl names (core_algos.agg_loss), with the vanilla clipped policy loss."""
+SCALE_REWARDS = {"group": True, "none": False}
+"""`scale_rewards` -> verl's `norm_adv_by_std_in_grpo`; verl has no batch-wide std."""
+
+
+def refusal(spec) -> str | None:
+    """Why verl's trainer cannot run `spec` (None: it can)."""
+    if spec.loss_type not in LOSS_AGG_MODES:
+        return f"loss_type {spec.loss_type!r} has no verl loss_agg_mode with the vanilla policy loss this target maps"
+    if spec.scale_rewards not in SCALE_REWARDS:
+        return f"verl's GRPO advantage divides by its group's std or by nothing, not by a {spec.scale_rewards!r} std"
+    if spec.delta is not None:
+        return "verl's vanilla policy loss has no upper bound delta on the ratio (its dual clip bounds negative ones)"
+    if getattr(spec, "reward_model", False):
+        return "verl scores with a reward model worker of its own, which this target does not build"
+    if spec.generation_steps % spec.gradient_accumulation_steps:
+        return (
+            f"verl cuts a training step's {spec.generation_batch} completions into whole mini-batches of "
+            f"{spec.per_device_train_batch_size * spec.gradient_accumulation_steps}: no short last window"
+        )
+    if spec.max_steps % steps_per_generation(spec):
+        return (
+            f"verl trains a generation to its end: {spec.max_steps} optimizer steps are not whole training steps "
+            f"of {steps_per_generation(spec)}"
+        )
+    return None
+
+
+def steps_per_generation(spec) -> int:
+    """Optimizer steps (verl's mini-batches, over its epochs) of one training step."""
+    return spec.generation_steps // spec.gradient_accumulation_steps * spec.num_iterations
+
+
+def checked(spec) -> None:
+    """HarnessConfigError naming why verl cannot run `spec`."""
+    why = refusal(spec)
+    if why is not None:
+        raise HarnessConfigError(f"verl target: {why}")
+
+
+def actor_config(spec, model_path: str) -> Any:
+    """verl's FSDPActorConfig for `spec` (its model config and engine inside), with its optimizer."""
+    from verl.workers.config import FSDPActorConfig, FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+
+    model = HFModelConfig(path=model_path, use_remove_padding=False, enable_gradient_checkpointing=False,
+                          override_config={"attn_implementation": "eager"})  # fmt: skip
+    precision = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    engine = FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False, mixed_precision=precision,
+                              use_dynamic_bsz=False, micro_batch_size_per_gpu=spec.per_device_train_batch_size,
+                              infer_micro_batch_size_per_gpu=spec.per_device_train_batch_size)  # fmt: skip
+    max_grad_norm = getattr(spec, "max_grad_norm", None)
+    optim = FSDPOptimizerConfig(lr=spec.learning_rate, weight_decay=0.0, betas=(0.9, 0.999), lr_warmup_steps=0,
+                                clip_grad=max_grad_norm if max_grad_norm is not None else 1e30,
+                                total_training_steps=spec.max_steps)  # fmt: skip
+    epsilon_low = getattr(spec, "epsilon_low", 0.2)
+    config = FSDPActorConfig(
+        strategy="fsdp2",
+        rollout_n=spec.num_generations,
+        ppo_mini_batch_size=spec.per_device_train_batch_size * spec.gradient_accumulation_steps,
+        ppo_micro_batch_size_per_gpu=spec.per_device_train_batch_size,
+        ppo_epochs=spec.num_iterations,
+        clip_ratio=epsilon_low,
+        clip_ratio_low=epsilon_low,
+        clip_ratio_high=getattr(spec, "epsilon_high", epsilon_low),
+        loss_agg_mode=LOSS_AGG_MODES[spec.loss_type],
+        loss_scale_factor=spec.max_completion_length if spec.loss_type == "dr_grpo" else None,
+        use_kl_loss=spec.beta != 0,
+        kl_loss_coef=spec.beta,
+        kl_loss_type="low_var_kl",
+        entropy_coeff=0.0,
+        use_torch_compile=False,
+        fsdp_config=engine,
+        optim=optim,
+    )
+    config.model_config = model
+    return config

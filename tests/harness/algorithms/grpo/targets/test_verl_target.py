@@ -1,0 +1,105 @@
+"""The `verl` target (harness/algorithms/grpo/targets/verl, docs/verl.md): verl 0.9.1's own GRPO update on the CPU.
+
+The main test venv has no verl (its extra pins a transformers below the suite's): what needs it is skipped there
+and runs in a venv with the `verl` extra and pytest (`nox -s verl` makes one; pytest is not in the extra).
+What runs everywhere: the target's registration and declarations, which specs it refuses and why, and its one-line
+refusal (exit 2, naming the extra) where verl cannot be imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.algorithms.grpo.runs import SHORT, UNEVEN
+from harness.algorithms.grpo.targets.verl import NOT_APPLICABLE, build, config
+from harness.errors import HarnessConfigError
+from harness.targets import resolve
+
+HAS_VERL = importlib.util.find_spec("verl") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))))
+BASELINE = os.path.join(ROOT, "baselines", "verl-0.9.1-grpo.toml")
+
+# The verdict on verl 0.9.1 (docs/verl.md, "The verdict"): what fails, and what passes.
+VERL_FAILS = {
+    "uneven_lengths[loss_type=grpo]", "uneven_lengths[loss_type=dr_grpo]", "uneven_lengths[loss_type=dapo]",
+    "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
+    "all_masked", "empty_interval", "no_kl", "logit_recompute",
+    "logp_gradient[loss_type=grpo]", "logp_gradient[loss_type=dr_grpo]", "logp_gradient[loss_type=dapo]",
+    "logp_gradient[run=extremes]", "logp_gradient[run=beta0]", "logp_gradient[run=kl_uncorrected]",
+    "logp_gradient[run=clip_asymmetric]", "logp_gradient[run=on_the_fly]",
+    "logp_gradient[run=single_completion,loss_type=grpo]", "logp_gradient[run=single_completion,loss_type=dr_grpo]",
+    "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
+    "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
+    "reward_stats[run=one_function]", "completion_lengths",
+}  # fmt: skip
+VERL_PASSES = {
+    "gradient_partition[loss_type=grpo]", "gradient_partition[loss_type=dr_grpo]",
+    "gradient_partition[loss_type=dapo]",  # the step's gradient does not depend on the micro-batch cut
+    "reward_inputs", "completion_mask", "forward_recompute", "sampling", "optimizer_step",
+}  # fmt: skip
+
+
+def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
+    target = resolve("verl")  # every not_applicable key names a check of the GRPO gate, or this raises
+    assert target.algorithm == "grpo" and target.extras == ("verl",)
+    assert target.definition("advantage_epsilon") == 1e-6  # verl's profile
+    assert target.definition("partial_last_interval") == "logged"
+    assert target.optional_metrics == ("policy_loss",)
+    assert dict(target.not_applicable) == NOT_APPLICABLE
+
+
+def test_the_specs_verl_cannot_run_are_refused_with_the_reason():
+    assert config.refusal(UNEVEN) is None
+    assert "whole mini-batches" in config.refusal(SHORT)  # 3 + 1 micro-batches per generation
+    assert "to its end" in config.refusal(UNEVEN.with_(max_steps=3))  # stops in a training step of 2
+    for loss_type in ("bnpo", "cispo", "sapo", "luspo", "vespo"):
+        assert "loss_type" in config.refusal(UNEVEN.with_(loss_type=loss_type))
+    assert "std" in config.refusal(UNEVEN.with_(scale_rewards="batch"))
+    assert "delta" in config.refusal(UNEVEN.with_(delta=2.0))
+    for loss_type in ("grpo", "dr_grpo", "dapo"):
+        assert config.refusal(UNEVEN.with_(loss_type=loss_type)) is None
+
+
+def test_without_verl_building_a_run_is_one_line_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "verl", None)  # `import verl` raises ImportError, as where it is not installed
+    with pytest.raises(HarnessConfigError, match=r"verl is not installed .*ppo-stats-harness\[verl\]"):
+        build(UNEVEN)
+
+
+@pytest.mark.skipif(HAS_VERL, reason="verl is installed: the command runs the gate")
+def test_without_verl_the_gate_exits_2_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "harness", "verify", "--target", "verl"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "ppo-stats-harness[verl]" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1 (`nox -s verl`)")
+def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
+    """The gate on verl 0.9.1: exit 1, the failures and passes above, the rest not applicable with their reasons,
+    class 16 named on actor/pg_clipfrac; with the baseline, exit 0."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
+                           "--report-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=1800)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.load(open(tmp_path / "verify.json", encoding="utf-8"))
+    status = {c["id"]: c["status"] for c in report["checks"]}
+    assert {i for i, s in status.items() if s == "fail"} == VERL_FAILS
+    assert {i for i, s in status.items() if s == "pass"} == VERL_PASSES
+    reasons = set(NOT_APPLICABLE.values())
+    assert all(c["message"] in reasons for c in report["checks"] if c["status"] == "not_applicable")
+    (extremes,) = [c for c in report["checks"] if c["id"] == "extremes"]
+    (clipfrac,) = [m for m in extremes["metrics"] if m["name"] == "clip_ratio/region_mean"]
+    assert clipfrac["diagnosis"]["class"] == 16
+    pinned = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
+                             "--report-dir", str(tmp_path / "pinned"), "--baseline", BASELINE], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=1800)  # fmt: skip
+    assert pinned.returncode == 0, pinned.stdout[-3000:]
