@@ -51,6 +51,16 @@ logged too."""
 VERL = "0.9.1"
 
 
+def names(loss_type: str) -> dict[str, str]:
+    """NAMES for `loss_type`: verl's clip fraction is cispo's clip ratio under cispo, and no metric under sapo
+    (verl logs 0 there; the contract's sapo logs no clip ratio)."""
+    if loss_type == "cispo":
+        return {**{k: v for k, v in NAMES.items() if k != "actor/pg_clipfrac"}, "actor/pg_clipfrac": "cispo_clip_ratio"}
+    if loss_type == "sapo":
+        return {k: v for k, v in NAMES.items() if k != "actor/pg_clipfrac"}
+    return dict(NAMES)
+
+
 def _import_verl():
     from .platform import without_unusable_kernels
 
@@ -182,7 +192,7 @@ class VerlGRPORun:
         metrics.update(compute_data_metrics(batch=batch, use_critic=False))
         logged = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) or torch.is_tensor(v)
                   or hasattr(v, "item")}  # fmt: skip
-        logged.update({NAMES[k]: v for k, v in list(logged.items()) if k in NAMES})
+        logged.update({name: logged[k] for k, name in names(spec.loss_type).items() if k in logged})
         return logged
 
     def _rollout(self, generation: int, prompts: torch.Tensor):
@@ -191,6 +201,7 @@ class VerlGRPORun:
         after it; laid out as verl's rollout returns them (`prompts`, `responses`, `input_ids`, `attention_mask`,
         `position_ids`, `response_mask`, a `uid` per prompt), with each row's place (recording.ROW)."""
         from verl import DataProto
+        from verl.utils.torch_functional import get_response_mask
 
         spec, module = self.spec, self.worker.engine.module
         rows = prompts.repeat_interleave(spec.num_generations, dim=0)
@@ -207,8 +218,7 @@ class VerlGRPORun:
                 done |= token == self.stop_token_id
         module.train(was_training)
         responses = ids[:, rows.shape[1] :]
-        stops = (responses == self.stop_token_id).long()
-        response_mask = (torch.cumsum(stops, dim=1) - stops == 0).long()  # up to and including the first stop
+        response_mask = get_response_mask(response_id=responses, eos_token=self.stop_token_id)  # verl's
         attention = torch.cat([torch.ones_like(rows), response_mask], dim=1)
         uids = [str(uuid.UUID(int=generation * 100003 + i)) for i in range(len(prompts))]
         return DataProto.from_single_dict(
@@ -304,10 +314,6 @@ NOT_APPLICABLE = {
     "(core_algos.agg_loss)",
     "loss_type=luspo": "verl 0.9.1 has no luspo policy loss (core_algos.POLICY_LOSS_REGISTRY)",
     "loss_type=vespo": "verl 0.9.1 has no vespo policy loss (core_algos.POLICY_LOSS_REGISTRY)",
-    "loss_type=cispo": "not mapped: verl's own cispo loss (core_algos.compute_policy_loss_cispo) is not driven by this "
-    "target yet (docs/verl.md)",
-    "loss_type=sapo": "not mapped: verl's own sapo loss (core_algos.compute_policy_loss_sapo) is not driven by this "
-    "target yet (docs/verl.md)",
     "scale_rewards=batch": "verl's GRPO advantage divides by its group's std or by nothing "
     "(compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo), never by a batch-wide std",
     "logp_gradient[run=delta]": "verl's vanilla policy loss has no upper bound delta on the ratio",

@@ -5,8 +5,8 @@ Ours: the mapping. verl's: every class and field name (`verl.workers.config`). A
 (`per_device_train_batch_size`) is verl's `ppo_micro_batch_size_per_gpu`; an optimizer step's completions
 (`per_device_train_batch_size * gradient_accumulation_steps`) its mini-batch; a generation batch its training
 step's batch; `num_iterations` its `ppo_epochs`; `beta` its `kl_loss_coef` with `use_kl_loss` and the k3 estimator
-(`low_var_kl`), as verl's GRPO example sets them; the loss types are verl's `loss_agg_mode`s with its `vanilla` clipped
-policy loss (docs/verl.md).
+(`low_var_kl`), as verl's GRPO docs set them; each loss type is one of verl's policy losses under one of its
+`loss_agg_mode`s (`LOSS_MODES`, docs/verl.md).
 """
 
 from __future__ import annotations
@@ -15,16 +15,25 @@ from typing import Any
 
 from harness.errors import HarnessConfigError
 
-LOSS_AGG_MODES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
-"""The loss types whose aggregation verl names (core_algos.agg_loss), with the vanilla clipped policy loss."""
+LOSS_MODES = {
+    "dapo": ("vanilla", "token-mean"),
+    "grpo": ("vanilla", "seq-mean-token-mean"),
+    "dr_grpo": ("vanilla", "seq-mean-token-sum-norm"),
+    "cispo": ("cispo", "token-mean"),
+    "sapo": ("sapo", "seq-mean-token-mean"),
+}
+"""The loss types verl has: (its policy loss `loss_mode`, its `loss_agg_mode`; core_algos's registered policy losses
+and agg_loss). verl's cispo weighs by `clamp(r, 1 - clip_ratio_low, 1 + clip_ratio_high)`, TRL's by
+`min(r, epsilon_high)`: the same with clip_ratio_low 1 and clip_ratio_high epsilon_high - 1 (`clip_ratios`). verl's
+sapo is TRL's gate with tau_pos and tau_neg, always aggregated seq-mean-token-mean."""
 SCALE_REWARDS = {"group": True, "none": False}
 """`scale_rewards` -> verl's `norm_adv_by_std_in_grpo`; verl has no batch-wide std."""
 
 
 def refusal(spec) -> str | None:
     """Why verl's trainer cannot run `spec` (None: it can)."""
-    if spec.loss_type not in LOSS_AGG_MODES:
-        return f"loss_type {spec.loss_type!r} has no verl loss_agg_mode with the vanilla policy loss this target maps"
+    if spec.loss_type not in LOSS_MODES:
+        return f"verl 0.9.1 has no {spec.loss_type!r} loss (its policy losses and loss_agg_modes: config.LOSS_MODES)"
     if spec.scale_rewards not in SCALE_REWARDS:
         return f"verl's GRPO advantage divides by its group's std or by nothing, not by a {spec.scale_rewards!r} std"
     if spec.delta is not None:
@@ -49,6 +58,15 @@ def steps_per_generation(spec) -> int:
     return spec.generation_steps // spec.gradient_accumulation_steps * spec.num_iterations
 
 
+def clip_ratios(spec) -> tuple[float, float]:
+    """verl's clip_ratio_low and clip_ratio_high for `spec` (cispo's cap as verl's clamp bounds: LOSS_MODES)."""
+    epsilon_low = getattr(spec, "epsilon_low", 0.2)
+    epsilon_high = getattr(spec, "epsilon_high", epsilon_low)
+    if spec.loss_type == "cispo":
+        return 1.0, epsilon_high - 1.0
+    return epsilon_low, epsilon_high
+
+
 def checked(spec) -> None:
     """HarnessConfigError naming why verl cannot run `spec`."""
     why = refusal(spec)
@@ -59,6 +77,7 @@ def checked(spec) -> None:
 def actor_config(spec, model_path: str) -> Any:
     """verl's FSDPActorConfig for `spec` (its model config and engine inside), with its optimizer."""
     from verl.workers.config import FSDPActorConfig, FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.config.actor import PolicyLossConfig
 
     model = HFModelConfig(path=model_path, use_remove_padding=False, enable_gradient_checkpointing=False,
                           override_config={"attn_implementation": "eager"})  # fmt: skip
@@ -70,7 +89,8 @@ def actor_config(spec, model_path: str) -> Any:
     optim = FSDPOptimizerConfig(lr=spec.learning_rate, weight_decay=0.0, betas=(0.9, 0.999), lr_warmup_steps=0,
                                 clip_grad=max_grad_norm if max_grad_norm is not None else 1e30,
                                 total_training_steps=spec.max_steps)  # fmt: skip
-    epsilon_low = getattr(spec, "epsilon_low", 0.2)
+    epsilon_low, epsilon_high = clip_ratios(spec)
+    loss_mode, agg_mode = LOSS_MODES[spec.loss_type]
     config = FSDPActorConfig(
         strategy="fsdp2",
         rollout_n=spec.num_generations,
@@ -79,8 +99,11 @@ def actor_config(spec, model_path: str) -> Any:
         ppo_epochs=spec.num_iterations,
         clip_ratio=epsilon_low,
         clip_ratio_low=epsilon_low,
-        clip_ratio_high=getattr(spec, "epsilon_high", epsilon_low),
-        loss_agg_mode=LOSS_AGG_MODES[spec.loss_type],
+        clip_ratio_high=epsilon_high,
+        policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+        tau_pos=spec.sapo_temperature_pos,
+        tau_neg=spec.sapo_temperature_neg,
+        loss_agg_mode=agg_mode,
         loss_scale_factor=spec.max_completion_length if spec.loss_type == "dr_grpo" else None,
         use_kl_loss=spec.beta != 0,
         kl_loss_coef=spec.beta,

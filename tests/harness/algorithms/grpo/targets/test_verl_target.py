@@ -27,10 +27,12 @@ BASELINE = os.path.join(ROOT, "baselines", "verl-0.9.1-grpo.toml")
 
 # The verdict on verl 0.9.1 (docs/verl.md, "The verdict"): what fails, and what passes.
 VERL_FAILS = {
-    "uneven_lengths[loss_type=grpo]", "uneven_lengths[loss_type=dr_grpo]", "uneven_lengths[loss_type=dapo]",
+    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
+    "off_policy[loss_type=cispo]", "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "all_masked", "empty_interval", "no_kl", "logit_recompute",
-    "logp_gradient[loss_type=grpo]", "logp_gradient[loss_type=dr_grpo]", "logp_gradient[loss_type=dapo]",
+    *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
+    "logp_gradient[run=off_policy,loss_type=cispo]", "logp_gradient[run=off_policy,loss_type=sapo]",
     "logp_gradient[run=extremes]", "logp_gradient[run=beta0]", "logp_gradient[run=kl_uncorrected]",
     "logp_gradient[run=clip_asymmetric]", "logp_gradient[run=on_the_fly]",
     "logp_gradient[run=single_completion,loss_type=grpo]", "logp_gradient[run=single_completion,loss_type=dr_grpo]",
@@ -39,8 +41,8 @@ VERL_FAILS = {
     "reward_stats[run=one_function]", "completion_lengths",
 }  # fmt: skip
 VERL_PASSES = {
-    "gradient_partition[loss_type=grpo]", "gradient_partition[loss_type=dr_grpo]",
-    "gradient_partition[loss_type=dapo]",  # the step's gradient does not depend on the micro-batch cut
+    # the step's gradient does not depend on the micro-batch cut
+    *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
     "reward_inputs", "completion_mask", "forward_recompute", "sampling", "optimizer_step",
 }  # fmt: skip
 
@@ -58,12 +60,19 @@ def test_the_specs_verl_cannot_run_are_refused_with_the_reason():
     assert config.refusal(UNEVEN) is None
     assert "whole mini-batches" in config.refusal(SHORT)  # 3 + 1 micro-batches per generation
     assert "to its end" in config.refusal(UNEVEN.with_(max_steps=3))  # stops in a training step of 2
-    for loss_type in ("bnpo", "cispo", "sapo", "luspo", "vespo"):
-        assert "loss_type" in config.refusal(UNEVEN.with_(loss_type=loss_type))
+    for loss_type in ("bnpo", "luspo", "vespo"):
+        assert f"no {loss_type!r} loss" in config.refusal(UNEVEN.with_(loss_type=loss_type))
     assert "std" in config.refusal(UNEVEN.with_(scale_rewards="batch"))
     assert "delta" in config.refusal(UNEVEN.with_(delta=2.0))
-    for loss_type in ("grpo", "dr_grpo", "dapo"):
+    for loss_type in ("grpo", "dr_grpo", "dapo", "cispo", "sapo"):
         assert config.refusal(UNEVEN.with_(loss_type=loss_type)) is None
+
+
+def test_cispos_cap_is_verls_clamp_with_no_lower_bound():
+    """TRL's cispo weight min(r, epsilon_high) is verl's clamp(r, 1 - low, 1 + high) at low 1, high epsilon_high - 1;
+    the other loss types keep the spec's bounds."""
+    assert config.clip_ratios(UNEVEN.with_(loss_type="cispo", epsilon_high=5.0)) == (1.0, 4.0)
+    assert config.clip_ratios(UNEVEN.with_(epsilon_low=0.05, epsilon_high=0.6)) == (0.05, 0.6)
 
 
 def test_without_verl_building_a_run_is_one_line_naming_the_extra(monkeypatch):
