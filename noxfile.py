@@ -128,20 +128,25 @@ def report_dir(posargs: list[str]) -> tuple[str, list[str]]:
     return found, rest
 
 
-def wants_trl(posargs: list[str]) -> bool:
-    """True when the target is one of TRL's adapters: `trl`, `trl-grpo`, or either on a module (`trl:MODULE`,
-    `trl-grpo:MODULE`, a module that imports TRL)."""
-    return trl_extra(posargs) is not None
-
-
-def trl_extra(posargs: list[str]) -> str | None:
-    """The package's extra that installs the TRL release a TRL adapter in the arguments runs on: `trl-ppo` (TRL
-    1.12.0, the last with a PPOTrainer) for `trl` or `trl:MODULE`, `trl` (today's TRL) for `trl-grpo` or
-    `trl-grpo:MODULE`; None when no TRL adapter is named."""
-    for name, extra_name in (("trl-grpo", "trl"), ("trl", "trl-ppo")):
-        if any(a in (name, f"--target={name}") or a.startswith((f"{name}:", f"--target={name}:")) for a in posargs):
-            return extra_name
+def target_named(posargs: list[str]) -> str | None:
+    """The `--target` of the arguments (`--target NAME` or `--target=NAME`), or None."""
+    for k, arg in enumerate(posargs):
+        if arg == "--target" and k + 1 < len(posargs):
+            return posargs[k + 1]
+        if arg.startswith("--target="):
+            return arg.partition("=")[2]
     return None
+
+
+def declared_extras(session: nox.Session, posargs: list[str]) -> list[str]:
+    """The package's extras the target named in the arguments needs, as its algorithm declares them (read by the
+    installed harness, `harness.targets.extras`, which loads no target): `trl-ppo` for `trl`, `trl` for
+    `trl-grpo`, none for a module's own factory; [] when no target is named. The noxfile names no target."""
+    target = target_named(posargs)
+    if target is None:
+        return []
+    code = "import sys; from harness.targets import extras; print(' '.join(extras(sys.argv[1])))"
+    return session.run("python", "-c", code, target, silent=True, log=False).split()
 
 
 def trl_option(session: nox.Session) -> tuple[str | None, list[str]]:
@@ -219,13 +224,16 @@ def verify(session: nox.Session) -> None:
     a usage error, else 1 if any failed a check. `--target` or `--check` runs one gate (check ids belong to one
     algorithm; the default target is `reference`).
 
-    `-- --target trl` installs the `trl-ppo` extra (TRL 1.12.0, the PPO adapter's release), `-- --target
-    trl-grpo` the `trl` extra (today's TRL); `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a
-    checkout, a wheel, a version) into the session instead, so that TRL's adapter runs against it.
+    A named target's declared extras are installed first (`declared_extras`): `-- --target trl` installs the
+    `trl-ppo` extra (TRL 1.12.0, the PPO adapter's release), `-- --target trl-grpo` the `trl` extra (today's TRL);
+    `-- --target trl --trl PATH_OR_REQUIREMENT` installs that TRL (a checkout, a wheel, a version) into the session
+    instead, so that TRL's adapter runs against it.
     """
     trl, args = trl_option(session)
-    wanted = trl_extra(args) if trl is None else None
-    install(session, "gate", *([wanted] if wanted else []))  # the engine's needs: no pytest
+    install(session, "gate")  # the engine's needs: no pytest
+    wanted = declared_extras(session, args) if trl is None else []
+    if wanted:
+        install(session, "gate", *wanted)
     if trl is not None:
         install_trl(session, trl)
     if names_target(args):
@@ -540,7 +548,7 @@ def live(session: nox.Session) -> None:
     16; `-- --target reference-grpo` trains the reference trainer and exits 0. `--device cuda` where there is one."""
     install(session)
     trl, rest = trl_option(session)
-    if wants_trl(rest):
+    if trl is not None or "trl" in declared_extras(session, rest):
         install_trl(session, trl or f"trl=={TRL_NEWEST}")
     run_exit_code(session, "-m", "harness.live", *rest, env={"TRL_EXPERIMENTAL_SILENCE": "1"})
 

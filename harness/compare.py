@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .oracle.expectation import Expectation
 from .oracle.numbers import as_float
+from .oracle.pooling import Expectation
 from .tolerances import Tolerance, ToleranceTable, close, dtype_name, tolerance
 from .verdict import MetricStatus, MetricVerdict
 

@@ -73,7 +73,7 @@ def worker(target: str, seed: int, out: Path, settings: Sequence[str] = ()) -> i
         return WORKER_CONFIG_ERROR
     for name, spec in runs.items():
         try:
-            # with the steps' .grad copies: the check across ranks compares them (gradient_ranks.py)
+            # with the steps' .grad copies: the check across ranks compares them (algorithms/ppo/ranks.py)
             obs = observe(found.factory, algorithm.for_rank(spec, rank, world), copies=True)
         except HarnessConfigError as exc:  # raised as the run is built, alike on every rank: none waits for it
             print(f"rank {rank}: run {name} could not be configured: {exc}", file=sys.stderr)

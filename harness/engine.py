@@ -83,12 +83,17 @@ class Gate:
         self.cache = cache
         self.report = Report(target=options.target, device=options.device, seed=options.seed, dtype=options.dtype,
                              algorithm=self.algorithm.name, baseline=baseline)  # fmt: skip
-        if not self.cases():
+        self._selected = self._select()
+        if not self._selected:
             raise HarnessConfigError(f"-k {options.keyword!r} selects none of the {self.algorithm.name} checks "
                                      f"(`python -m harness checks --target {options.target}` lists them)")  # fmt: skip
 
     def cases(self) -> list:
-        """The selected cases of the target's algorithm, in the algorithm's order."""
+        """The selected cases of the target's algorithm, in the algorithm's order (selected once, when the gate is
+        made)."""
+        return list(self._selected)
+
+    def _select(self) -> list:
         from .algorithms import cases
         from .select import keyword_matcher
 

@@ -11,7 +11,7 @@ The oracle recomputes in float64 from the trainer's own tensors, so the gap is o
 trainer's rounding in its working dtype and buffers; rounding a sum scales with its terms,
 not with the sum, which can sit near 0 (a policy loss over whitened advantages). Each
 number below says where it comes from; `nox -s tests` holds them to the precision suite
-(tests/harness/test_precision.py): correct float32-buffer trainers pass at float64, and a relative
+(tests/harness/algorithms/ppo/test_ppo_precision.py): correct float32-buffer trainers pass at float64, and a relative
 error of 1e-3 in any of the eight pooled metrics fails at float32 and at float64.
 """
 
@@ -91,7 +91,7 @@ _ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # only what is grossly wrong (NaN, the wrong network). At float32 an inverted attention mask, pads in the mask of
     # a left-padded prompt, real tokens replaced by 0, or logits multiplied by the temperature (0.7) instead of
     # divided put some log-prob off by 1.2 to 1.6 (measured, seed 0).
-    # GRPO (harness/algorithms/grpo/forward.py: the loss's, old and reference log-probs and the entropies of every
+    # GRPO (algorithms/grpo/scenarios/forward.py: the loss's, old and reference log-probs and the entropies of every
     # loss record, LR 0, temperature 0.5), seeds 0-4: reference float32 log-probs 9.6e-6 (seed 4; 2.3e-6 to 4.5e-6
     # at the others), entropies 3.2e-6; float64 0 and 2.7e-15; TRL 1.12.0 float32, seeds 0-2, 5.7e-6 and 2.4e-6.
     # At temperature 0.7 (measured first): bfloat16 1.62 (a reference log-prob, seed 3) and 0.48, TRL's 0.071 and

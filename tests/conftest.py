@@ -22,11 +22,11 @@ COSTLY_FIRST = (
     "test_curated_grpo.py",
     "test_example_session.py",  # a fresh venv and both example projects' gates and tests
     "test_trl_newest.py",  # TRL 1.16.0's whole GRPO gate and its baseline's runs
-    "test_precision.py",
+    "test_ppo_precision.py",
     "test_trl_verdict.py",
     "test_trl_grpo_verdict.py",
     "test_grpo_trainer.py",
-    "test_gate.py",
+    "test_ppo_gate.py",
     "test_dist.py",
     "test_contract_versions.py",  # release 0.1.0's GRPO target through today's gate
 )

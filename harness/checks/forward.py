@@ -10,7 +10,7 @@ output at the position before response token t, over the temperature, and
 logp_t = log_softmax(logits_t)[y_t]. The query of a row is one of the run's `prompts`: the one
 under which the policy's log-probs of the response match the trainer's (`match_prompts`), so the
 prompts are not taken from the trainer's inputs. An algorithm's scenario says which log-probs
-(rollout, reference, each micro-batch's) it holds to these (harness/algorithms/ppo/forward.py).
+(rollout, reference, each micro-batch's) it holds to these (harness/algorithms/ppo/scenarios/forward.py).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class RewardCall:
     head: torch.Tensor | None = None
     """For a reward model (`RewardTap.watch`): (N, L) float64, its scalar head's output at every position of each
     row it was given; its `scores` are then NaN, the oracle's to read from here (which position is the score is
-    the contract's: algorithms/grpo/reward_model.py). None for a reward function."""
+    the contract's: algorithms/grpo/oracle/reward_model.py). None for a reward function."""
     input_ids: torch.Tensor | None = None
     """For a reward model: (N, L) int64, the ids of each row it was given (prompt and completion), a position its
     attention mask leaves out read as pad. None for a reward function."""

@@ -12,7 +12,7 @@ completions' token ids (a (N, T) tensor or N lists), the record keeps what the f
 the gate can hold the reward's inputs to what was sampled (`reward_inputs`); with `prompts`, the same for the
 prompt ids given beside each completion (a function given None for its prompts is recorded as given none). A
 reward model is not wrapped but watched (`RewardTap.watch`): its head's output at every position is kept with the
-ids it scored, and the oracle reads the score (algorithms/grpo/reward_model.py).
+ids it scored, and the oracle reads the score (algorithms/grpo/oracle/reward_model.py).
 """
 
 from __future__ import annotations

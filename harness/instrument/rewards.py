@@ -7,7 +7,7 @@ states. A forward pre-hook on the backbone keeps the ids and the mask of each ca
 hook on the head turns its output, (B, L) or (B, L, 1), into a `RewardHeadCall` with them,
 numbered in the spy's call order. A trainer may call the backbone and the head itself (as
 TRL's `get_reward` does) or the whole model: both pass through the two modules. Which
-position of each row is the score is the oracle's business (`algorithms/ppo/scores.py`).
+position of each row is the score is the oracle's business (`algorithms/ppo/oracle/scores.py`).
 """
 
 from __future__ import annotations

@@ -111,13 +111,7 @@ def test_version_prints_the_package_and_each_contract():
     assert out[1:] == [f"contract {n} {c.version} ({c.document})" for n, c in contracts.items()]
 
 
-@pytest.mark.parametrize(
-    "module, new",
-    [
-        ("reference_ppo", "reference_trainers"),
-        ("harness.algorithms.grpo.reward_calls", "harness.instrument.reward_calls"),
-    ],
-)
+@pytest.mark.parametrize("module, new", [("reference_ppo", "reference_trainers")])
 def test_an_old_import_path_warns_once_naming_the_new_one(module, new):
     code = f"import {module}\nimport {module}\n"
     proc = subprocess.run([sys.executable, "-W", "default::DeprecationWarning", "-c", code], capture_output=True,

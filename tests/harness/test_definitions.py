@@ -83,7 +83,7 @@ def test_verls_epsilon_passes_declared_and_fails_by_name_undeclared_or_misdeclar
 
 
 def run_logging(logs: int):
-    from harness.algorithms.grpo.schedule import SCHEDULE
+    from harness.algorithms.grpo.scenarios.schedule import SCHEDULE
     from harness.instrument.observe import Observation, Ran
 
     return Observation(SCHEDULE, Ran(tuple({} for _ in range(logs)), None, 0, 1))
@@ -97,7 +97,7 @@ def test_a_partial_last_interval_may_go_unlogged_only_where_the_target_declares_
     declares it logs it (the reference) to three, so a trainer of its that drops it fails the log count."""
     import types
 
-    from harness.algorithms.grpo.schedule import judged, log_steps
+    from harness.algorithms.grpo.scenarios.schedule import judged, log_steps
     from harness.targets import Target
     from harness.verdict import Check, CheckId
 

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from harness.algorithms import case
-from harness.algorithms.grpo import scenarios as grpo_scenarios
 from harness.algorithms.grpo.instruments import recorded
+from harness.algorithms.grpo.scenarios import pooled as grpo_scenarios
 from harness.algorithms.grpo.spec import GRPOSpec
-from harness.algorithms.ppo import scenarios as ppo_scenarios
+from harness.algorithms.ppo.scenarios import pooled as ppo_scenarios
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument.observe import Observation
 from harness.verdict import CheckStatus, MetricStatus

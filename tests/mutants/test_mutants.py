@@ -396,7 +396,7 @@ def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(t
 
 def test_the_gate_server_preloads_no_trainer_and_checks_where_each_run_got_it(tmp_path):
     preloaded = harness_run.preload_modules()
-    assert {"harness.algorithms.ppo.scenarios", "harness.algorithms.grpo.scenarios"} <= set(preloaded)
+    assert {"harness.algorithms.ppo.scenarios.pooled", "harness.algorithms.grpo.scenarios.pooled"} <= set(preloaded)
     assert not {name.partition(".")[0] for name in preloaded} & set(harness_run.TRAINER_PACKAGES)
     with harness_run.GateServer(preload=("json", "reference_trainers")) as server:
         why = server.started()

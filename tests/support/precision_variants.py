@@ -1,7 +1,7 @@
 """Correct trainers that differ from the reference in ways the contract allows (imported by `--target`).
 
 Each is the reference trainer with one change a maintainer elsewhere might well make; the
-gate must pass every one of them (tests/harness/test_precision.py).
+gate must pass every one of them (tests/harness/algorithms/ppo/test_ppo_precision.py).
 """
 
 from __future__ import annotations

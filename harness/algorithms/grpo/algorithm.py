@@ -5,7 +5,6 @@ Light at import: the scenarios, ranks and spec (which import torch) load when fi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -83,7 +82,9 @@ class GRPOAlgorithm:
     @property
     def scenarios(self) -> Sequence[Scenario]:
         """The pooling, gradient, reward, mask and forward scenarios, in report order."""
-        return _scenarios()
+        from .scenarios import SCENARIOS
+
+        return SCENARIOS
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> GRPOSpec:
         """The run-wide settings every GRPO scenario spec takes (`settings`: from `verify --set`)."""
@@ -124,24 +125,6 @@ class GRPOAlgorithm:
         from . import ranks
 
         return ranks.rank_checks(dict(runs), tuple(declares), settings)
-
-
-@functools.lru_cache(maxsize=1)
-def _scenarios() -> tuple[Scenario, ...]:
-    from harness.checks.optimizer import optimizer_scenario
-
-    from .forward import FORWARD_SCENARIOS
-    from .gradient_scenarios import LOGP_GRADIENT
-    from .masks import MASK_SCENARIOS
-    from .reward_inputs import REWARD_INPUT_SCENARIOS
-    from .reward_scenarios import REWARD_SCENARIOS
-    from .runs import UNEVEN, spec_for
-    from .scenarios import SCENARIOS
-    from .schedule import SCHEDULE_SCENARIOS
-
-    optimizer = optimizer_scenario(lambda run: spec_for(UNEVEN, run), "the uneven lengths' two generations")
-    return (*SCENARIOS, LOGP_GRADIENT, *REWARD_SCENARIOS, *REWARD_INPUT_SCENARIOS, *MASK_SCENARIOS, *FORWARD_SCENARIOS,
-            optimizer, *SCHEDULE_SCENARIOS)  # fmt: skip
 
 
 GRPO = GRPOAlgorithm()

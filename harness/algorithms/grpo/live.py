@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from harness.algorithms.grpo.contract import pooled_names
-from harness.algorithms.grpo.expect import Settings, record_problems
-from harness.algorithms.grpo.poolings import diagnose_interval
+from harness.algorithms.grpo.oracle.expect import Settings, record_problems
 from harness.algorithms.grpo.spec import LOSS_TYPES
 from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.algorithms.grpo.view import IntervalView
+from harness.algorithms.grpo.wrong.poolings import diagnose_interval
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
 from harness.live.interval import IntervalResult
@@ -99,10 +99,10 @@ def gradient_verdicts(
     records: Sequence[LossRecord], settings: Settings, geometry: GenerationCut, world: int, where: str
 ) -> tuple[list[MetricVerdict], str]:
     """The gate's `logp_gradient` on the interval: each recorded gradient at the log-probs against the loss type's
-    formula over every rank's tokens (harness/algorithms/grpo/gradients.py). ([], why) when the interval's
+    formula over every rank's tokens (harness/algorithms/grpo/oracle/gradients.py). ([], why) when the interval's
     records do not determine it (e.g. a generation batch that began before the interval, whose token count
     dapo's weights need), or no token has a gradient."""
-    from harness.algorithms.grpo import gradients
+    from harness.algorithms.grpo.oracle import gradients
     from harness.errors import NotRecomputable
 
     shape = gradients.WindowWeights(settings, geometry.steps_per_generation, geometry.num_iterations, world)

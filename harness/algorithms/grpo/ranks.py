@@ -28,13 +28,14 @@ from harness.settings import applied
 from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
-from . import gradients, masks, reward_inputs, rewards
-from .checks import logged_names
 from .contract import pooled_names
-from .expect import expected_metrics, intervals
-from .gradient_scenarios import judge
 from .instruments import recorded
+from .oracle import gradients, rewards
+from .oracle.expect import expected_metrics, intervals
 from .runs import UNEVEN
+from .scenarios import masks, reward_inputs
+from .scenarios.gradients import judge
+from .scenarios.preconditions import logged_names
 from .spec import GRPOSpec
 from .tolerances import TOLERANCES
 

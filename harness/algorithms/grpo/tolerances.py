@@ -33,7 +33,7 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
         )
     },  # fmt: skip
     # not a logged metric: GRPO, the worst |advantage the loss saw - the oracle's float64 one from the recorded
-    # scores| over every loss row (harness/algorithms/grpo/rewards.py, `advantages` scenario). Both trainers keep
+    # scores| over every loss row (harness/algorithms/grpo/oracle/rewards.py, `advantages` scenario). Both trainers keep
     # advantages in float32 whatever the models' dtype (the reference rounds its float64 ones, TRL computes in
     # float32), so every dtype has the float32 row (the reference passes at float64 and bfloat16 too). Measured,
     # scale_rewards group/batch/none, |A| up to about 1.5: reference 8.6e-8 abs / 5.3e-8 rel (seeds 0-9), TRL
@@ -55,7 +55,7 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     "logit_gap/logps": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
     "logit_gap/entropies": ((1e-5, 0.0), (1e-5, 0.0), (2.5e-1, 0.0)),
     # not a logged metric: GRPO, the largest |dL/dlogp recorded - formula| / (|formula| + mean |formula| over the
-    # masks) per token (scale 1; harness/algorithms/grpo/gradients.py). Measured on the reference GRPO trainer, every
+    # masks) per token (scale 1; grpo/oracle/gradients.py). Measured on the reference GRPO trainer, every
     # logp_gradient case (uneven lengths for each loss type, windows 3+1, clipped runs with beta 0.04, 0 and the KL
     # uncorrected, windows of one completion), seeds 0-4: at most 4.5e-7 at float32, 6.9e-16 at float64, 1.4e-2 at
     # bfloat16; TRL 1.12.0 at float32, seeds 0-2, the nine cases it passes: 2.6e-7 (bnpo fails by 0.52: a mean of

@@ -16,11 +16,11 @@ from typing import Any
 
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation
-from harness.oracle.expectation import Expectation
+from harness.oracle.pooling import Expectation
 
 from .contract import pooled_names
-from .expect import Settings, TokenTerms, expected_from_terms, intervals, record_problems, token_terms, unusable
 from .instruments import recorded
+from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, record_problems, token_terms, unusable
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,7 +5,6 @@ Light at import: the scenarios, ranks and spec (which import torch) load when fi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -64,8 +63,10 @@ class PPOAlgorithm:
 
     @property
     def scenarios(self) -> Sequence[Scenario]:
-        """The PPO scenarios (harness.algorithms.ppo.scenarios.SCENARIOS)."""
-        return _scenarios()
+        """The PPO scenarios (harness.algorithms.ppo.scenarios.pooled.SCENARIOS)."""
+        from .scenarios import SCENARIOS
+
+        return SCENARIOS
 
     def run_spec(self, seed: int, device: str, dtype: str, settings: dict | None = None) -> ScenarioSpec:
         """The run-wide settings every PPO scenario spec takes (`settings`: from `verify --set`)."""
@@ -105,19 +106,6 @@ class PPOAlgorithm:
         from . import ranks
 
         return ranks.rank_checks(dict(runs), settings)
-
-
-@functools.lru_cache(maxsize=1)
-def _scenarios() -> tuple[Scenario, ...]:
-    from harness.checks.optimizer import optimizer_scenario
-
-    from .runs import UNEVEN, spec_for
-    from .scenarios import SCENARIOS
-
-    two_epochs = optimizer_scenario(
-        lambda run: spec_for(UNEVEN, run).with_(num_ppo_epochs=2), "the uneven split, two epochs", spy=True
-    )
-    return (*SCENARIOS, two_epochs)
 
 
 PPO = PPOAlgorithm()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.algorithms.ppo.scenarios import UNEVEN
+from harness.algorithms.ppo.runs import UNEVEN
 from harness.bench.shapes import LARGE_SHAPE, MEDIUM_SHAPE
 from harness.bench.sizes import Size
 
@@ -74,7 +74,7 @@ class Oracle:
     @staticmethod
     def expect(view: Any, run: Any, spec: Any) -> list[dict]:
         """Each update's expected metrics."""
-        from harness.algorithms.ppo.expect import expected_metrics
+        from harness.algorithms.ppo.oracle.expect import expected_metrics
 
         scores = getattr(run, "scores", None) or [None] * len(view.updates)
         return [

@@ -54,7 +54,7 @@ ROWS: dict[str, tuple[tuple[float, ...], ...]] = {
     # 1.1e-7 at float64 (the reference's log_softmax runs in float32, and its backward rounds the 1/N_R and 1/n_R,i
     # scaled upstream gradients differently); about ten to twenty times that. bfloat16 as "gradient".
     "gradient/decomposition": ((1e-6, 0.0), (1e-5, 0.0), (2e-2, 2e-2)),
-    # The value side (harness/algorithms/ppo/value_signal.py), same kind of gap and scale. Measured, largest over
+    # The value side (harness/algorithms/ppo/oracle/value_signal.py), same kind of gap and scale. Measured, largest over
     # the uneven split (1 and 2 epochs) and the k3, whiten_eos and temperature profiles, gap / scale: on the
     # reference (the example trainer gives the same numbers) at float32 advantages_raw 4.6e-7, rewards 2.9e-7,
     # vf_loss 1.4e-6; TRL 1.12.0 vf_loss 5.4e-6; at float64 6.7e-8, 1.2e-7, 2.3e-7 (not 0: the reference hands

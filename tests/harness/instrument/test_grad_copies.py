@@ -14,8 +14,8 @@ import torch
 
 from harness.algorithms import case
 from harness.algorithms.grpo.spec import GRPOSpec
-from harness.algorithms.ppo import scenarios
 from harness.algorithms.ppo.instruments import recorded
+from harness.algorithms.ppo.scenarios import pooled as scenarios
 from harness.algorithms.ppo.spec import ScenarioSpec
 from harness.instrument import grad
 from harness.instrument.grad import SAMPLED, GradRecorder, GradTrackingLost

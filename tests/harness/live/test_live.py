@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.algorithms.grpo.expect import Settings
+from harness.algorithms.grpo.oracle.expect import Settings
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval, expected_key, live_reference, merge_ranks

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from harness.algorithms.grpo.expect import Settings
+from harness.algorithms.grpo.oracle.expect import Settings
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.diagnose import Candidate, better_fit

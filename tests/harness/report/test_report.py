@@ -9,7 +9,7 @@ import pytest
 
 from harness.algorithms.ppo.tolerances import TOLERANCES
 from harness.compare import compare
-from harness.oracle.expectation import Expectation
+from harness.oracle.pooling import Expectation
 from harness.report import JSON_NAME, MARKDOWN_NAME, Report, write_report
 from harness.report.format import check_failure_lines, failure_line
 from harness.report.markdown import render_markdown

@@ -17,7 +17,7 @@ from harness.contract import Contract
 from harness.errors import HarnessConfigError
 from harness.instrument.observe import Recording
 from harness.instrument.spy import Spy
-from harness.oracle.expectation import Expectation
+from harness.oracle.pooling import Expectation
 from harness.require import require, require_ran
 from harness.scenario import Scenario
 from harness.verdict import Check

@@ -16,7 +16,7 @@ from harness.compare import compare
 from harness.instrument.spy import Spy
 from harness.live.interval import IntervalResult
 from harness.live.session import LiveSession
-from harness.oracle.expectation import Expectation
+from harness.oracle.pooling import Expectation
 
 from . import algorithm
 from .tolerances import TOLERANCES

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.algorithms.grpo import live as checks
-from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.live import GenerationCut
+from harness.algorithms.grpo.oracle.expect import Settings
 from harness.algorithms.grpo.targets.reference import micro_step_fields
 from harness.instrument.loss_recorder import LossRecorder
 from harness.live.interval import Held

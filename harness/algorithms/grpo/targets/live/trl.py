@@ -27,8 +27,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from harness.algorithms.grpo import live as checks
-from harness.algorithms.grpo.expect import Settings
 from harness.algorithms.grpo.live import GenerationCut
+from harness.algorithms.grpo.oracle.expect import Settings
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.errors import HarnessConfigError
 from harness.instrument.loss_recorder import LossRecorder

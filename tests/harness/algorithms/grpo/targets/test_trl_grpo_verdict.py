@@ -2,7 +2,7 @@
 
 One `python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit
 code, its JSON report) pins which checks fail; in-process runs of the same scenarios reproduce
-the logged numbers with the known wrong poolings of `harness.algorithms.grpo.poolings`.
+the logged numbers with the known wrong poolings of `harness.algorithms.grpo.wrong.poolings`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def trl_runs():
     """The uneven_lengths and all_masked scenarios' TRL runs (seed 0): their logs and loss records."""
     if not _trl_grpo_available():
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
-    from harness.algorithms.grpo import scenarios
+    from harness.algorithms.grpo.scenarios import pooled as scenarios
     from harness.algorithms.grpo.targets import trl
     from harness.algorithms.grpo.view import build_view
 
@@ -210,8 +210,8 @@ TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "
 
 @pytest.mark.parametrize("name", ["uneven_lengths", "all_masked"])
 def test_trl_grpo_token_means_are_flat_means_of_micro_batch_means(trl_runs, name):
-    from harness.algorithms.grpo.expect import expected_metrics
-    from harness.algorithms.grpo.poolings import flat_mean_of_microbatch_means
+    from harness.algorithms.grpo.oracle.expect import expected_metrics
+    from harness.algorithms.grpo.wrong.poolings import flat_mean_of_microbatch_means
 
     spec, logs, per_interval = trl_runs[name]
     departures = 0
@@ -226,7 +226,7 @@ def test_trl_grpo_token_means_are_flat_means_of_micro_batch_means(trl_runs, name
 
 def test_trl_grpo_empty_micro_batches_enter_token_means_as_zero(trl_runs):
     spec, logs, (interval,) = trl_runs["all_masked"]
-    from harness.algorithms.grpo.poolings import flat_mean_of_microbatch_means
+    from harness.algorithms.grpo.wrong.poolings import flat_mean_of_microbatch_means
 
     empty = sum(count == 0 for count in interval.token_counts())
     assert empty >= 1
@@ -237,8 +237,8 @@ def test_trl_grpo_empty_micro_batches_enter_token_means_as_zero(trl_runs):
 
 @pytest.mark.parametrize("name", ["uneven_lengths", "all_masked"])
 def test_trl_grpo_extremes_are_means_of_micro_batch_extremes(trl_runs, name):
-    from harness.algorithms.grpo.expect import expected_metrics
-    from harness.algorithms.grpo.poolings import mean_of_microbatch_extremes
+    from harness.algorithms.grpo.oracle.expect import expected_metrics
+    from harness.algorithms.grpo.wrong.poolings import mean_of_microbatch_extremes
 
     spec, logs, per_interval = trl_runs[name]
     for log, interval in zip(logs, per_interval, strict=True):
@@ -255,8 +255,8 @@ def test_trl_grpo_bnpo_optimises_a_mean_of_micro_batch_token_means():
     each micro-batch's token mean of the per-token loss, averaged, not the window's token mean."""
     if not _trl_grpo_available():
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
-    from harness.algorithms.grpo import scenarios
-    from harness.algorithms.grpo.expect import Settings, token_terms
+    from harness.algorithms.grpo.oracle.expect import Settings, token_terms
+    from harness.algorithms.grpo.scenarios import pooled as scenarios
     from harness.algorithms.grpo.targets import trl
 
     spec = scenarios.LR0.with_(loss_type="bnpo", max_steps=1, logging_steps=1, per_device_train_batch_size=1,
@@ -301,8 +301,8 @@ def test_trl_grpo_frac_reward_zero_std_under_batch_scaling_tests_the_batch_std()
     scaling the two agree. Each interval of these runs is one generation."""
     if not _trl_grpo_available():
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
-    from harness.algorithms.grpo import rewards
-    from harness.algorithms.grpo.reward_scenarios import REWARDS
+    from harness.algorithms.grpo.oracle import rewards
+    from harness.algorithms.grpo.scenarios.rewards import REWARDS
     from harness.algorithms.grpo.targets import trl
 
     for scale in ("batch", "group"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.algorithms.ppo.scenarios import LR0
+from harness.algorithms.ppo.runs import LR0
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
 from tests.support import gate_run

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.trl
 import torch  # noqa: E402
 
 from harness.algorithms.ppo.contract import POOLED_STATS, ROLLOUT  # noqa: E402
-from harness.algorithms.ppo.scenarios import LR0  # noqa: E402
+from harness.algorithms.ppo.runs import LR0  # noqa: E402
 from harness.algorithms.ppo.targets import trl as trl_target  # noqa: E402
 from harness.errors import HarnessConfigError  # noqa: E402
 

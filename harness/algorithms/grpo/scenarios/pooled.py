@@ -1,0 +1,317 @@
+"""The GRPO gate's scenarios of pooled statistics (`scenarios/__init__.py` assembles every family into
+SCENARIOS). Each reads top-down: run, check what it saw, expect, compare.
+
+Every scenario first checks that it saw what it exists for (a loss record per micro-batch
+in windows of the expected sizes, every metric logged and finite, the uneven lengths, the
+short window, the clipped tokens or the empty micro-batches it needs) and fails otherwise.
+The specs are plain `GRPOSpec`s, so any GRPO target runs them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.compare import compare
+from harness.instrument.observe import ObservationCache
+from harness.invariance import CutRun, Knob, knob_findings
+from harness.require import require, usable
+from harness.scenario import Case, Scenario
+from harness.verdict import Check, CheckResult
+
+from ..contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
+from ..instruments import recorded
+from ..runs import (
+    ALL_MASKED,
+    CUTS,
+    EMPTY,
+    FRESH,
+    LOGITS,
+    LR0,
+    NO_KL,
+    SHORT,
+    SOFT,
+    UNEVEN,
+    at_cap_spec,
+    clipping,
+    off_policy_spec,
+    spec_for,
+)
+from ..spec import LOSS_TYPES, GRPOSpec
+from ..tolerances import TOLERANCES
+from .preconditions import (
+    compare_interval,
+    declared,
+    logged_names,
+    require_logs,
+    require_records,
+    run_logs,
+    window_sizes,
+)
+
+
+def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None:
+    """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
+    whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
+    the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
+    token may leave out (a note, not a failure). A metric not logged as a finite number fails the check, named, and
+    every other is still compared, each with its own verdict."""
+    names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
+                         obs.spec.split_label)  # fmt: skip
+    per_interval = require_records(obs, check)
+    if per_interval is None:
+        return
+    may_lack = {i.index: empty_may_lack for i in per_interval if sum(i.token_counts()) == 0}
+    if not require_logs(obs, names, check, may_lack):
+        return
+    missing = need(per_interval) if need else ""
+    if not require(check, not missing, missing):
+        return
+    for interval in per_interval:
+        compare_interval(obs, interval, check, names)
+
+
+def uneven_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Micro-batches of different token counts: each interval's pooled metrics equal the oracle's."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(UNEVEN, run).with_(loss_type=case.param("loss_type", run.loss_type)), spy=False)
+
+    def need(per_interval):
+        even = [i.index + 1 for i in per_interval if len(set(i.token_counts())) < 2]
+        return f"interval(s) {even} had micro-batches of equal token counts" if even else ""
+
+    pooled_check(cache, obs, check, need)
+    return check.finish()
+
+
+def at_the_cap(per_interval) -> str:
+    """What the cispo run at its cap is for: a token of positive advantage whose ratio is exactly the cap."""
+    for interval in per_interval:
+        cap = interval.settings.epsilon_high
+        at_cap = [(t.ratio == cap) & t.mask & (r.advantages > 0).unsqueeze(1)
+                  for r, t in zip(interval.records, interval.terms)]  # fmt: skip
+        if not any(bool(flags.any()) for flags in at_cap):
+            return f"interval {interval.index + 1}: no token's ratio is exactly the cap {cap}"
+    return ""
+
+
+def short_window(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled over tokens, not over windows."""
+    check, obs = Check(case.id), cache.get(spec_for(SHORT, run), spy=False)
+
+    def need(per_interval):
+        records = [r for interval in per_interval for r in interval.records]
+        sizes = window_sizes(records)
+        spans = any(len({r.generation for r in records if r.window == w}) > 1 for w in range(len(sizes)))
+        return "" if len(set(sizes)) > 1 or spans else f"windows of {sizes} micro-batches, none across generations"
+
+    pooled_check(cache, obs, check, need)
+    return check.finish()
+
+
+def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Ratios far from 1 under cispo, sapo or vespo: each interval's pooled metrics (cispo_clip_ratio,
+    vespo/phi_seq_mean, policy_loss, entropy, kl) equal the oracle's. cispo also runs on policy with its cap at 1,
+    every ratio exactly the cap: a token is clipped only when r > epsilon_high, not at the cap itself."""
+    check = Check(case.id)
+    obs = cache.get(off_policy_spec(run, case.param("loss_type")), spy=False)
+    spec = obs.spec
+
+    def need(per_interval):
+        for interval in per_interval:
+            terms = interval.terms
+            spread = max((float(((t.ratio - 1).abs() * t.mask).max()) for t in terms if t.mask.any()), default=0.0)
+            if spread < 0.05:
+                return f"interval {interval.index + 1}: every ratio within {spread:.3g} of 1"
+            if spec.loss_type == "cispo":
+                capped = [bool(((t.ratio > spec.epsilon_high) & t.mask).any()) for t in terms]
+                free = [bool(((t.ratio <= spec.epsilon_high) & t.mask).any()) for t in terms]
+                if not (any(capped) and any(free)):
+                    return f"interval {interval.index + 1}: no weight on both sides of epsilon_high {spec.epsilon_high}"
+            if spec.loss_type == "vespo":
+                phis = torch.cat([t.phi for t in terms])
+                if float((phis - 1).abs().max()) < 0.01:
+                    return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
+        return ""
+
+    pooled_check(cache, obs, check, need)
+    if spec.loss_type == "cispo":
+        pooled_check(cache, cache.get(at_cap_spec(run), spy=False), check, at_the_cap)
+    return check.finish()
+
+
+def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """clip_ratio/low_min and high_max are true extremes over the interval's completions, and the other
+    pooled metrics hold, with tokens clipped in some micro-batches and not in others."""
+    check, obs = Check(case.id), cache.get(clipping(run), spy=False)
+
+    def need(per_interval):
+        for interval in per_interval:
+            maxima = set()
+            for terms in interval.terms:
+                has = terms.mask.any(dim=1)
+                if has.any():
+                    maxima.add(float(terms.per_completion(terms.high)[has].max()))
+            if len(maxima) < 2 or max(maxima) == 0:
+                return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
+        return ""
+
+    pooled_check(cache, obs, check, need)
+    return check.finish()
+
+
+def freshness(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Logged every step: each log equals an oracle fed only that interval's records (nothing carried over)."""
+    check, obs = Check(case.id), cache.get(spec_for(FRESH, run), spy=False)
+    pooled_check(cache, obs, check, lambda per: "" if len(per) > 1 else "only one interval was logged")
+    return check.finish()
+
+
+def all_masked(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Micro-batches with no completion token add nothing: no NaN, no zero pulling a mean down."""
+    check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run), spy=False)
+
+    def need(per_interval):
+        counts = [c for interval in per_interval for c in interval.token_counts()]
+        return "" if 0 in counts else f"no all-masked micro-batch was seen (tokens per micro-batch {counts})"
+
+    pooled_check(cache, obs, check, need)
+    return check.finish()
+
+
+def empty_interval(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """An interval with no completion token at all logs the contract's values over nothing: 0 for every token
+    mean, for both extremes and for `policy_loss` (vespo's `phi` of an empty completion is phi(1) = 1), never NaN
+    and never a value carried from elsewhere (docs/grpo-metrics.md, sections 2 and 8). The extremes may be left
+    out there, with a note, as the reward statistics over too few scores may: TRL masks only truncated
+    completions, so its empty intervals are one-row micro-batches that ran to the limit, and it logs the extremes
+    there as NaN, which its `log()` drops."""
+    check, obs = Check(case.id), cache.get(spec_for(EMPTY, run), spy=False)
+
+    def need(per_interval):
+        tokens = [sum(i.token_counts()) for i in per_interval]
+        return "" if 0 in tokens else f"no interval without a completion token (tokens per interval {tokens})"
+
+    pooled_check(cache, obs, check, need, EXTREMES)
+    return check.finish()
+
+
+def no_kl(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """beta 0, so no KL term: no log has `kl` (the contract logs it only when beta != 0, as TRL's GRPOTrainer
+    appends it only then), and the other pooled metrics equal the oracle's. One micro-batch per interval."""
+    check = Check(case.id)
+    obs = cache.get(spec_for(NO_KL, run).with_(beta=0.0), spy=False)
+    pooled_check(cache, obs, check)
+    logs = obs.ran.logs if obs.ran is not None else ()
+    with_kl = [i + 1 for i, log in enumerate(logs) if KL in log]
+    if with_kl:
+        check.fail(f"{KL} logged at beta 0 in log(s) {with_kl} ({KL}={logs[with_kl[0] - 1][KL]}): the contract logs "
+                   f"{KL} only when beta != 0")  # fmt: skip
+    return check.finish()
+
+
+def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """At LR 0, one generation batch cut into other micro-batches, windows and passes logs the same metrics;
+    no token is clipped. No records needed. `dropout=0.1`: the same with attention dropout in the models, where
+    a trainer that lets dropout act clips tokens (old and new log-probs are two draws) and logs cut-dependent
+    means."""
+    check = Check(case.id)
+    base = spec_for(LR0, run)
+    base = base.with_(dropout=case.param("dropout", base.dropout))
+    specs = []
+    for bs, gas, spg, iters in CUTS:
+        spec = base.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=gas,
+                          steps_per_generation=spg, num_iterations=iters)  # fmt: skip
+        windows = len(spec.window_sizes)
+        specs.append(spec.with_(max_steps=windows, logging_steps=windows))
+    observed = [cache.get(spec, spy=False) for spec in specs]
+    names = logged_names(run_logs(observed[0]), partition_names(base.beta, base.loss_type), check, declared(cache),
+                         observed[0].spec.split_label)  # fmt: skip
+    if not all([require_logs(o, names, check) for o in observed]):
+        return check.finish()
+    first = observed[0].ran.logs[0]
+    cuts = []
+    for obs in observed:
+        log = obs.ran.logs[0]
+        where = obs.spec.split_label
+        identities = lr0_identities(base.loss_type)
+        identities = {n: v for n, v in identities.items() if n not in names or n in usable(log, names)}
+        check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
+        if obs is not observed[0]:
+            both = usable(first, usable(log, names))
+            verdicts = compare({n: log[n] for n in both}, {n: first[n] for n in both}, obs.spec.dtype, TOLERANCES,
+                               kind="partition", where=where)  # fmt: skip
+            check.absorb(verdicts)
+            changed = {m.name: (float(first[m.name]), float(log[m.name])) for m in verdicts if m.failed}
+            cuts.append(CutRun(knobs_of(obs.spec), where, changed))
+    for finding in knob_findings(knobs_of(observed[0].spec), cuts, KNOBS):
+        check.diagnose(finding)
+    if check.failed:
+        check.note(f"reference cut {observed[0].spec.split_label}")
+    return check.finish()
+
+
+KNOBS = (Knob("per_device_train_batch_size", "the micro-batch size"),
+         Knob("gradient_accumulation_steps", "the accumulation steps"),
+         Knob("num_iterations", "the passes over a generation"))  # fmt: skip
+"""The systems knobs `partition` varies, as its findings name them (at a fixed generation batch the micro-batches per
+generation follow from the micro-batch size)."""
+
+
+def knobs_of(spec: GRPOSpec) -> dict[str, int]:
+    """A run's settings of the systems knobs."""
+    return {knob.key: getattr(spec, knob.key) for knob in KNOBS}
+
+
+def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
+    (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
+    check = Check(case.id)
+    spec = spec_for(LOGITS, run)
+    if run.temperature == GRPOSpec().temperature:
+        spec = spec.with_(temperature=LOGITS.temperature)
+    obs = cache.get(spec, spy=False)
+    if require_records(obs, check) is None:
+        return check.finish()
+    worst: dict[str, tuple[float, str]] = {}
+    for i, record in enumerate(recorded(obs.ran).loss_inputs):
+        gaps = record.logit_gaps
+        if gaps is None:
+            check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
+            return check.finish()
+        for key in ("logps", "entropies"):
+            gap = getattr(gaps, key)
+            if gap is None:
+                check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
+                return check.finish()
+            gap, current = float(gap), worst.get(key)
+            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
+                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
+    for key, (gap, where) in worst.items():
+        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, TOLERANCES,
+                             kind="recompute", where=where))  # fmt: skip
+    return check.finish()
+
+
+POOLED_SCENARIOS = (
+    Scenario("uneven_lengths", uneven_lengths, (("loss_type", LOSS_TYPES),),
+             "micro-batches of uneven token counts, LR 1e-3, beta 0.04: each interval pooled == oracle"),
+    Scenario("short_window", short_window, (),
+             "windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled == oracle"),
+    Scenario("extremes", extremes, (),
+             "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle"),
+    Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
+    Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
+    Scenario("empty_interval", empty_interval, (),
+             "logged every one-row micro-batch, pad bias 3.5: an interval with no token logs 0 (vespo's phi 1), "
+             "never NaN or another interval's value; its extremes may be left out (a note)"),
+    Scenario("no_kl", no_kl, (), "beta 0, one micro-batch per interval: no `kl` logged, the rest pooled == oracle"),
+    Scenario("partition", partition, (),
+             "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
+             ((), (("dropout", 0.1),))),
+    Scenario("off_policy", off_policy, (("loss_type", SOFT),),
+             "two passes at LR 0.05 under cispo (epsilon_high 1), sapo, vespo: ratios far from 1, pooled == oracle"),
+    Scenario("logit_recompute", logit_recompute, (),
+             "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
+)  # fmt: skip

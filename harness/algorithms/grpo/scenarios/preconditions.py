@@ -1,0 +1,147 @@
+"""The steps every GRPO scenario takes before it judges anything: the run finished, logged, and recorded.
+
+Each `require_*` records why on the `Check` it is given and returns None or False when the
+run did not show what the scenario needs, so that a check that saw nothing never passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from harness.compare import compare
+from harness.instrument.loss import LossRecord
+from harness.instrument.observe import Observation, ObservationCache
+from harness.require import require_logged, require_ran, usable
+from harness.verdict import Check
+
+from ..contract import OPTIONAL, POLICY_LOSS
+from ..instruments import recorded
+from ..tolerances import TOLERANCES
+from ..view import IntervalView, view_of
+from ..wrong.poolings import diagnose_interval
+
+
+def require_logs(obs: Observation, names: Sequence[str], check: Check,
+                 may_lack: Mapping[int, Sequence[str]] | None = None) -> bool:  # fmt: skip
+    """True when the run finished with one log per interval; each log's metrics not logged as finite numbers among
+    `names` fail the check, named (`require_logged`), without stopping it: the caller compares the rest (`usable`).
+    `may_lack` maps a log's index to the names it may leave out (a note says so): the extremes of an interval with no
+    token, which the contract logs as 0 and TRL leaves out (docs/grpo-metrics.md, section 8)."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return False
+    if len(ran.logs) != obs.spec.total_logs:
+        check.fail(f"expected {obs.spec.total_logs} log(s) ({obs.spec.split_label}), saw {len(ran.logs)}")
+        return False
+    lacking = {}
+    for i, logs in enumerate(ran.logs):
+        lacking[i] = [n for n in (may_lack or {}).get(i, ()) if n in names and n not in logs]
+        if lacking[i]:
+            check.note(f"log {i + 1} has no token and leaves out {', '.join(lacking[i])} (the contract logs 0): "
+                       f"not checked there")  # fmt: skip
+    require_logged(check, ran.logs, names, obs.spec.split_label, "log", lacking)
+    return True
+
+
+def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] | None:
+    """The view of each interval, after checking there is a loss record per micro-batch the run must have made,
+    each usable and no wider than `max_completion_length`, in windows of the sizes the spec says (one optimizer
+    step per window)."""
+    ran = require_ran(obs, check)
+    if ran is None:
+        return None
+    records = recorded(ran).loss_inputs
+    if not records:
+        check.fail("the target recorded no loss inputs (`loss_inputs` is empty or absent)")
+        return None
+    view = view_of(obs)
+    for i, problem in view.problems[:3]:
+        check.fail(f"loss record {i + 1}: {problem}")
+    if view.problems:
+        return None
+    sizes = window_sizes(records)
+    gas = obs.spec.gradient_accumulation_steps
+    if len(sizes) != obs.spec.max_steps or not all(1 <= n <= gas for n in sizes):
+        check.fail(f"micro-batches per optimizer step {sizes}, expected {obs.spec.max_steps} windows of 1 to {gas} "
+                   f"(the reference's: {obs.spec.run_windows()})")  # fmt: skip
+        return None
+    widest = max(int(r.completion_mask.shape[-1]) for r in records)
+    if widest > obs.spec.max_completion_length:
+        check.fail(f"loss records {widest} positions wide: a completion has at most max_completion_length="
+                   f"{obs.spec.max_completion_length} tokens, so no record may be wider")  # fmt: skip
+        return None
+    rows = {int(r.completion_mask.shape[0]) for r in records}
+    if rows != {obs.spec.per_device_train_batch_size}:
+        check.fail(f"micro-batches of {sorted(rows)} rows, expected {obs.spec.per_device_train_batch_size}")
+        return None
+    return view.intervals
+
+
+def window_sizes(records: Sequence[LossRecord]) -> list[int]:
+    """Micro-batches of each optimizer step, from the records' window indices (0, 1, ... expected)."""
+    windows = [int(r.window) for r in records]
+    top = max(windows, default=-1)
+    return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
+
+
+def declared(cache: ObservationCache) -> tuple[str, ...]:
+    """The contract's optional metrics the cache's target declares it logs (`Target.optional_metrics`, read once when
+    the target was resolved), () for none or for a cache of a bare factory."""
+    return cache.target.optional_metrics if cache.target is not None else ()
+
+
+def logged_names(logs: Sequence[Mapping[str, float]], names: Sequence[str], check: Check, declares: Sequence[str] = (),
+                 where: str = "") -> tuple[str, ...]:  # fmt: skip
+    """`names` less `policy_loss` when none of `logs` has it (TRL logs it only with an entropy bonus), said in a
+    note; a failure instead when the target declares it logs it (`declares`, the factory's `optional_metrics`), and
+    for a declared name the contract does not make optional. `where` names the run(s) the logs come from."""
+    unknown = [n for n in declares if n not in OPTIONAL]
+    if unknown:
+        check.fail(f"the target declares {', '.join(unknown)} among its optional metrics; the contract's optional "
+                   f"metrics are {', '.join(OPTIONAL)}")  # fmt: skip
+    if POLICY_LOSS in names and logs and not any(POLICY_LOSS in log for log in logs):
+        if POLICY_LOSS in declares:
+            check.fail(f"{POLICY_LOSS} is declared (the target's `optional_metrics`) but no log has it "
+                       f"({where}; logged: {', '.join(sorted(logs[0]))})")  # fmt: skip
+        else:
+            check.note(f"{POLICY_LOSS} is not logged by this trainer ({where}): not checked")
+        return tuple(n for n in names if n != POLICY_LOSS)
+    return tuple(names)
+
+
+def run_logs(obs: Observation) -> tuple[Mapping[str, float], ...]:
+    """What the observed run logged; () where it did not finish."""
+    return tuple(obs.ran.logs) if obs.ran is not None else ()
+
+
+def compare_interval(obs: Observation, interval: IntervalView, check: Check, names: Sequence[str]) -> None:
+    """The interval's logged `names` against the oracle fed that interval's records alone: those it logged as
+    finite numbers (`require_logs` failed the check naming the others), each with its own verdict."""
+    expected = interval.expected
+    logged = obs.ran.logs[interval.index]
+    where = f"log {interval.index + 1}" if obs.spec.total_logs > 1 else None
+    names = usable(logged, names)
+    verdicts = compare({n: logged[n] for n in names}, {n: expected[n] for n in names}, obs.spec.dtype, TOLERANCES,
+                       where=where)  # fmt: skip
+    check.absorb(diagnose_interval(verdicts, interval, obs.spec.dtype))
+
+
+def untrained_micro_batches(records: Sequence[LossRecord], spec) -> str:
+    """Why some micro-batch of a generation never ran, or ''. Each generation but a rank's last is trained in
+    full, steps_per_generation * num_iterations micro-batches (the run may stop inside the last), whether or not
+    the trainer's windows cross generations."""
+    per_generation = spec.generation_steps * spec.num_iterations
+    counts: dict[int, list[int]] = {}
+    for record in records:
+        generation = int(record.generation)
+        if generation < 0:
+            return "a loss record has no generation index"
+        ran = counts.setdefault(int(record.rank), [])
+        ran.extend([0] * (generation + 1 - len(ran)))
+        ran[generation] += 1
+    for rank, ran in sorted(counts.items()):
+        if any(n != per_generation for n in ran[:-1]) or ran[-1] > per_generation:
+            where = f" on rank {rank}" if len(counts) > 1 else ""
+            return (f"micro-batches per generation {ran}{where}, expected {per_generation} "
+                    f"(steps_per_generation * num_iterations) for every generation but the last")  # fmt: skip
+    return ""

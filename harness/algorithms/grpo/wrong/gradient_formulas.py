@@ -1,0 +1,138 @@
+"""Known wrong formulas of the gradient at the new log-probs: which one reproduces what the target recorded.
+
+`logp_gradient` (gradient_scenarios.py) compares each token's recorded dL/dlogp with the formula of
+gradients.py. When that fails, each formula here is recomputed over the same micro-batches, with
+the same window weights and the same tokens left out, and is named only when it reproduces the
+recorded gradient at every compared token within the check's own tolerance (the largest gap
+relative to the token's |formula| floored at the mean |formula|, as the check measures it):
+
+    the KL term subtracted      the formula at -beta                                    (class 41)
+    k3 the wrong way round      the KL term of exp(logp - ref) - (logp - ref) - 1        (class 21)
+    a common factor             c x the formula, c fitted over every token
+    a mean of micro-batch means c x each micro-batch's formula x its window's tokens / its own tokens
+    bnpo of contract 1          (bnpo only) the formula x its micro-batch's own tokens / its window's tokens:
+                                one count over the window, as GRPO contract 1 defined bnpo  (class 14)
+
+The first two are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
+the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
+verdict; they name it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+
+from harness.report.format import fmt
+from harness.tolerances import tolerance
+from harness.verdict import Diagnosis
+
+from ..oracle.expect import Settings
+from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient
+from ..spec import CLIPPED_LOSS_TYPES
+from ..tolerances import TOLERANCES
+
+SOURCE = "loss records"
+
+
+def worded(gap: Gaps, dtype: str) -> str:
+    """What the largest gap compared, in words: 'dL/dlogp recorded at window 1 micro-batch 2, row 1, token 3 is 3
+    where the formula gives 0 (...)'."""
+    worst, allowed = gap.worst, tolerance(METRIC, dtype, TOLERANCES).allowed(0.0, 1.0)
+    if worst is None:
+        return ""
+    label = worst.label.replace(" micro-batch", ", micro-batch")
+    return (f"dL/dlogp recorded at {label}, row {worst.row + 1}, token {worst.token + 1} is {fmt(worst.recorded)} "
+            f"where the formula gives {fmt(worst.formula)}: a gap of {fmt(gap.largest)} times the token's |formula| "
+            f"(floored at the mean |formula| {fmt(gap.scale)}), tolerance {fmt(allowed)}")  # fmt: skip
+
+
+def reversed_kl_gradient(row: Compared, s: Settings) -> torch.Tensor:
+    """d l_t / d logp_t with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1: the formula's KL term
+    replaced (the correcting ratio as the formula's: capped by delta for the clipped loss types)."""
+    record = row.record
+    logps = record.logps.double()
+    old = record.old_logps.double() if record.old_logps is not None else logps
+    ratio = torch.exp(logps - old)
+    capped, d_capped = ratio, ratio
+    if s.loss_type in CLIPPED_LOSS_TYPES and s.delta is not None:
+        capped, d_capped = ratio.clamp(max=s.delta), torch.where(ratio <= s.delta, ratio, torch.zeros_like(ratio))
+    log_ratio = logps - record.ref_logps.double()
+    forward, backward = 1 - torch.exp(-log_ratio), torch.exp(log_ratio) - 1
+    if s.use_bias_correction_kl:
+        forward = forward * capped + (torch.exp(-log_ratio) + log_ratio - 1) * d_capped
+        backward = backward * capped + (torch.exp(log_ratio) - log_ratio - 1) * d_capped
+    return row.terms.value + s.beta * (backward - forward)
+
+
+def fitted(rows: Sequence[Compared], shapes: Sequence[torch.Tensor]) -> float:
+    """The c that makes c * shape closest to the recorded gradient over the kept tokens (NaN when none)."""
+    num = sum(float((r.got * w * ~r.terms.uncertain).nan_to_num().sum()) for r, w in zip(rows, shapes))
+    den = sum(float((w * w * ~r.terms.uncertain).sum()) for r, w in zip(rows, shapes))
+    return num / den if den > 0 else math.nan
+
+
+def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[torch.Tensor], int]]:
+    """(classes, formula, the gradient of each micro-batch, departures) of each known wrong formula that applies."""
+    rows = gap.rows
+    out = []
+    if s.beta != 0 and all(r.record.ref_logps is not None for r in rows):
+        flipped = dataclasses.replace(s, beta=-s.beta)
+        out.append(((41,), f"the formula with the KL term subtracted from the loss (beta {fmt(-s.beta)})",
+                    [r.weight * token_gradient(r.record, flipped).value for r in rows], 1))  # fmt: skip
+        out.append(((21,), "the formula with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1",
+                    [r.weight * reversed_kl_gradient(r, s) for r in rows], 1))  # fmt: skip
+    wants = [r.want for r in rows]
+    c = fitted(rows, wants)
+    if math.isfinite(c) and abs(c - 1) > 1e-6:
+        out.append(((), f"the recorded dL/dlogp is {c:.4g} times the formula's at every token (a common factor)",
+                    [c * w for w in wants], 2))  # fmt: skip
+    windows: dict[int, float] = {}
+    for r in rows:
+        windows[int(r.record.window)] = windows.get(int(r.record.window), 0.0) + float(r.record.completion_mask.sum())
+    shares = [windows[int(r.record.window)] / max(float(r.record.completion_mask.sum()), 1.0) for r in rows]
+    own = [w * share for w, share in zip(wants, shares)]
+    c = fitted(rows, own)
+    if math.isfinite(c) and max(shares, default=0.0) > min(shares, default=0.0) * (1 + 1e-9):  # else a common factor
+        out.append(((), f"each micro-batch's dL/dlogp over its own tokens, not its window's, times {c:.4g}: a mean "
+                        f"of micro-batch means", [c * w for w in own], 2))  # fmt: skip
+    if s.loss_type == "bnpo":  # weight 1 / T_W, not 1 / (T_m K_W): the formula x K_W T_m / T_W
+        counts: dict[int, int] = {}
+        for r in rows:
+            counts[int(r.record.window)] = counts.get(int(r.record.window), 0) + 1
+        old = [w * counts[int(r.record.window)] / share for w, r, share in zip(wants, rows, shares)]
+        out.append(((14,), "bnpo over the window's tokens (GRPO contract 1's bnpo)", old, 1))
+    return out
+
+
+def reproduces(rows: Sequence[Compared], wants: Sequence[torch.Tensor], allowed: float) -> float | None:
+    """The largest relative gap of the recorded gradient to `wants` when every kept token is within `allowed`."""
+    scale = mean_scale(wants, [r.record for r in rows])
+    largest = 0.0
+    for r, want in zip(rows, wants):
+        if want.numel():
+            largest = max(largest, float(relative_gaps(r.got, want, ~r.terms.uncertain, scale).max()))
+    return largest if largest <= allowed else None
+
+
+def diagnose(gap: Gaps, s: Settings, dtype: str) -> tuple[Diagnosis | None, str]:
+    """(the one known wrong formula that reproduces the recorded gradient, '') or (None, why there is none)."""
+    if not gap.rows or not all(torch.isfinite(r.got).all() for r in gap.rows):
+        return None, ""
+    allowed = tolerance(METRIC, dtype, TOLERANCES).allowed(0.0, 1.0)
+    matches = []
+    for classes, formula, wants, departures in candidates(gap, s):
+        left = reproduces(gap.rows, wants, allowed)
+        if left is not None:
+            matches.append((departures, classes, formula, left))
+    if not matches:
+        return None, "no known wrong formula reproduces the recorded gradient"
+    fewest = min(m[0] for m in matches)
+    best = [m for m in matches if m[0] == fewest]
+    if len(best) > 1:
+        return None, f"no known wrong formula reproduces it unambiguously ({' / '.join(m[2] for m in best)} all do)"
+    _, classes, formula, left = best[0]
+    return Diagnosis(classes, f"{formula}, every token within {fmt(left)}", math.nan, math.nan, SOURCE), ""

@@ -1,0 +1,159 @@
+"""Known wrong ways to pool a GRPO interval's metrics, computed from its loss records (bug classes 16-18), and
+known wrong KL terms (classes 21, 41 and a logged KL of the wrong sign), and bnpo's policy_loss as GRPO contract 1
+defined it (versions.py: a trainer written before contract 2 hears which change it predates).
+
+`diagnose_interval` names a failing metric's bug (harness/diagnose.py) when exactly one of them
+reproduces the logged value within the metric's tolerance.
+
+Each takes the token terms of one logging interval's records (its view's, view.py: the terms the
+oracle pooled) and returns what a trainer with that bug logs for a metric. An empty micro-batch's
+mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its extreme is none (a NaN,
+dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
+
+With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling
+(expect.py) of token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term
+subtracted from the loss (class 41: policy_loss only), k3 the wrong way round (class 21:
+exp(logp - ref) - (logp - ref) - 1, times the same correcting ratio).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+
+from harness.diagnose import Candidate, diagnosed
+from harness.verdict import MetricVerdict
+
+from ..contract import KL, POLICY_LOSS
+from ..oracle.expect import TokenTerms, expected_from_terms
+from ..spec import CLIPPED_LOSS_TYPES
+from ..tolerances import TOLERANCES
+from ..view import IntervalView
+
+PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
+    "entropy": lambda t: t.entropy,
+    "kl": lambda t: t.kl,
+    "clip_ratio/low_mean": lambda t: t.low,
+    "clip_ratio/high_mean": lambda t: t.high,
+    "clip_ratio/region_mean": lambda t: t.region,
+    "cispo_clip_ratio": lambda t: t.cispo,
+}
+"""The per-token value of each token-pooled metric."""
+EXTREME_FLAGS: dict[str, tuple[Callable[[TokenTerms], torch.Tensor], Callable]] = {
+    "clip_ratio/low_min": (lambda t: t.low, torch.min),
+    "clip_ratio/high_max": (lambda t: t.high, torch.max),
+}
+"""The flag and the extreme of each extreme metric."""
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum()) / max(int(mask.sum()), 1)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def flat_mean_of_microbatch_means(terms: Sequence[TokenTerms], metric: str) -> float | None:
+    """Class 16: each micro-batch's own token mean (0 when empty), averaged over the interval's micro-batches."""
+    return _mean([_token_mean(PER_TOKEN[metric](t), t.mask) for t in terms])
+
+
+def window_means_averaged(terms: Sequence[TokenTerms], windows: Sequence[int], metric: str) -> float | None:
+    """Class 17: each optimizer window's token mean, averaged over the interval's windows (`windows`: the window
+    of each micro-batch)."""
+    means = []
+    for window in sorted(set(windows)):
+        inside = [t for t, w in zip(terms, windows, strict=True) if w == window]
+        values = torch.cat([(PER_TOKEN[metric](t) * t.mask).flatten() for t in inside])
+        mask = torch.cat([t.mask.double().flatten() for t in inside])
+        means.append(_token_mean(values, mask))
+    return _mean(means)
+
+
+def mean_of_microbatch_extremes(terms: Sequence[TokenTerms], metric: str) -> float | None:
+    """Class 18: each micro-batch's extreme over its completions' clip fractions, averaged over micro-batches."""
+    flag, pick = EXTREME_FLAGS[metric]
+    extremes = []
+    for t in terms:
+        has = t.mask.any(dim=1)
+        if has.any():
+            extremes.append(float(pick(t.per_completion(flag(t))[has])))
+    return _mean(extremes)
+
+
+def reversed_k3(interval: IntervalView) -> list[TokenTerms]:
+    """The interval's token terms with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1 (times the same
+    correcting ratio as the formula's: capped by delta for the clipped loss types), in the KL and in the loss."""
+    s, out = interval.settings, []
+    for record, t in zip(interval.records, interval.terms):
+        log_ratio = record.logps.double() - record.ref_logps.double()
+        kl = torch.exp(log_ratio) - log_ratio - 1
+        if s.use_bias_correction_kl:
+            capped = s.loss_type in CLIPPED_LOSS_TYPES and s.delta is not None
+            kl = kl * (t.ratio.clamp(max=s.delta) if capped else t.ratio)
+        out.append(dataclasses.replace(t, kl=kl, loss=t.loss + s.beta * (kl - t.kl)))
+    return out
+
+
+def kl_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
+    """What the known wrong KL terms give for `kl` or `policy_loss` (none without a KL term)."""
+    s, terms = interval.settings, interval.terms
+    if s.beta == 0 or not terms or any(t.kl is None for t in terms):
+        return []
+    value = lambda variant: expected_from_terms(variant, s)[metric].value  # noqa: E731
+    reversed_ = Candidate((21,), "k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1",
+                          value(reversed_k3(interval)), "loss records")  # fmt: skip
+    if metric == KL:
+        flipped = [dataclasses.replace(t, kl=-t.kl) for t in terms]
+        return [Candidate((), "the KL with its sign flipped, -k3", value(flipped), "loss records"), reversed_]
+    subtracted = [dataclasses.replace(t, loss=t.loss - 2 * s.beta * t.kl) for t in terms]
+    return [Candidate((41,), "the KL term subtracted from the loss, -beta kl", value(subtracted), "loss records"),
+            reversed_]  # fmt: skip
+
+
+def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
+    """bnpo's policy_loss as GRPO contract 1 defined it, the interval's token mean of l_t (class 14: one count for
+    the whole window); contract 2 (versions.py, BNPO) made it the mean of the micro-batches' token means."""
+    terms = interval.terms
+    if interval.settings.loss_type != "bnpo" or not terms:
+        return []
+    total = sum(float((t.loss * t.mask).sum()) for t in terms)
+    tokens = sum(int(t.mask.sum()) for t in terms)
+    formula = "bnpo's loss as the interval's token mean (GRPO contract 1's bnpo)"
+    return [Candidate((14,), formula, total / max(tokens, 1), "loss records")]
+
+
+def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
+    """What each known wrong pooling (or KL term) gives for `metric` over one interval (none for other metrics)."""
+    terms = interval.terms
+    if metric == POLICY_LOSS:
+        return kl_candidates(interval, metric) + bnpo_of_contract_1(interval)
+    if metric in PER_TOKEN:
+        empty = any(not r.completion_mask.any() for r in interval.records)
+        flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
+        windows = "token means of each optimizer window, averaged over the windows"
+        per_window = window_means_averaged(terms, [int(r.window) for r in interval.records], metric)
+        return [
+            Candidate((16,), flat, flat_mean_of_microbatch_means(terms, metric), "loss records"),
+            Candidate((17,), windows, per_window, "loss records"),
+            *(kl_candidates(interval, metric) if metric == KL else ()),
+        ]
+    if metric in EXTREME_FLAGS:
+        value = mean_of_microbatch_extremes(terms, metric)
+        return [Candidate((18,), "mean over micro-batches of each one's extreme", value, "loss records")]
+    return []
+
+
+def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView, dtype: str) -> list[MetricVerdict]:
+    """`verdicts` of one interval, each failing pooled metric diagnosed when exactly one known pooling reproduces it
+    (and a failing policy_loss when one known wrong KL term does)."""
+    names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
+    if interval.settings.beta != 0 or interval.settings.loss_type == "bnpo":
+        names |= {v.name for v in verdicts if v.name == POLICY_LOSS}
+    if interval.unusable:
+        return list(verdicts)
+    return diagnosed(verdicts, {n: (lambda n=n: candidates(interval, n)) for n in names}, dtype, TOLERANCES)

@@ -1,0 +1,98 @@
+"""Trusted on correct trainers: the gate raises no false alarm in any setting the contract allows.
+
+Each test here is a correct way to train, or a setting real runs use, that once made the gate
+cry wolf or go blind; each is a regression test. The README states the measured figure.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.algorithms import check_ids
+from harness.algorithms.ppo.contract import POOLED_STATS
+from harness.algorithms.ppo.runs import UNEVEN
+from harness.algorithms.ppo.scenarios.preconditions import compare_pooled, oracle_update
+from harness.report.format import check_failure_lines
+from harness.verdict import Check, CheckId
+from tests.support.gate_run import verify
+from tests.support.gates import gate, reference
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return reference("ppo")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_identical_responses_are_paired_or_shown_not_to_matter_at_lr_3e3_two_epochs(cache, seed):
+    """The policy moves a lot between epochs; rows with identical responses must still be paired right."""
+    obs = cache.get(UNEVEN.with_(learning_rate=3e-3, num_ppo_epochs=2, seed=seed))
+    for index in range(obs.spec.total_updates):
+        check = Check(CheckId("pairing", (("seed", seed), ("update", index + 1))))
+        update = oracle_update(obs, index, check)
+        assert update is not None, check.problems
+        compare_pooled(obs, update, check)
+        result = check.finish()
+        assert result.passed, "\n".join(check_failure_lines(result) + list(result.notes))
+        assert not result.notes, result.notes  # recomputable: nothing reported as not recomputable
+
+
+SEEDS = (0, 1, 2)
+CORRECT = {
+    # variant: the dtype it runs at (a float32-buffer trainer must pass at float64 too)
+    "tests.support.precision_variants:float32_buffers": "float64",
+    "tests.support.precision_variants:extra_metrics": "float32",
+    "tests.support.precision_variants:equivalent_loss": "float32",
+}
+
+
+def passes_every_check(report: dict) -> None:
+    failed = [f"{c['id']}: {c['message']}" for c in report["checks"] if c["status"] != "pass"]
+    assert report["status"] == "pass" and not failed, failed
+    assert len(report["checks"]) == len(check_ids("ppo"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_clipping_and_temperature_at_float64_on_three_seeds(seed):
+    """The issue's own command (`--seeds 0,1,2 --set max_grad_norm=1.0 --set temperature=0.7 --dtype float64`):
+    a correct trainer, clipping on, temperature 0.7, float64, every check of each seed's gate passes (in process:
+    the command line's `--seeds` is test_seeds_accept_ranges_and_name_each_verdict's)."""
+    settings = ("max_grad_norm=1.0", "temperature=0.7")
+    passes_every_check(gate("reference", seed=seed, dtype="float64", settings=settings))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("target", CORRECT)
+def test_correct_variants_pass_every_check_on_three_seeds(target, seed):
+    passes_every_check(gate(target, seed=seed, dtype=CORRECT[target]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_relative_error_of_1e3_fails_each_pooled_metric(dtype):
+    target = "tests.support.precision_variants:pooled_off_by_1e3"
+    report = gate(target, dtype=dtype, checks=("uneven_split[epochs=2]",))
+    assert report["status"] == "fail"
+    (check,) = report["checks"]
+    failed = {m["name"] for m in check["metrics"] if m["status"] == "fail"}
+    assert failed == set(POOLED_STATS)
+
+
+@pytest.mark.slow
+def test_seeds_accept_ranges_and_name_each_verdict(tmp_path):
+    args = ("--seeds", "0-1", "--check", "freshness", "--set", "temperature=0.7", "--dtype", "float64")
+    code, _, output = verify(tmp_path, *args)
+    assert code == 0, output[-3000:]
+    assert "seed 0: pass" in output and "seed 1: pass" in output and "seeds 0,1: PASS" in output
+    summary = json.loads((tmp_path / "verify-seeds.json").read_text())
+    assert summary == {"seeds": {"0": "pass", "1": "pass"}, "status": "pass"}
+    for seed in (0, 1):  # each seed's gate is a run of its own, with the options given (--set, --dtype)
+        report = json.loads((tmp_path / f"seed-{seed}" / "verify.json").read_text())
+        assert report["seed"] == seed and report["dtype"] == "float64" and [c["id"] for c in report["checks"]] == [
+            "freshness"
+        ]
+    code, _, output = verify(tmp_path, "--seeds", "a-b")
+    assert code == 2 and "--seeds 'a-b'" in output
