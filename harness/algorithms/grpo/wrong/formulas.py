@@ -1,6 +1,6 @@
 """Known wrong formulas of GRPO's training signal, recomputed from the recorded scores (bug classes 48-51).
 
-The `advantages` check (reward_scenarios.py) holds every advantage the loss saw to the oracle's
+The `advantages` check (scenarios/rewards.py) holds every advantage the loss saw to the oracle's
 (rewards.py). When some are off, each formula here is recomputed from the same reward calls,
 weights and groups, and named only when it reproduces *every* trained row's logged advantage
 within the advantage's tolerance (`tolerances.py`); among those that do, the fewest departures

@@ -1,6 +1,6 @@
 """Known wrong formulas of the gradient at the new log-probs: which one reproduces what the target recorded.
 
-`logp_gradient` (gradient_scenarios.py) compares each token's recorded dL/dlogp with the formula of
+`logp_gradient` (scenarios/gradients.py) compares each token's recorded dL/dlogp with the formula of
 gradients.py. When that fails, each formula here is recomputed over the same micro-batches, with
 the same window weights and the same tokens left out, and is named only when it reproduces the
 recorded gradient at every compared token within the check's own tolerance (the largest gap
