@@ -22,23 +22,29 @@ CPU_THREADS = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HU
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # exact versions for every install a session makes (torch 2.13.0 among them); pyproject.toml has ranges
 CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
+VERL_KEEPS = ("transformers", "tokenizers", "accelerate")
+"""constraints.txt pins that verl 0.9.1's own pins overrule (transformers below 5.11, and what it brings)."""
+OVERRULED = {"verl": VERL_KEEPS}
+"""An extra -> the constraints.txt pins its own pins overrule: an install with it leaves them out."""
 
 
-def install(session: nox.Session, *extras: str) -> None:
+def install(session: nox.Session, *extras: str, unpinned: tuple[str, ...] = ()) -> None:
     """Install the project with extras under constraints.txt (torch pinned there), then print the stack.
+    `unpinned`: packages whose constraints.txt pin an extra's own pins overrule (`OVERRULED`), left out of it.
 
     With uv (`pip install 'nox[uv]'`, as the README's lines do) uv installs into the session's venv, which keeps
     its pip; without it, pip. No bytecode is compiled at install: the session's commands write the .pyc of what
     they import (docs/development.md, "The install")."""
     spec = f".[{','.join(extras)}]" if extras else "."
+    constraints = constraints_without(session, unpinned) if unpinned else CONSTRAINTS
     uv = uv_binary()
     if uv:
         python = os.path.join(session.bin, "python")
-        session.run_install(uv, "pip", "install", "--quiet", "--python", python, *uv_find_links(), "-c", CONSTRAINTS,
+        session.run_install(uv, "pip", "install", "--quiet", "--python", python, *uv_find_links(), "-c", constraints,
                             "-e", spec, external=True)  # fmt: skip
     else:
-        session.install("-c", CONSTRAINTS, "--upgrade", "pip", silent=True)
-        session.install("-c", CONSTRAINTS, "--no-compile", "-e", spec)
+        session.install("-c", constraints, "--upgrade", "pip", silent=True)
+        session.install("-c", constraints, "--no-compile", "-e", spec)
     session.env.update(WRITE_BYTECODE)
     session.run(
         "python",
@@ -46,6 +52,16 @@ def install(session: nox.Session, *extras: str) -> None:
         "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,"
         " '| cuda', torch.cuda.is_available())",
     )
+
+
+def constraints_without(session: nox.Session, names: tuple[str, ...]) -> str:
+    """constraints.txt less the pins of `names`, written to the session's tmp folder; its path."""
+    pins = [line for line in open(CONSTRAINTS, encoding="utf-8")
+            if not re.match(rf"\s*({'|'.join(map(re.escape, names))})\s*[=<>!~]", line)]  # fmt: skip
+    path = os.path.join(session.create_tmp(), "constraints-less.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(pins)
+    return path
 
 
 WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
@@ -233,7 +249,7 @@ def verify(session: nox.Session) -> None:
     install(session, "gate")  # the engine's needs: no pytest
     wanted = declared_extras(session, args) if trl is None else []
     if wanted:
-        install(session, "gate", *wanted)
+        install(session, "gate", *wanted, unpinned=tuple(p for e in wanted for p in OVERRULED.get(e, ())))
     if trl is not None:
         install_trl(session, trl)
     if names_target(args):
@@ -602,8 +618,6 @@ def trl_releases(session: nox.Session) -> None:
         session.error(f"a gate did not reach a verdict: exit codes {codes}")
 
 
-VERL_KEEPS = ("transformers", "tokenizers", "accelerate")
-"""constraints.txt pins that verl 0.9.1's own pins overrule (transformers below 5.11, and what it brings)."""
 
 
 @nox.session(python=PYTHON, default=False)
@@ -614,12 +628,7 @@ def verl(session: nox.Session) -> None:
     transformers leaves behind is not the run's concern: the target keeps transformers from one it cannot use.
     Arguments go to `python -m harness verify --target verl`; without any, the run is held to its baseline
     (baselines/verl-0.9.1-grpo.toml) and the session exits with the gate's code."""
-    pins = [line for line in open(CONSTRAINTS, encoding="utf-8")
-            if not re.match(rf"\s*({'|'.join(VERL_KEEPS)})\s*[=<>!~]", line)]  # fmt: skip
-    constraints = os.path.join(session.create_tmp(), "constraints-verl.txt")
-    with open(constraints, "w", encoding="utf-8") as f:
-        f.writelines(pins)
-    session.install("-c", constraints, "--no-compile", "-e", ".[verl]")
+    session.install("-c", constraints_without(session, VERL_KEEPS), "--no-compile", "-e", ".[verl]")
     session.env.update(WRITE_BYTECODE)
     probe = ("import importlib.metadata as m, torch; print('verl', m.version('verl'), '| transformers',"
              " m.version('transformers'), '| torch', torch.__version__)")  # fmt: skip

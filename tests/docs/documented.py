@@ -166,6 +166,10 @@ COMMANDS: tuple[Command, ...] = (
              "pip install -e '.[trl]' -c constraints.txt", "pip install 'ppo-stats-harness[trl-ppo]'",
              "pip install /path/to/ppo-stats-harness"),  # fmt: skip
     *not_run("ruff in a venv of its own (the network); CI's lint", "nox -s lint"),
+    *not_run("a venv of its own with verl 0.9.1 and ray (about 2 GB from the registry) and its whole gate; the "
+             "target's registration, refusals and one-line exit 2 run in the suite "
+             "(tests/harness/algorithms/grpo/targets/test_verl_target.py), its verdict where verl is installed",
+             "nox -s verl"),
     *not_run("copies TRL 1.12.0's trainer into a scratch folder for a reader's own patch; "
              "tests/harness/algorithms/ppo/targets/test_trl_module_target.py runs the same on its own copy",
              "mkdir -p scratch/my_trl && touch scratch/my_trl/__init__.py",
