@@ -104,7 +104,7 @@ def logp_gradient(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Che
     """dL/dlogp_new of every token of every micro-batch equals the formula: -A * rho / N_R(minibatch) where the
     unclipped branch is live, else 0; and dL/dv_new at the value head's output vf_coef * (v - G) / N_V(minibatch)
     where the unclipped square is live, else 0 (docs/metrics.md, "The update"); independent of the cut."""
-    check, cut = Check(case.id), LOGP_GRADIENT_RUNS[case.param("run")]
+    check, cut = Check(case.id), LOGP_GRADIENT_RUNS[case.param("run", "uneven_split")]
     if cut is None:
         spec = spec_for(UNEVEN, run).with_(num_ppo_epochs=2)
     else:

@@ -8,12 +8,14 @@ any PPO target runs them. Check ids come from `Scenario.cases()`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.checks.sampling import judge_sampling
 from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
-from harness.verdict import Check, CheckResult
+from harness.verdict import Check, CheckResult, CheckStatus
 
 from ..contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
 from ..oracle import signal
@@ -28,7 +30,9 @@ from .forward import forward_recompute
 from .gradients import (
     every_microbatch_applied,
     gradient_partition,
+    logp_gradient,
 )
+from .hyperparameters import clip_tokens, untold
 from .partitions import partition_invariance
 from .preconditions import compare_pooled, oracle_update, require_logs, require_view
 
@@ -40,9 +44,16 @@ PROFILES = {
     "dropout": {"dropout": 0.1},
     "reward_model": {"reward": "model"},
     "reward_text": {"reward": "text", "prompt_pads": 3},
+    "hyperparameters": {"gamma": 0.9, "lam": 0.8, "kl_coef": 0.1, "cliprange": 0.1, "cliprange_value": 0.3},
 }
 """The settings sweep: each profile changes the run-wide settings of its checks in SWEEP. The reward on text runs on
-prompts left-padded by 0 to 3 pads, so that its prompts, decoded, must lose their pad tokens too."""
+prompts left-padded by 0 to 3 pads, so that its prompts, decoded, must lose their pad tokens too.
+
+The hyperparameters profile moves every setting GAE, the KL penalty and the two clipped losses read off the default
+that every other run keeps: gamma 0.9, lam 0.8, kl_coef 0.1, cliprange 0.1 and cliprange_value 0.3. The clip ranges
+are chosen so that tokens fall between the profile's bound and the default's (measured on the reference's two-epoch
+uneven split at seeds 0-4: 39 to 59 response tokens change their clip indicator between cliprange 0.1 and 0.2, and
+23 to 31 value tokens between cliprange_value 0.3 and 0.2; at cliprange 0.15 and one epoch, seed 0 had 2)."""
 PROFILE_ROWS = {"whiten_eos": 2}
 """Profiles whose runs take more rows: every run of the profile's checks has this many times the rows per micro-batch
 (`per_device_train_batch_size`), so per minibatch and per rollout, and nothing else changed. A check must not fail a
@@ -56,6 +67,23 @@ WHITEN_MIN_ROWS = 8
 assert all(b * g * PROFILE_ROWS["whiten_eos"] // UNEVEN.num_mini_batches >= WHITEN_MIN_ROWS
            for b, g in ((UNEVEN.per_device_train_batch_size, UNEVEN.gradient_accumulation_steps), *GRADIENT_CUTS)
            ), "the whitening profile's minibatches meet TRL's minimum"  # fmt: skip
+
+
+PROFILE_EPOCHS = {"hyperparameters": 2}
+"""Profiles whose runs all take this many epochs: the hyperparameters profile's checks then read one run (the uneven
+split over two epochs, logp_gradient's), where the second epoch's ratios are off 1 far more than in one epoch's second
+minibatch: at cliprange 0.1, reference seed 0, 39 tokens change their clip indicator at 0.2 over two epochs, 4 in
+one."""
+
+
+class _Epochs:
+    """An ObservationCache whose every run has `epochs` epochs."""
+
+    def __init__(self, cache: ObservationCache, epochs: int) -> None:
+        self._cache, self._epochs = cache, epochs
+
+    def get(self, spec: ScenarioSpec, spy: bool = True):
+        return self._cache.get(spec.with_(num_ppo_epochs=self._epochs), spy=spy)
 
 
 class _MoreRows:
@@ -193,6 +221,7 @@ SWEPT = {
     "training_signal": training_signal,
     "forward_recompute": forward_recompute,
     "lr0_ratio": lr0_ratio,
+    "logp_gradient": logp_gradient,
 }
 """The checks run again under a settings profile, with their default parameters."""
 UPDATE_CHECKS = (
@@ -208,6 +237,7 @@ SWEEP = {
     "dropout": ("lr0_ratio", "gradient_partition"),
     "reward_model": ("rollout_objectives", "training_signal"),
     "reward_text": ("rollout_objectives", "training_signal"),
+    "hyperparameters": ("rollout_objectives", "training_signal", "logp_gradient"),
 }
 """Each profile's checks. Dropout that acts makes the update's forward differ from the rollout's, so only
 the checks that compare the two at LR 0 see it; the others recompute from what the update itself computed.
@@ -219,12 +249,49 @@ def settings_sweep(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Ch
     clipping, dropout 0.1 in every model, a reward model, a reward on decoded text): a correct trainer passes them
     all; one that drops the temperature from its entropy, gets k3 wrong, applies the EOS penalty twice, whitens
     rewards wrongly, clips wrongly, lets dropout act in the update, reads its reward model's head at the wrong
-    position or hands its reward on text other strings than the decoded prompt and truncated response does not.
-    The whitening profile's runs have twice the rows per micro-batch (PROFILE_ROWS: TRL's whitening minimum)."""
-    profile = case.param("settings")
+    position, hands its reward on text other strings than the decoded prompt and truncated response, or reads gamma,
+    lam, kl_coef, cliprange or cliprange_value from a constant (their defaults) does not. The whitening profile's runs
+    have twice the rows per micro-batch (PROFILE_ROWS: TRL's whitening minimum); the hyperparameters profile's runs
+    two epochs (PROFILE_EPOCHS), and each of its checks fails where its run holds no number that a setting it reads
+    at the default instead would change (TOLD: a run that shows nothing must not pass)."""
+    profile, name = case.param("settings"), case.param("check")
     if profile in PROFILE_ROWS:
         cache = _MoreRows(cache, PROFILE_ROWS[profile])
-    return SWEPT[case.param("check")](cache, run.with_(**PROFILES[profile]), case)
+    if profile in PROFILE_EPOCHS:
+        cache = _Epochs(cache, PROFILE_EPOCHS[profile])
+    run = run.with_(**PROFILES[profile])
+    result = SWEPT[name](cache, run, case)
+    if profile in TOLD:
+        result = _told(result, cache, run, case)
+    return result
+
+
+TOLD = {"hyperparameters"}
+"""The profiles whose every check must show that the settings it reads changed a number it compared
+(hyperparameters.py): one that hard-codes a default is exact on a run where nothing tells them apart."""
+TOLD_READS = {
+    "rollout_objectives": ("kl_coef",),
+    "training_signal": ("gamma", "lam", "kl_coef", "cliprange", "cliprange_value"),
+    "logp_gradient": ("gamma", "lam", "kl_coef", "cliprange", "cliprange_value"),
+}
+"""The settings each check of a TOLD profile reads; each reads the uneven split's run (its epochs the profile's)."""
+
+
+def _told(result: CheckResult, cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
+    """`result`, failed where the run the check read holds no number that its settings change (`untold`)."""
+    name = case.param("check")
+    settings = TOLD_READS[name]
+    check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run))
+    view = require_view(obs, check)
+    if view is None:
+        return result  # the check itself failed on the same run, for the same reason
+    scores = update_scores(obs.ran, view.updates)
+    missing = untold(view, obs.spec, scores, settings, objectives=name == "rollout_objectives")
+    problems = [f"{p}: the scenario did not test what it should" for p in missing]
+    tokens = clip_tokens(view, obs.spec, scores) if {"cliprange", "cliprange_value"} & set(settings) else {}
+    notes = [f"{n} tokens change their clip indicator at the default {s}" for s, n in tokens.items()]
+    status = CheckStatus.FAIL if problems or not result.passed else CheckStatus.PASS
+    return replace(result, status=status, problems=result.problems + tuple(problems), notes=result.notes + tuple(notes))
 
 
 POOLED_SCENARIOS = (
@@ -261,7 +328,8 @@ POOLED_SCENARIOS = (
         (),
         "the uneven split, its objectives, the gradient checks, the training signal and the forward recompute under"
         " other settings; with dropout, the LR-0 checks; with a reward model, the"
-        " checks that read scores",
+        " checks that read scores; with gamma, lam, kl_coef and the clip ranges off their defaults, the checks that"
+        " read them",
         tuple((("settings", s), ("check", c)) for s, checks in SWEEP.items() for c in checks),
     ),  # fmt: skip
 )
