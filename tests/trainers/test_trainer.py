@@ -217,6 +217,19 @@ def test_uneven_split_at_lr0_logs_the_identities(epochs):
     assert metrics["policy/clipfrac_avg"] == 0.0
 
 
+def test_each_epoch_trains_every_row_once_in_minibatches_drawn_afresh(monkeypatch):
+    """The data schedule minibatch_schedule holds a trainer to: each epoch a fresh permutation of the rollout, cut
+    into minibatches; over four epochs of 12 rows in two minibatches of 6 the partitions are not all one (a repeat
+    has probability 1/462 per pair of epochs; seed 0 draws four different ones)."""
+    trainer = make_trainer(uneven(learning_rate=0.0, num_ppo_epochs=4))
+    seen, step = [], trainer.minibatch_step
+    monkeypatch.setattr(trainer, "minibatch_step", lambda ro, rows: seen.append(rows.tolist()) or step(ro, rows))
+    trainer.train()
+    epochs = [seen[e : e + 2] for e in range(0, 8, 2)]
+    assert len(seen) == 8 and all(sorted(a + b) == list(range(12)) for a, b in epochs)
+    assert len({frozenset(map(frozenset, epoch)) for epoch in epochs}) == 4
+
+
 def record_steps(trainer):
     """(backward passes, optimizer steps) per update, from hooks on the trainer's parameters and optimizer."""
     from harness.instrument.grad import GradRecorder
