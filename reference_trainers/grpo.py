@@ -224,12 +224,41 @@ def vespo_weights(per_token_logps, old_per_token_logps, advantages, mask, cfg) -
         return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
+def sequence_log_ratio(per_token_logps, old_per_token_logps, mask) -> torch.Tensor:
+    """(B, 1) each completion's mean log-ratio over its mask (0 for an empty completion: its count is clamped to 1)."""
+    log_ratio = (per_token_logps - old_per_token_logps) * mask
+    return log_ratio.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def sequence_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask):
+    """token_objective at importance_sampling_level 'sequence' (GSPO): one ratio per completion, s = exp of its
+    mean log-ratio, in place of every token's; the clip flags are (B, 1), one per completion (TRL's GRPOTrainer)."""
+    log_s = sequence_log_ratio(per_token_logps, old_per_token_logps, mask)
+    zero = torch.zeros_like(log_s)
+    shape = per_token_logps.shape
+    if cfg.loss_type in CLIPPED_LOSS_TYPES:
+        loss, ratio, low, high = clipped_objective(log_s, zero, advantages, cfg.epsilon_low, cfg.epsilon_high,
+                                                   cfg.delta)  # fmt: skip
+        return loss.expand(shape), ratio, {"low": low, "high": high}
+    ratio = torch.exp(log_s)
+    if cfg.loss_type == "cispo":
+        weight = torch.clamp(ratio, max=cfg.epsilon_high).detach()
+        return -weight * advantages * per_token_logps, ratio, {"cispo": (ratio > cfg.epsilon_high) & (advantages > 0)}
+    if cfg.loss_type == "sapo":
+        loss, _ = sapo_objective(log_s, zero, advantages, cfg.sapo_temperature_pos, cfg.sapo_temperature_neg)
+        return loss.expand(shape), ratio, {}
+    phi = vespo_weights(per_token_logps, old_per_token_logps, advantages, mask, cfg)  # its own sequence weight
+    return -phi * advantages * per_token_logps, ratio, {"phi": phi}
+
+
 def token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask):
     """(per_token_loss, ratio for the KL's correction, flags) of one micro-batch under `cfg.loss_type`.
 
     flags: {"low", "high"} for the clipped loss types, {"cispo"} for cispo, {"phi"} (the (B, 1)
     sequence weights) for vespo, nothing for sapo.
     """
+    if cfg.importance_sampling_level == "sequence":
+        return sequence_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask)
     if cfg.loss_type in CLIPPED_LOSS_TYPES:
         per_token_loss, ratio, low, high = clipped_objective(
             per_token_logps, old_per_token_logps, advantages, cfg.epsilon_low, cfg.epsilon_high, cfg.delta
@@ -370,6 +399,14 @@ def pooled_stats(rows: torch.Tensor, loss_type: str, max_completion_length: int,
     else:
         metrics["policy_loss"] = _ratio(totals["policy_loss/token_sum"], tokens)
     return metrics
+
+
+def sequence_clip_means(rows: torch.Tensor, loss_type: str) -> dict[str, float]:
+    """At importance_sampling_level 'sequence' the clip flags are one per completion: their means over the
+    interval's completions (every rank's STAT_FIELDS rows), in place of pooled_stats' token means."""
+    totals = dict(zip(STAT_FIELDS, rows.sum(dim=0)))
+    names = CLIP_METRICS if loss_type in CLIPPED_LOSS_TYPES else ("cispo_clip_ratio",) if loss_type == "cispo" else ()
+    return {name: _ratio(totals[name], totals["count/completions"]) for name in names}
 
 
 def clip_extremes(rows: torch.Tensor) -> dict[str, float]:
@@ -590,6 +627,14 @@ class GRPOTrainer:
             high_clip_mean = masked_mean(is_high_clipped.float(), mask)
             region_clip_mean = masked_mean((is_low_clipped | is_high_clipped).float(), mask)
             cispo_clip_mean = masked_mean(flags.get("cispo", torch.zeros_like(mask)).float(), mask)
+            if cfg.importance_sampling_level == "sequence":  # a flag per completion, pooled over completions:
+                # each mean's numerator is its flags' sum (microbatch_stats multiplies the mean by the tokens)
+                tokens = mask.sum().clamp(min=1)
+                low_clip_mean, high_clip_mean, region_clip_mean, cispo_clip_mean = (
+                    flag.float().sum() / tokens
+                    for flag in (is_low_clipped, is_high_clipped, is_low_clipped | is_high_clipped,
+                                 flags.get("cispo", torch.zeros_like(is_low_clipped)))
+                )  # fmt: skip
             low_clip_per_completion = masked_mean(is_low_clipped.float(), mask, axis=1)
             high_clip_per_completion = masked_mean(is_high_clipped.float(), mask, axis=1)
             means = dict(zip(TOKEN_POOLED, (mean_entropy, mean_kl, low_clip_mean, high_clip_mean, region_clip_mean,
@@ -663,6 +708,8 @@ class GRPOTrainer:
             completion_stats(
                 acc.gather(torch.stack(list(interval.completion_records.values()))), list(self.reward_funcs)
             )
+            | (sequence_clip_means(acc.gather(torch.stack(interval.stats)), cfg.loss_type)
+               if cfg.importance_sampling_level == "sequence" else {})  # the clip means over completions there
         )
         metrics["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         metrics["step"] = self.step

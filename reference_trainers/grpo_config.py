@@ -10,6 +10,8 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vesp
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 """The loss types with a hard clip of the ratio: they log the clip_ratio metrics (cispo logs its own)."""
 SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+"""TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO, arXiv 2507.18071)."""
 
 
 @dataclass
@@ -48,6 +50,9 @@ class GRPOConfig:
     """The ratio is clipped below at 1 - epsilon_low (TRL's `epsilon`)."""
     epsilon_high: float = 0.2
     """The ratio is clipped above at 1 + epsilon_high; cispo caps its importance weight at epsilon_high itself."""
+    importance_sampling_level: str = "token"
+    """'token': each token's ratio exp(logp - old_logp); 'sequence' (GSPO): one ratio per completion, exp of the mean
+    of its tokens' log-ratios over its mask, which every token of the completion takes (and is clipped with)."""
     delta: float | None = None
     """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
     sapo_temperature_pos: float = 1.0
@@ -118,6 +123,11 @@ class GRPOConfig:
         if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
             raise ConfigError(  # pragma: no mutate - message
                 f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {self.epsilon_low} and {self.epsilon_high}"
+            )
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise ConfigError(  # pragma: no mutate - message
+                f"importance_sampling_level must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}, "
+                f"got {self.importance_sampling_level!r}"
             )
         soft = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg")
         bad = [f"{name}={getattr(self, name)}" for name in soft if getattr(self, name) <= 0]

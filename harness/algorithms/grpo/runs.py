@@ -94,6 +94,13 @@ def asymmetric_clip_spec(run: GRPOSpec) -> GRPOSpec:
     return spec
 
 
+def sequence_level_spec(run: GRPOSpec) -> GRPOSpec:
+    """The extremes geometry (two passes at LR 0.05) at importance_sampling_level 'sequence' under grpo, GSPO's
+    setup (TRL advises grpo with it): one ratio per completion, so some completions are clipped whole (9 to 16 of
+    the 32 trained rows of the reference's run at seeds 0-4, with some left unclipped in every interval)."""
+    return clipping(run).with_(name="sequence_level", importance_sampling_level="sequence", loss_type="grpo")
+
+
 def at_cap_spec(run: GRPOSpec) -> GRPOSpec:
     """cispo on policy with its cap at 1: one window per generation, so the old log-probs are the new ones and
     every ratio is exactly 1, the cap itself, where r > epsilon_high is false (off_policy[loss_type=cispo])."""

@@ -32,6 +32,8 @@ SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", 
                  "vespo_lambda_neg")  # fmt: skip
 """The settings of the sapo and vespo loss types (TRL's names and defaults)."""
 SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+"""TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO)."""
 SETTINGS = (
     "temperature",
     "loss_type",
@@ -81,6 +83,9 @@ class GRPOSpec:
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     delta: float | None = None
+    importance_sampling_level: str = "token"
+    """'sequence' (GSPO): one ratio per completion, exp of the mean of its tokens' log-ratios over its mask, on every
+    token of it; its clip flags pool over completions (docs/grpo-metrics.md, section 2)."""
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
     vespo_k_pos: float = 2.0
@@ -187,6 +192,9 @@ class GRPOSpec:
             )
         if self.loss_type not in LOSS_TYPES:
             raise HarnessConfigError(f"loss_type={self.loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise HarnessConfigError(f"importance_sampling_level={self.importance_sampling_level!r}: expected one of "
+                                     f"{', '.join(IMPORTANCE_SAMPLING_LEVELS)}")  # fmt: skip
         if self.scale_rewards not in SCALE_REWARDS:
             raise HarnessConfigError(
                 f"scale_rewards={self.scale_rewards!r}: expected one of {', '.join(SCALE_REWARDS)}"

@@ -85,11 +85,20 @@ SCHEDULE = Change(
     "logs the configuration implies, every interval pooled, every prompt used once before any twice",
     checks=("schedule*",),
 )
+SEQUENCE_LEVEL = Change(
+    version=3,
+    release="0.4.0",
+    subject="sequence-level importance sampling",
+    old="every ratio per token (importance_sampling_level 'token' only)",
+    new="also importance_sampling_level 'sequence' (GSPO) under grpo: one ratio per completion, its gradient and its "
+    "clip flags, pooled over completions",
+    checks=("logp_gradient[[]run=sequence_level*", "extremes[[]run=sequence_level*"),
+)
 
 CONTRACT = Contract(
     version=3,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

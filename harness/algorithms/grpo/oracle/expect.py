@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 import torch
@@ -50,15 +50,37 @@ class Settings:
     vespo_lambda_neg: float
     """sapo's and vespo's settings (spec.SOFT_SETTINGS)."""
     dtype: str = "float64"
+    importance_sampling_level: str = "token"
+    """'token', or 'sequence' (GSPO): every token of a completion takes its completion's ratio, the exp of the mean
+    log-ratio over its mask, and the clip flags are one per completion, pooled over completions (section 2)."""
 
     @classmethod
     def of(cls, spec: Any) -> Settings:
-        return cls(*(getattr(spec, name) for name in cls.__dataclass_fields__))
+        """The settings of `spec`; a field with a default that the spec lacks takes the default."""
+        fields = dataclasses.fields(cls)
+        return cls(*(getattr(spec, f.name) if f.default is MISSING else getattr(spec, f.name, f.default)
+                     for f in fields))  # fmt: skip
+
+    @property
+    def sequence_level(self) -> bool:
+        """Whether the ratio is one per completion (importance_sampling_level 'sequence')."""
+        return self.importance_sampling_level == "sequence"
 
     @property
     def margin(self) -> float:
         """CLIP_MARGIN of the trainer's dtype (the float32 one for a dtype the table lacks)."""
         return margin_of(self.dtype)
+
+
+def log_ratios(logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, s: Settings) -> torch.Tensor:
+    """(B, T) the log of each token's importance ratio: logp - old_logp, or at sequence level its completion's mean
+    of those over the mask on every token (0 for an empty completion, its count clamped to 1, as TRL's)."""
+    log_ratio = logps - old
+    if not s.sequence_level:
+        return log_ratio
+    weights = mask.double()
+    mean = (log_ratio * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True).clamp(min=1)
+    return mean.expand_as(log_ratio)
 
 
 def record_problems(record: LossRecord) -> list[str]:
@@ -102,6 +124,9 @@ class TokenTerms:
     record (`LossRecord.held_dtype`); None where the record does not say."""
     operands: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     """Per token, the size of the operands the trainer's formula for 'kl' and 'loss' rounds (oracle/precision.py)."""
+    sequence_level: bool = False
+    """The ratio and the clip flags are one per completion (every token of a row carries its row's): the flags'
+    means pool over completions, every row counted, an empty one included (as TRL's GRPOTrainer counts them)."""
 
     @property
     def region(self) -> torch.Tensor:
@@ -125,10 +150,11 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     margin = margin_of(held["flags"] or s.dtype)
     # a log-ratio of exactly 0 (the old log-probs the new ones, as on policy) is a ratio of exactly 1 in every dtype:
     # its flags are decided, not within rounding of a bound
-    inexact = (logps - old) != 0
-    ratio = torch.exp(logps - old)
+    log_ratio = log_ratios(logps, old, mask, s)
+    inexact = log_ratio != 0
+    ratio = torch.exp(log_ratio)
     raw = ratio
-    ratio_ops = ratio * (1 + (logps - old).abs())  # exp's rounding, and the subtraction's carried through it
+    ratio_ops = ratio * (1 + log_ratio.abs())  # exp's rounding, and the subtraction's carried through it
     zeros = torch.zeros_like(ratio)
     low, high, uncertain, cispo, phi = zeros, zeros, zeros, None, None
     if s.loss_type == "cispo":
@@ -172,7 +198,7 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         loss = loss + s.beta * kl
         operands.update(kl=kl_ops, loss=loss_ops + abs(s.beta) * kl_ops)
     entropy = record.entropies.double() if record.entropies is not None else None
-    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw, held, operands)
+    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw, held, operands, s.sequence_level)
 
 
 def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
@@ -211,8 +237,13 @@ def _pooled_mean(metric: str, terms: Sequence[TokenTerms], quantity: str, s: Set
 def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag, s: Settings) -> Expectation:
     """A clip flag's token mean; its scale is the share of the flags that could round either way, which its
     tolerance allows beyond rounding (a flag within the margin of a bound may flip)."""
-    pooled = Pooled.of([(flag(t), t.mask) for t in terms])
-    uncertain = Pooled.of([(t.uncertain, t.mask) for t in terms]).token_mean()
+    if terms and terms[0].sequence_level:  # one flag per completion (the row's first column), every row counted
+        rows = lambda t: torch.ones_like(t.mask[:, :1])  # noqa: E731
+        pooled = Pooled.of([(flag(t)[:, :1], rows(t)) for t in terms])
+        uncertain = Pooled.of([(t.uncertain[:, :1], rows(t)) for t in terms]).token_mean()
+    else:
+        pooled = Pooled.of([(flag(t), t.mask) for t in terms])
+        uncertain = Pooled.of([(t.uncertain, t.mask) for t in terms]).token_mean()
     value = pooled.token_mean()
     return Expectation(metric, value, count=pooled.count, pooled=pooled, scale=uncertain,
                        precision=precision(terms, "flags", pooled.count, abs(value), s, floor=uncertain))  # fmt: skip

@@ -131,8 +131,14 @@ class Compared:
 
     @property
     def want(self) -> torch.Tensor:
-        """The formula's gradient: the window weight times d l_t / d logp_t."""
-        return self.weight * self.terms.value
+        """The formula's gradient: the window weight times d l_t / d logp_t; at sequence level plus, on each token
+        of a completion, 1/n of the completion's window-weighted sum of d l_t / dm (token_gradients.py)."""
+        want = self.weight * self.terms.value
+        if self.terms.shared is None:
+            return want
+        mask = self.record.completion_mask.double()
+        spread = mask / mask.sum(dim=1, keepdim=True).clamp(min=1)
+        return want + spread * (self.weight * self.terms.shared).sum(dim=1, keepdim=True)
 
 
 @dataclass(frozen=True)

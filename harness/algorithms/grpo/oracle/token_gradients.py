@@ -18,6 +18,13 @@ correct the KL by the uncapped r:
     cispo         -min(r, epsilon_high) A            (the capped weight carries no gradient)
     sapo          -4 sigma(x) (1 - sigma(x)) r A     x = tau (r - 1), tau by the sign of A
     vespo         -phi(w) A                          phi of the sequence weight w, no gradient
+
+At importance_sampling_level 'sequence' (GSPO) r_t is the completion's ratio s = exp(m), m the mean of its tokens'
+log-ratios over its mask (n tokens), on every token of it, so dm/dlogp_u = 1/n for each token u of the completion:
+a token's gradient is its own direct terms (the KL's 1 - exp(ref - logp), times r' when corrected; cispo's weight)
+plus 1/n times the sum, over the completion's tokens t, of the window weight of t times d l_t / dm (the policy
+term's derivative above with s for r, and beta k3_t r' where the KL is corrected). `TokenGradient.shared` holds
+d l_t / dm; gradients.py sums it over the completion.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from harness.errors import NotRecomputable
 from harness.instrument.loss import LossRecord
 
 from ..spec import CLIPPED_LOSS_TYPES
-from .expect import Settings
+from .expect import Settings, log_ratios
 from .vespo import vespo_phi
 
 SATURATED = 1e4
@@ -51,6 +58,19 @@ class TokenGradient:
     capped: torch.Tensor | None = None
     """Masked tokens whose policy-term gradient delta's cap zeroes (the unclipped branch is the smaller, r > delta);
     None for the loss types without a hard clip."""
+    shared: torch.Tensor | None = None
+    """At sequence level: d l_t / dm per token, m its completion's mean log-ratio, which reaches every token of the
+    completion through m (gradients.py spreads the window-weighted sum over the completion); None at token level,
+    where `value` is all of d l_t / d logp_t."""
+
+
+def split(value: torch.Tensor, through_ratio: torch.Tensor, s: Settings) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(value, shared) of a TokenGradient: `value` the terms through logp_t alone, `through_ratio` those through the
+    ratio; at token level the ratio's log is logp_t's own, so the two add up, at sequence level the second is
+    `shared`."""
+    if s.sequence_level:
+        return value, through_ratio
+    return value + through_ratio, None
 
 
 def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
@@ -61,33 +81,44 @@ def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
     adv = record.advantages.double().unsqueeze(1)
-    ratio = torch.exp(logps - old)
+    ratio = torch.exp(log_ratios(logps, old, mask, s))
     uncertain = torch.zeros_like(mask)
+    direct, through_ratio = torch.zeros_like(ratio), torch.zeros_like(ratio)
     if s.loss_type == "cispo":
-        value = -ratio.clamp(max=s.epsilon_high) * adv
+        direct = -ratio.clamp(max=s.epsilon_high) * adv
     elif s.loss_type == "sapo":
         tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
         gate = torch.sigmoid(tau * (ratio - 1))
-        value = -4 * gate * (1 - gate) * ratio * adv
+        through_ratio = -4 * gate * (1 - gate) * ratio * adv
         uncertain = mask & (1 - gate < min(SATURATED * s.margin, 0.1))
     else:
-        value = -vespo_phi(logps - old, mask.double(), adv, s) * adv
+        direct = -vespo_phi(logps - old, mask.double(), adv, s) * adv
     if s.beta != 0:
-        value = value + s.beta * kl_gradient(record, logps, ratio, ratio, s)
-    return TokenGradient(value, uncertain, torch.zeros_like(mask))
+        kl_direct, kl_through = kl_parts(record, logps, ratio, ratio, s)
+        direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
+    value, shared = split(direct, through_ratio, s)
+    return TokenGradient(value, uncertain, torch.zeros_like(mask), shared=shared)
+
+
+def kl_parts(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
+             s: Settings) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """d kl_t / d logp_t in two parts: through logp_t itself, 1 - exp(ref - logp) (times the correcting ratio when
+    bias-corrected), and through the ratio, k3 times the correcting ratio's derivative at its log (0 uncorrected)."""
+    if record.ref_logps is None:
+        raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
+    gap = record.ref_logps.double() - logps
+    d_kl = 1 - torch.exp(gap)
+    if not s.use_bias_correction_kl:
+        return d_kl, torch.zeros_like(d_kl)
+    return d_kl * capped, (torch.exp(gap) - gap - 1) * d_capped
 
 
 def kl_gradient(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
                 s: Settings) -> torch.Tensor:  # fmt: skip
     """d kl_t / d logp_t: 1 - exp(ref - logp), times the correcting ratio plus k3 times its derivative when
-    bias-corrected."""
-    if record.ref_logps is None:
-        raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
-    gap = record.ref_logps.double() - logps
-    d_kl = 1 - torch.exp(gap)
-    if s.use_bias_correction_kl:
-        d_kl = d_kl * capped + (torch.exp(gap) - gap - 1) * d_capped
-    return d_kl
+    bias-corrected (token level: the ratio's log is logp_t's own)."""
+    direct, through_ratio = kl_parts(record, logps, capped, d_capped, s)
+    return direct + through_ratio
 
 
 def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
@@ -98,7 +129,7 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
     adv = record.advantages.double().unsqueeze(1)
-    ratio = torch.exp(logps - old)
+    ratio = torch.exp(log_ratios(logps, old, mask, s))
     lower, upper = 1 - s.epsilon_low, 1 + s.epsilon_high
     capped, d_capped = ratio, ratio
     if s.delta is not None:
@@ -109,9 +140,11 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     tie = (d_capped + d_clipped) / 2  # torch.min splits a tie's gradient; both are r there
     d_ratio = torch.where(unclipped_term < clipped_term, d_capped,
                           torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
-    value = -adv * d_ratio
+    direct, through_ratio = torch.zeros_like(ratio), -adv * d_ratio
     if s.beta != 0:
-        value = value + s.beta * kl_gradient(record, logps, capped, d_capped, s)
+        kl_direct, kl_through = kl_parts(record, logps, capped, d_capped, s)
+        direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
+    value, shared = split(direct, through_ratio, s)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
     near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
@@ -119,4 +152,4 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
         near |= (ratio - s.delta).abs() <= margin * s.delta
     zeroed = mask & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
     capped_away = mask & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
-    return TokenGradient(value, near & mask, zeroed, capped_away)
+    return TokenGradient(value, near & mask, zeroed, capped_away, shared)

@@ -48,11 +48,13 @@ RUNS = {
     "clip_asymmetric": "the extremes run with epsilon_low != epsilon_high (0.05 and 0.6 unless the run's differ)",
     "on_the_fly": "one window per generation, one pass: no old log-probs are stored, the loss takes the current ones "
     "detached (reward_stats[run=small_groups]'s run)",
+    "sequence_level": "the extremes run at importance_sampling_level 'sequence' under grpo (GSPO): one ratio per "
+    "completion, each token's gradient through its completion's mean log-ratio; some completions clipped",
 }
 """The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type)."""
 SINGLE = ("grpo", "dr_grpo")
 """Loss types run with windows of a single completion (`run=single_completion`): their counts are completions."""
-CLIPPED = ("extremes", "beta0", "kl_uncorrected")
+CLIPPED = ("extremes", "beta0", "kl_uncorrected", "sequence_level")
 """Runs that exist to show clipped tokens: each must have some token whose gradient the clip zeroes."""
 
 
@@ -75,6 +77,8 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return off_policy_spec(run, case.param("loss_type"))
     if name == "clip_asymmetric":
         return runs.asymmetric_clip_spec(run)
+    if name == "sequence_level":
+        return runs.sequence_level_spec(run)
     spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
@@ -111,6 +115,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
     if case.param("run") in CLIPPED and gap.clipped == 0:
         check.fail("no token's gradient was zeroed by the clip: the run did not show the clipped branch")
         return check.finish()
+    if case.param("run") == "sequence_level":
+        check.note(f"{clipped_completions(gap)} completions clipped whole (their policy term's gradient zeroed)")
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
         if not told:
@@ -124,6 +130,11 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     judge(check, gap, spec, f"{spec.split_label} {gap.where}")
     return check.finish()
+
+
+def clipped_completions(gap: gradients.Gaps) -> int:
+    """Compared rows whose tokens the clip zeroes: at sequence level a completion is clipped whole or not at all."""
+    return sum(int(row.terms.clipped.any(dim=1).sum()) for row in gap.rows)
 
 
 def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
@@ -249,7 +260,7 @@ LOGP_GRADIENT = Scenario(
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
     "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
-    "old log-probs not stored; windows of one completion; cispo, sapo, vespo off policy)",
+    "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

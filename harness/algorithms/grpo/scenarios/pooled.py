@@ -36,6 +36,7 @@ from ..runs import (
     at_cap_spec,
     clipping,
     off_policy_spec,
+    sequence_level_spec,
     spec_for,
 )
 from ..spec import LOSS_TYPES, GRPOSpec
@@ -143,8 +144,21 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
 
 def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """clip_ratio/low_min and high_max are true extremes over the interval's completions, and the other
-    pooled metrics hold, with tokens clipped in some micro-batches and not in others."""
-    check, obs = Check(case.id), cache.get(clipping(run), spy=False)
+    pooled metrics hold, with tokens clipped in some micro-batches and not in others. `run=sequence_level`: the
+    same at importance_sampling_level 'sequence' (GSPO), where each clip flag is one per completion and its means
+    pool over completions, with completions clipped and others not in each interval."""
+    sequence_level = case.param("run") == "sequence_level"
+    check = Check(case.id)
+    obs = cache.get(sequence_level_spec(run) if sequence_level else clipping(run), spy=False)
+
+    def whole(per_interval):
+        for interval in per_interval:
+            flags = torch.cat([t.region.any(dim=1) for t in interval.terms if t.mask.any()] or [torch.zeros(0)])
+            clipped = int(flags.sum())
+            if not 0 < clipped < flags.numel():
+                return (f"interval {interval.index + 1}: {clipped} of its {flags.numel()} completions clipped: "
+                        f"none to tell a mean over completions from one over tokens")  # fmt: skip
+        return ""
 
     def need(per_interval):
         for interval in per_interval:
@@ -157,7 +171,7 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
                 return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
         return ""
 
-    pooled_check(cache, obs, check, need)
+    pooled_check(cache, obs, check, whole if sequence_level else need)
     return check.finish()
 
 
@@ -300,7 +314,9 @@ POOLED_SCENARIOS = (
     Scenario("short_window", short_window, (),
              "windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled == oracle"),
     Scenario("extremes", extremes, (),
-             "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle"),
+             "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle (also at "
+             "importance_sampling_level 'sequence' under grpo: flags per completion, pooled over completions)",
+             ((), (("run", "sequence_level"),))),
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_interval", empty_interval, (),
