@@ -142,6 +142,14 @@ def group_advantages(
 # ---------------------------------------------------------------- the generation batch
 
 
+def ended(completions: torch.Tensor, completion_mask: torch.Tensor, stop_token_id: int | None) -> torch.Tensor:
+    """(N,) whether each completion ended with the stop token (it lies within its mask); the others are truncated.
+    No stop token: none ended."""
+    if stop_token_id is None:
+        return torch.zeros(len(completions), dtype=torch.bool, device=completions.device)
+    return ((completions == stop_token_id) & completion_mask).any(dim=1)
+
+
 @dataclass
 class GenerationBatch:
     """One rank's completions of one generation and what the optimisation needs, one row per completion."""
@@ -555,6 +563,8 @@ class GRPOTrainer:
                 ref_per_token_logps = selective_log_softmax(ref_logits, completion_ids[chunk])
                 ref_chunks.append(ref_per_token_logps)
         advantages, completion_records = self.score(queries, completions, sequence_lengths, completion_mask)
+        if cfg.mask_truncated_completions:  # scored and counted as sampled, trained on only where it ended
+            completion_mask = completion_mask & ended(completions, completion_mask, cfg.stop_token_id).unsqueeze(1)
         tokens = acc.reduce(completion_mask.sum().double().reshape(1), reduction="sum")
         batch = GenerationBatch(
             index=self.generations,

@@ -53,6 +53,9 @@ class GRPOConfig:
     importance_sampling_level: str = "token"
     """'token': each token's ratio exp(logp - old_logp); 'sequence' (GSPO): one ratio per completion, exp of the mean
     of its tokens' log-ratios over its mask, which every token of the completion takes (and is clipped with)."""
+    mask_truncated_completions: bool = False
+    """Leave a completion without the stop token in its mask (truncated) out of the loss: its mask is emptied after
+    it is scored (TRL's option); its length statistics, reward and advantage stay those of what was sampled."""
     delta: float | None = None
     """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
     sapo_temperature_pos: float = 1.0

@@ -83,6 +83,9 @@ class GRPOSpec:
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
     delta: float | None = None
+    mask_truncated_completions: bool = False
+    """TRL's option: a completion without the stop token in its mask (truncated) is left out of the loss, its mask
+    emptied; it is still scored and counted in the length statistics."""
     importance_sampling_level: str = "token"
     """'sequence' (GSPO): one ratio per completion, exp of the mean of its tokens' log-ratios over its mask, on every
     token of it; its clip flags pool over completions (docs/grpo-metrics.md, section 2)."""

@@ -94,11 +94,20 @@ SEQUENCE_LEVEL = Change(
     "clip flags, pooled over completions",
     checks=("logp_gradient[[]run=sequence_level*", "extremes[[]run=sequence_level*"),
 )
+MASK_TRUNCATED = Change(
+    version=3,
+    release="0.4.0",
+    subject="truncated completions left out of the loss",
+    old="a completion without the stop token could keep or drop its mask, the option never set by the gate",
+    new="with mask_truncated_completions on, every completion that ran to the limit without the stop token has an "
+    "empty mask in the loss, and the gradient follows",
+    checks=("completion_mask[[]mask_truncated_completions=True*",),
+)
 
 CONTRACT = Contract(
     version=3,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -77,7 +77,8 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         push_to_hub=False,
         # The spec's pad bias asks for empty completions. TRL's mask keeps every token up to its EOS, a sampled
         # pad included, so the one way TRL empties a completion is masking it when truncated.
-        mask_truncated_completions=bool(getattr(spec, "pad_logit_bias", 0.0)),
+        mask_truncated_completions=bool(getattr(spec, "mask_truncated_completions", False)
+                                        or getattr(spec, "pad_logit_bias", 0.0)),  # fmt: skip
     )
     args.update(extra)
     return args
