@@ -47,20 +47,36 @@ def test_a_declaration_that_cannot_be_read_is_one_configuration_error(declared, 
         VOCABULARY.resolve(declared)
 
 
-def test_an_algorithm_without_definitions_refuses_a_declaration_naming_the_target(monkeypatch):
+def test_an_algorithm_without_definitions_refuses_a_declaration():
+    from harness.definitions import Vocabulary
+
+    with pytest.raises(HarnessConfigError, match="its algorithm publishes no definitions"):
+        Vocabulary().resolve("verl")
+
+
+def test_a_ppo_target_declares_a_profile_and_an_unknown_one_names_the_target(monkeypatch):
+    from harness.algorithms.ppo.definitions import MINIBATCH_PERMUTATION
     from harness.algorithms.ppo.targets import reference
 
+    assert resolve("reference").definitions == ((MINIBATCH_PERMUTATION, "per_epoch"),)
     monkeypatch.setattr(reference.factory, "definitions", "verl", raising=False)
-    with pytest.raises(HarnessConfigError, match="target 'reference': its algorithm publishes no definitions"):
+    assert resolve("reference").definitions == ((MINIBATCH_PERMUTATION, "fixed"),)
+    monkeypatch.setattr(reference.factory, "definitions", "openrlhf", raising=False)
+    with pytest.raises(HarnessConfigError, match="target 'reference': no definitions profile 'openrlhf'"):
         resolve("reference")
 
 
-def test_the_docs_list_every_entry_and_profile_with_its_value():
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_the_docs_list_every_entry_and_profile_with_its_value(algorithm):
+    from harness.algorithms import get
+
+    vocabulary = get(algorithm).definitions
     text = (ROOT / "docs/definitions.md").read_text(encoding="utf-8")
-    for definition in VOCABULARY.definitions:
+    assert vocabulary.definitions
+    for definition in vocabulary.definitions:
         row = next(line for line in text.splitlines() if line.startswith(f"| `{definition.name}` |"))
         assert definition.formula in row
-        for profile in VOCABULARY.profiles:
+        for profile in vocabulary.profiles:
             value = profile.values[definition.name]
             assert (f"{value:g}" if isinstance(value, float) else f"`{value}`") in row
             assert f"`{profile.name}`, `{definition.name}`" in text

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
+from harness.definitions import Vocabulary
 
+from .definitions import VOCABULARY
 from .instruments import INSTRUMENTS
 from .tolerances import ROWS
 from .versions import CONTRACT
@@ -47,6 +49,8 @@ class PPOAlgorithm:
     tolerances: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=lambda: dict(ROWS))
     contract: Contract = CONTRACT
     """Its contract's version and history (versions.py; harness/contract.py)."""
+    definitions: Vocabulary = VOCABULARY
+    """The definitions a target may declare, and their profiles (definitions.py; harness/definitions.py)."""
     live: Live | None = None
     """No live mode."""
     bench: Bench | None = Bench(

@@ -16,6 +16,7 @@ from harness.instrument.observe import ObservationCache
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
+from ..definitions import FIXED, MINIBATCH_PERMUTATION, PER_EPOCH
 from ..runs import UNEVEN, spec_for
 from ..spec import ScenarioSpec
 from ..view import UpdateView
@@ -54,7 +55,9 @@ def epoch_partitions(update: UpdateView, spec: ScenarioSpec, check: Check) -> li
 
 def minibatch_schedule(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Every epoch of every update trains on each rollout row once, and the epochs' minibatch partitions are not
-    the same in every update (a fresh permutation per epoch).
+    the same in every update (a fresh permutation per epoch): the target's `minibatch_permutation` as TRL defines it,
+    `per_epoch` (definitions.py). A target that declares `fixed` (verl's actor with `shuffle: false`) is held to the
+    same minibatches in every epoch of every update instead.
 
     The run is the uneven split over two epochs (every_microbatch_applied's, logp_gradient's and optimizer_step's
     run, so it costs no training): 12 rows cut into two minibatches of 6, two updates. A right trainer draws the
@@ -72,6 +75,13 @@ def minibatch_schedule(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     if check.failed:
         return check.finish()
     repeated = [len(set(partitions)) == 1 for partitions in found if partitions is not None]
+    declared = cache.target.definition(MINIBATCH_PERMUTATION, PER_EPOCH) if cache.target is not None else PER_EPOCH
+    if declared == FIXED:
+        moved = [k + 1 for k, same in enumerate(repeated) if not same]
+        if moved:
+            check.fail(f"the target declares {MINIBATCH_PERMUTATION}={FIXED!r} (the same minibatches every epoch), "
+                       f"but the epochs of update(s) {moved} cut the rollout into other minibatches")  # fmt: skip
+        return check.finish()
     if repeated and all(repeated):
         check.fail(f"every update's {spec.num_ppo_epochs} epochs cut the rollout into the same minibatches: the "
                    "permutation is not drawn afresh per epoch (a right trainer repeats a partition of 12 rows into "

@@ -93,3 +93,43 @@ def test_the_reference_passes_and_a_reused_permutation_fails(reference_cache, mo
     monkeypatch.setattr(schedule, "require_view", first_epoch_twice)
     result = case("minibatch_schedule").run(reference_cache, ScenarioSpec())
     assert not result.passed and "same minibatches" in result.message
+
+
+class _Declares:
+    """The reference's cache as a target declaring `minibatch_permutation` sees it."""
+
+    def __init__(self, cache, value):
+        self._cache, self.target = cache, SimpleNamespace(definition=lambda name, default: value)
+
+    def get(self, *args, **kwargs):
+        return self._cache.get(*args, **kwargs)
+
+
+def test_a_target_declaring_fixed_minibatches_is_held_to_them(reference_cache, monkeypatch):
+    """verl's actor (`shuffle: false`) trains the same minibatches every epoch, its documented definition: a target
+    declaring `fixed` passes with the epochs' partitions equal, and fails when they differ, as the reference's do."""
+    from harness.algorithms.ppo.scenarios import schedule
+
+    declared = _Declares(reference_cache, "fixed")
+    result = case("minibatch_schedule").run(declared, ScenarioSpec())
+    assert not result.passed and "declares minibatch_permutation='fixed'" in result.message
+    real = schedule.require_view
+
+    def first_epoch_twice(obs, check):
+        view = real(obs, check)
+        updates = []
+        for update in view.updates:
+            half = update.micro_batches[: len(update.micro_batches) // 2]
+            updates.append(SimpleNamespace(index=update.index, micro_batches=half + half))
+        return SimpleNamespace(updates=tuple(updates))
+
+    monkeypatch.setattr(schedule, "require_view", first_epoch_twice)
+    assert case("minibatch_schedule").run(declared, ScenarioSpec()).passed
+    assert not case("minibatch_schedule").run(_Declares(reference_cache, "per_epoch"), ScenarioSpec()).passed
+
+
+def test_the_ppo_profiles_resolve():
+    from harness.algorithms.ppo.definitions import MINIBATCH_PERMUTATION, VOCABULARY
+
+    assert VOCABULARY.resolve(None) == ((MINIBATCH_PERMUTATION, "per_epoch"),)
+    assert VOCABULARY.resolve("verl") == ((MINIBATCH_PERMUTATION, "fixed"),)
