@@ -19,7 +19,7 @@ def test_ids_are_unique_and_formed_from_scenario_and_params():
     # sampling, 30 of the sweep
     # (4 settings x 6 checks; 2 with dropout; the reward model's and the reward on text's profiles sweep only the
     # two that read scores), and the optimizer's step
-    assert len(ids) == len(set(ids)) == 54
+    assert len(ids) == len(set(ids)) == 58
     assert "settings_sweep[settings=reward_model,check=training_signal]" in ids
     assert "settings_sweep[settings=reward_text,check=rollout_objectives]" in ids
     assert "settings_sweep[settings=reward_model,check=uneven_split]" not in ids

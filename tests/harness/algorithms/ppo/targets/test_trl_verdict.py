@@ -48,6 +48,9 @@ TRL_FAILS = {
     # Llama's functional attention dropout, and it trains in train mode (approxkl, clipfrac > 0 at LR 0)
     "settings_sweep[settings=dropout,check=lr0_ratio]",
     "settings_sweep[settings=dropout,check=gradient_partition]",
+    # off the defaults (gamma, lam, kl_coef, the clip ranges) it reads every setting right, and its gradient is
+    # off for the reason it is everywhere else (class 14)
+    "settings_sweep[settings=hyperparameters,check=logp_gradient]",
 }
 TRL_PASSES = {
     "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
@@ -71,6 +74,10 @@ TRL_PASSES = {
     # its rollout's log-probs describe the distribution it samples from
     "sampling[temperature=run]",
     "sampling[temperature=0.5]",
+    # it reads gamma, lam, kl_coef and the clip ranges from its config, and permutes the rollout afresh every epoch
+    "settings_sweep[settings=hyperparameters,check=rollout_objectives]",
+    "settings_sweep[settings=hyperparameters,check=training_signal]",
+    "minibatch_schedule",
 }
 
 
