@@ -103,11 +103,20 @@ MASK_TRUNCATED = Change(
     "empty mask in the loss, and the gradient follows",
     checks=("completion_mask[[]mask_truncated_completions=True*",),
 )
+CLIP_FLAGS = Change(
+    version=3,
+    release="0.4.0",
+    subject="the clip statistics off the default epsilon",
+    old="the pooled clip statistics checked only at epsilon 0.2, TRL's default",
+    new="also at epsilon_low 0.05 and epsilon_high 0.6, where a trainer that flags its clipped tokens at the "
+    "default's bounds is no longer exact",
+    checks=("extremes[[]run=clip_asymmetric*",),
+)
 
 CONTRACT = Contract(
     version=3,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS),
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

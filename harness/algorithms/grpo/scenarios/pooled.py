@@ -33,6 +33,7 @@ from ..runs import (
     SHORT,
     SOFT,
     UNEVEN,
+    asymmetric_clip_spec,
     at_cap_spec,
     clipping,
     off_policy_spec,
@@ -142,14 +143,40 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     return check.finish()
 
 
+DEFAULT_EPSILON = GRPOSpec().epsilon_low
+"""TRL's default epsilon (both clip bounds): the constant a trainer that ignores the setting clips its flags at."""
+
+
 def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """clip_ratio/low_min and high_max are true extremes over the interval's completions, and the other
     pooled metrics hold, with tokens clipped in some micro-batches and not in others. `run=sequence_level`: the
     same at importance_sampling_level 'sequence' (GSPO), where each clip flag is one per completion and its means
-    pool over completions, with completions clipped and others not in each interval."""
+    pool over completions, with completions clipped and others not in each interval. `run=clip_asymmetric`: the
+    same on logp_gradient[run=clip_asymmetric]'s run (epsilon_low 0.05, epsilon_high 0.6, or the run's own bounds
+    where they differ), which must hold a token whose flag differs from its flag at TRL's default epsilon 0.2: the
+    flags' bounds are the settings', not a constant."""
     sequence_level = case.param("run") == "sequence_level"
+    asymmetric = case.param("run") == "clip_asymmetric"
     check = Check(case.id)
-    obs = cache.get(sequence_level_spec(run) if sequence_level else clipping(run), spy=False)
+    if sequence_level:
+        spec = sequence_level_spec(run)
+    else:
+        spec = asymmetric_clip_spec(run) if asymmetric else clipping(run)
+    obs = cache.get(spec, spy=False)
+
+    def off_default(per_interval):
+        told = 0
+        for interval in per_interval:
+            for r, t in zip(interval.records, interval.terms):
+                sign = r.advantages.double().unsqueeze(1)
+                low = ((t.ratio < 1 - DEFAULT_EPSILON) & (sign < 0)).double()
+                high = ((t.ratio > 1 + DEFAULT_EPSILON) & (sign > 0)).double()
+                told += int((((low != t.low) | (high != t.high)) & t.mask).sum())
+        if told:
+            check.note(f"{told} tokens whose clip flag at these bounds differs from its flag at {DEFAULT_EPSILON}")
+            return ""
+        return (f"no token's clip flag at epsilon_low {spec.epsilon_low} and epsilon_high {spec.epsilon_high} "
+                f"differs from its flag at {DEFAULT_EPSILON}: the run does not tell the settings from the default")
 
     def whole(per_interval):
         for interval in per_interval:
@@ -171,7 +198,7 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
                 return f"the micro-batches' largest high-clip fractions were {sorted(maxima)}: no extreme to tell"
         return ""
 
-    pooled_check(cache, obs, check, whole if sequence_level else need)
+    pooled_check(cache, obs, check, whole if sequence_level else off_default if asymmetric else need)
     return check.finish()
 
 
@@ -315,8 +342,9 @@ POOLED_SCENARIOS = (
              "windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled == oracle"),
     Scenario("extremes", extremes, (),
              "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle (also at "
-             "importance_sampling_level 'sequence' under grpo: flags per completion, pooled over completions)",
-             ((), (("run", "sequence_level"),))),
+             "importance_sampling_level 'sequence' under grpo: flags per completion, pooled over completions; and "
+             "at epsilon_low 0.05, epsilon_high 0.6: flags at the settings' bounds, not 0.2)",
+             ((), (("run", "sequence_level"),), (("run", "clip_asymmetric"),))),
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_interval", empty_interval, (),
