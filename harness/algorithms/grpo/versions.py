@@ -86,8 +86,8 @@ SCHEDULE = Change(
     checks=("schedule*",),
 )
 SEQUENCE_LEVEL = Change(
-    version=3,
-    release="0.4.0",
+    version=4,
+    release="0.5.0",
     subject="sequence-level importance sampling",
     old="every ratio per token (importance_sampling_level 'token' only)",
     new="also importance_sampling_level 'sequence' (GSPO) under grpo: one ratio per completion, its gradient and its "
@@ -95,8 +95,8 @@ SEQUENCE_LEVEL = Change(
     checks=("logp_gradient[[]run=sequence_level*", "extremes[[]run=sequence_level*"),
 )
 MASK_TRUNCATED = Change(
-    version=3,
-    release="0.4.0",
+    version=4,
+    release="0.5.0",
     subject="truncated completions left out of the loss",
     old="a completion without the stop token could keep or drop its mask, the option never set by the gate",
     new="with mask_truncated_completions on, every completion that ran to the limit without the stop token has an "
@@ -104,8 +104,8 @@ MASK_TRUNCATED = Change(
     checks=("completion_mask[[]mask_truncated_completions=True*",),
 )
 CLIP_FLAGS = Change(
-    version=3,
-    release="0.4.0",
+    version=4,
+    release="0.5.0",
     subject="the clip statistics off the default epsilon",
     old="the pooled clip statistics checked only at epsilon 0.2, TRL's default",
     new="also at epsilon_low 0.05 and epsilon_high 0.6, where a trainer that flags its clipped tokens at the "
@@ -114,7 +114,7 @@ CLIP_FLAGS = Change(
 )
 
 CONTRACT = Contract(
-    version=3,
+    version=4,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS),
