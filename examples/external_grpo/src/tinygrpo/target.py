@@ -104,8 +104,9 @@ def settings_for(spec: GRPOSpec) -> trainer.Settings:
             scale_rewards=spec.scale_rewards,
             reward_weights=spec.reward_weights,
             grad_clip=spec.max_grad_norm,
-            # the contract's mask keeps a sampled pad: a pad bias empties completions only this way
-            drop_truncated=spec.pad_logit_bias != 0,
+            # the contract's mask keeps a sampled pad: a pad bias empties completions only this way; and
+            # mask_truncated_completions (TRL's option) is tinygrpo's drop_truncated
+            drop_truncated=spec.pad_logit_bias != 0 or spec.mask_truncated_completions,
             seed=spec.seed,
         )
     except ValueError as exc:  # a usage error of the gate (exit 2), not a failed check
@@ -210,4 +211,5 @@ def factory(spec: GRPOSpec) -> TinyGRPORun:
 
 
 factory.algorithm = "grpo"  # the gate whose checks it runs: the harness never guesses it
+factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level importance ratios only"}
 factory.contract_version = 2  # written for GRPO contract 2 (`python -m harness --version`): a later change is named

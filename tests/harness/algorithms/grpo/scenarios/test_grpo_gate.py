@@ -22,7 +22,7 @@ from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
 from tests.support.grpo_doubles import FixedCache, altered, grpo_check, ran, record
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[5]
 
 
 def values(expected):

@@ -33,7 +33,7 @@ from mutants.catalogue.patches import apply_to_text, read_diff
 from tests.support.grpo_doubles import FixedCache
 from tests.support.grpo_doubles import altered as changed
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[5]
 ENTRIES = ROOT / "mutants" / "catalogue" / "entries"
 TRAINER = ROOT / "reference_trainers" / "grpo.py"
 
