@@ -324,6 +324,8 @@ NOT_APPLICABLE = {
     "partition*": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}",
     "freshness": f"{TO_THE_END} (3 optimizer steps of 2 per training step)",
     "schedule": f"{TO_THE_END} (7 optimizer steps of 2 per training step)",
+    "run=sequence_level": config.SEQUENCE_LEVEL,
+    "mask_truncated_completions=True": config.TRUNCATED,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 

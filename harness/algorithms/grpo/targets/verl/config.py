@@ -30,6 +30,11 @@ SCALE_REWARDS = {"group": True, "none": False}
 """`scale_rewards` -> verl's `norm_adv_by_std_in_grpo`; verl has no batch-wide std."""
 
 
+SEQUENCE_LEVEL = ("verl 0.9.1's sequence-level ratios are a policy loss of their own (core_algos, loss_mode 'gspo'), "
+                  "which this target does not map yet")
+TRUNCATED = "verl 0.9.1 has no option that leaves truncated completions out of the loss"
+
+
 def refusal(spec) -> str | None:
     """Why verl's trainer cannot run `spec` (None: it can)."""
     if spec.loss_type not in LOSS_MODES:
@@ -40,6 +45,10 @@ def refusal(spec) -> str | None:
         return "verl's vanilla policy loss has no upper bound delta on the ratio (its dual clip bounds negative ones)"
     if getattr(spec, "reward_model", False):
         return "verl scores with a reward model worker of its own, which this target does not build"
+    if getattr(spec, "importance_sampling_level", "token") != "token":
+        return SEQUENCE_LEVEL
+    if getattr(spec, "mask_truncated_completions", False):
+        return TRUNCATED
     if spec.generation_steps % spec.gradient_accumulation_steps:
         return (
             f"verl cuts a training step's {spec.generation_batch} completions into whole mini-batches of "
