@@ -154,6 +154,7 @@ COMMANDS: tuple[Command, ...] = (
     *not_run("a nox session of its own venv that runs the verify-dist gates on 2 processes (the suite runs them: "
              "tests/harness/test_dist.py)", "nox -s verify_dist"),  # fmt: skip
     *not_run(TRL_INSTALL, "nox -s trl_newest", "nox -s trl_releases", "nox -s trl_releases -- 1.16.0",
+             "nox -s trl_releases -- 1.13.0 1.14.2",
              "nox -s verify -- --target trl --trl ../trl",
              "nox -s verify -- --target trl --trl dist/trl-1.13.0.dev0-py3-none-any.whl",
              "nox -s verify -- --target trl --trl 'git+https://github.com/ME/trl@my-fix'",

@@ -351,8 +351,10 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # mask, the forward recompute, the sampling and the reward inputs; the reward model; every micro-batch applied
     # again with the gradient clipped; an interval without a token, and a run without a KL term; the reward
     # statistics per group of four and with one function at the default weight; the optimizer's step, the schedule,
-    # and logp_gradient without stored old log-probs and with unequal clip bounds
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 == 65
+    # and logp_gradient without stored old log-probs and with unequal clip bounds; under sequence-level ratios the
+    # gradient and the extremes run's statistics, the clip statistics of the unequal bounds' run, and the mask with
+    # truncated completions left out
+    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 == 69
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):
@@ -389,7 +391,7 @@ def test_policy_loss_not_logged_at_all_is_noted_but_missing_from_one_log_fails(r
 
 
 def test_each_loss_type_is_held_to_its_own_metrics_and_the_clip_checks_to_a_clipped_one():
-    from harness.algorithms.grpo import contract
+    from harness.algorithms.grpo import contract, runs
     from harness.algorithms.grpo.scenarios import pooled as scenarios
 
     assert "cispo_clip_ratio" in contract.pooled_names(0.0, "cispo")
@@ -401,7 +403,7 @@ def test_each_loss_type_is_held_to_its_own_metrics_and_the_clip_checks_to_a_clip
     # `--set loss_type=sapo` still runs the clip extremes, under a loss type that clips
     assert scenarios.clipping(GRPOSpec(loss_type="sapo")).loss_type == GRPOSpec().loss_type
     assert scenarios.clipping(GRPOSpec(loss_type="luspo")).loss_type == "luspo"
-    assert scenarios.off_policy_spec(GRPOSpec(), "cispo").epsilon_high == scenarios.CISPO_CAP
+    assert scenarios.off_policy_spec(GRPOSpec(), "cispo").epsilon_high == runs.CISPO_CAP
     assert scenarios.off_policy_spec(GRPOSpec(epsilon_high=5.0), "cispo").epsilon_high == 5.0
 
 

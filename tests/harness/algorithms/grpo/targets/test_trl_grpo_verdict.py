@@ -39,6 +39,10 @@ TRL_GRPO_FAILS = {
     # its whole intervals' token means, pooled as in uneven_lengths (classes 16, 18); the partial last interval it
     # leaves unlogged, as its definitions allow (partial_last_interval 'optional': transformers' Trainer)
     "schedule",
+    # the same poolings in the extremes geometry under sequence-level ratios and under clip bounds 0.05 and 0.6:
+    # its flags, one per completion or at its own bounds, are right (classes 16, 18)
+    "extremes[run=sequence_level]",
+    "extremes[run=clip_asymmetric]",
 }
 TRL_GRPO_PASSES = {
     "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
@@ -58,6 +62,8 @@ TRL_GRPO_PASSES = {
     *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
     "logp_gradient[run=on_the_fly]",  # its old log-probs, where it stores none, are the current ones detached
     "logp_gradient[run=clip_asymmetric]",  # its clamp takes [1 - epsilon, 1 + epsilon_high], each bound on its side
+    "logp_gradient[run=sequence_level]",  # GSPO: each token's gradient through its completion's mean log-ratio
+    "completion_mask[mask_truncated_completions=True]",  # every truncated completion's mask empty
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
     *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
