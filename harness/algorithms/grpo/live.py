@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from harness.algorithms.grpo.contract import pooled_names
-from harness.algorithms.grpo.oracle.expect import Settings, record_problems
+from harness.algorithms.grpo.oracle.expect import Settings
+from harness.algorithms.grpo.oracle.records import record_problems
 from harness.algorithms.grpo.spec import LOSS_TYPES
 from harness.algorithms.grpo.tolerances import TOLERANCES
 from harness.algorithms.grpo.view import IntervalView

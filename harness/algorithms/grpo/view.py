@@ -20,7 +20,8 @@ from harness.oracle.pooling import Expectation
 
 from .contract import pooled_names
 from .instruments import recorded
-from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, record_problems, token_terms, unusable
+from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, token_terms
+from .oracle.records import record_problems, unusable
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,6 +24,7 @@ from harness.tolerances import margin_of
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
 from ..spec import CLIPPED_LOSS_TYPES
+from .records import unusable
 from .vespo import vespo_operands, vespo_phi
 
 # A clip flag whose ratio lies within CLIP_MARGIN (harness/tolerances.py) of its bound is uncertain: the tolerance
@@ -81,24 +82,6 @@ def log_ratios(logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, s: Se
     weights = mask.double()
     mean = (log_ratio * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True).clamp(min=1)
     return mean.expand_as(log_ratio)
-
-
-def record_problems(record: LossRecord) -> list[str]:
-    """What is wrong with one loss record (shapes that disagree, no log-probs); empty when it is usable."""
-    mask = record.completion_mask
-    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-        return ["completion_mask is not a (B, T) tensor"]
-    problems = []
-    for key in ("logps", "old_logps", "ref_logps", "entropies"):
-        value = getattr(record, key)
-        if value is not None and tuple(value.shape) != tuple(mask.shape):
-            problems.append(f"{key} has shape {tuple(value.shape)}, the mask {tuple(mask.shape)}")
-    if record.logps is None:
-        problems.append("logps is None")
-    adv = record.advantages
-    if adv is None or tuple(adv.shape) != (mask.shape[0],):
-        problems.append(f"advantages has shape {None if adv is None else tuple(adv.shape)}, want ({mask.shape[0]},)")
-    return problems
 
 
 @dataclass(frozen=True)
@@ -301,15 +284,6 @@ def extremes(terms: Sequence[TokenTerms], s: Settings) -> dict[str, Expectation]
         EXTREMES[1]: Expectation(EXTREMES[1], high, count=n, scale=scale,
                                  precision=precision(terms, "flags", length, abs(high), s, floor=scale)),
     }  # fmt: skip
-
-
-def unusable(records: Sequence[LossRecord], problems: Sequence[str] | None = None) -> str:
-    """Why the records of an interval determine none of its metrics ('' when they are usable); `problems`: the
-    records' problems when already known."""
-    if not records:
-        return "no loss record in this interval"
-    problems = [p for r in records for p in record_problems(r)] if problems is None else problems
-    return f"unusable loss records: {problems[0]}" if problems else ""
 
 
 def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, Expectation]:

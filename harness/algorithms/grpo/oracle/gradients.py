@@ -35,7 +35,8 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.gradients import Factor, factor_note
 from harness.oracle.pooling import Expectation
 
-from .expect import Settings, record_problems
+from .expect import Settings
+from .records import record_problems
 from .token_gradients import SATURATED as SATURATED  # the gradient's formula, importable from here as before
 from .token_gradients import TokenGradient, token_gradient
 

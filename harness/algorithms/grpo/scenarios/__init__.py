@@ -2,7 +2,8 @@
 
 pooled (the logged statistics, interval by interval), gradients (the gradient at the log-probs and the step's),
 rewards (advantages, reward and length statistics, the reward model), reward_inputs (what each reward function
-was handed), masks (the completion mask), forward (the log-probs and the sampling recomputed from the networks),
+was handed), masks (the completion mask), forward (the log-probs and the sampling recomputed from the networks,
+and from the loss's logits),
 schedule (the prompts and the counts the configuration implies); preconditions holds what every scenario checks
 before it compares (the run finished, a record per micro-batch, every metric logged and finite). A new check
 goes in its family's module and into its family's tuple; this module adds the optimizer step, which any

@@ -1,5 +1,6 @@
 """GRPO's forward recompute and sampling check: the log-probs the loss used, and the tokens the rollout drew,
-against float64 copies of the run's own networks.
+against float64 copies of the run's own networks; and `logit_recompute`: the loss's own log-probs and entropies
+against their float64 formulas from the logits it computed them from.
 
 Every other GRPO check starts from the log-probs the trainer computed, so a trainer that feeds its
 networks the wrong inputs (logits at the wrong positions, not shifted by one; an attention mask over
@@ -34,6 +35,7 @@ it scores at, or from a filtered distribution fails it; one whose log-probs alon
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +53,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from ..instruments import recorded
-from ..runs import LR0, spec_for
+from ..runs import LOGITS, LR0, spec_for
 from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
 from .preconditions import require_records
@@ -264,7 +266,39 @@ def _places(record: LossRecord) -> list[int]:
     return [int(i) for i in torch.as_tensor(record.completions).reshape(-1).tolist()]
 
 
+def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
+    (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
+    check = Check(case.id)
+    spec = spec_for(LOGITS, run)
+    if run.temperature == GRPOSpec().temperature:
+        spec = spec.with_(temperature=LOGITS.temperature)
+    obs = cache.get(spec, spy=False)
+    if require_records(obs, check) is None:
+        return check.finish()
+    worst: dict[str, tuple[float, str]] = {}
+    for i, record in enumerate(recorded(obs.ran).loss_inputs):
+        gaps = record.logit_gaps
+        if gaps is None:
+            check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
+            return check.finish()
+        for key in ("logps", "entropies"):
+            gap = getattr(gaps, key)
+            if gap is None:
+                check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
+                return check.finish()
+            gap, current = float(gap), worst.get(key)
+            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
+                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
+    for key, (gap, where) in worst.items():
+        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, TOLERANCES,
+                             kind="recompute", where=where))  # fmt: skip
+    return check.finish()
+
+
 FORWARD_SCENARIOS = (
+    Scenario("logit_recompute", logit_recompute, (),
+             "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("forward_recompute", forward_recompute, (),
              "LR 0, two passes, temperature 0.5: every log-prob (loss, old, reference) and entropy == float64 "
              "forwards of the run's own networks"),

@@ -9,8 +9,6 @@ The specs are plain `GRPOSpec`s, so any GRPO target runs them.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from harness.compare import compare
@@ -21,13 +19,11 @@ from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
 from ..contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
-from ..instruments import recorded
 from ..runs import (
     ALL_MASKED,
     CUTS,
     EMPTY,
     FRESH,
-    LOGITS,
     LR0,
     NO_KL,
     SHORT,
@@ -305,36 +301,6 @@ def knobs_of(spec: GRPOSpec) -> dict[str, int]:
     return {knob.key: getattr(spec, knob.key) for knob in KNOBS}
 
 
-def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
-    (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
-    check = Check(case.id)
-    spec = spec_for(LOGITS, run)
-    if run.temperature == GRPOSpec().temperature:
-        spec = spec.with_(temperature=LOGITS.temperature)
-    obs = cache.get(spec, spy=False)
-    if require_records(obs, check) is None:
-        return check.finish()
-    worst: dict[str, tuple[float, str]] = {}
-    for i, record in enumerate(recorded(obs.ran).loss_inputs):
-        gaps = record.logit_gaps
-        if gaps is None:
-            check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
-            return check.finish()
-        for key in ("logps", "entropies"):
-            gap = getattr(gaps, key)
-            if gap is None:
-                check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
-                return check.finish()
-            gap, current = float(gap), worst.get(key)
-            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
-                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
-    for key, (gap, where) in worst.items():
-        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, TOLERANCES,
-                             kind="recompute", where=where))  # fmt: skip
-    return check.finish()
-
-
 POOLED_SCENARIOS = (
     Scenario("uneven_lengths", uneven_lengths, (("loss_type", LOSS_TYPES),),
              "micro-batches of uneven token counts, LR 1e-3, beta 0.04: each interval pooled == oracle"),
@@ -356,6 +322,4 @@ POOLED_SCENARIOS = (
              ((), (("dropout", 0.1),))),
     Scenario("off_policy", off_policy, (("loss_type", SOFT),),
              "two passes at LR 0.05 under cispo (epsilon_high 1), sapo, vespo: ratios far from 1, pooled == oracle"),
-    Scenario("logit_recompute", logit_recompute, (),
-             "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
 )  # fmt: skip

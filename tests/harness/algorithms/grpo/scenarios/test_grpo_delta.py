@@ -45,7 +45,8 @@ def test_the_reference_passes_with_capped_tokens_and_a_cap_left_out_fails(tmp_pa
     (check,) = report["checks"]
     assert code == 0 and "capped by delta" in check["message"], output[-2000:]
     code, report, output = verify(
-        tmp_path / "uncapped", "--target", "tests.harness.algorithms.grpo.test_grpo_delta:uncapped", "--check", CHECK
+        tmp_path / "uncapped", "--target", "tests.harness.algorithms.grpo.scenarios.test_grpo_delta:uncapped",
+        "--check", CHECK,
     )
     (check,) = report["checks"]
     assert code == 1 and check["status"] == "fail" and "gradient/logp_relative" in check["message"], output[-2000:]

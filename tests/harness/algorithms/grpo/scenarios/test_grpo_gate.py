@@ -13,7 +13,8 @@ import torch
 
 from harness.algorithms import cases
 from harness.algorithms.grpo.instruments import recorded
-from harness.algorithms.grpo.oracle.expect import expected_metrics, intervals, record_problems
+from harness.algorithms.grpo.oracle.expect import expected_metrics, intervals
+from harness.algorithms.grpo.oracle.records import record_problems
 from harness.algorithms.grpo.scenarios import pooled as scenarios
 from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
 from harness.errors import HarnessConfigError

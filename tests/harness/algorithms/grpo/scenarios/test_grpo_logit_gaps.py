@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from harness.algorithms.grpo import runs
 from harness.algorithms.grpo.instruments import recorded
 from harness.algorithms.grpo.oracle.expect import intervals
-from harness.algorithms.grpo.scenarios import pooled as scenarios
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.logits import LogitGaps, entropy_f64, logps_f64
 from harness.instrument.observe import Observation
@@ -53,7 +53,7 @@ def test_the_float64_formulas_and_the_gaps_of_a_correct_and_a_wrong_entropy():
 @pytest.fixture(scope="module")
 def logits_obs():
     cache = reference("grpo")
-    spec = scenarios.spec_for(scenarios.LOGITS, GRPOSpec()).with_(temperature=0.7)
+    spec = runs.spec_for(runs.LOGITS, GRPOSpec()).with_(temperature=0.7)
     return cache, cache.get(spec, spy=False)
 
 
@@ -77,7 +77,7 @@ def test_the_reference_passes_logit_recompute_and_broken_gaps_fail_it(logits_obs
 
 def test_a_flat_mean_of_micro_batch_means_is_diagnosed_as_class_16():
     cache = reference("grpo")
-    obs = cache.get(scenarios.spec_for(scenarios.UNEVEN, GRPOSpec()), spy=False)
+    obs = cache.get(runs.spec_for(runs.UNEVEN, GRPOSpec()), spy=False)
     logs = [dict(log) for log in obs.ran.logs]
     for index, records in enumerate(intervals(recorded(obs.ran).loss_inputs, obs.spec)):
         means = [float((r.entropies * r.completion_mask).sum() / r.completion_mask.sum()) for r in records]
