@@ -68,6 +68,20 @@ def test_the_check_is_registered():
     assert "minibatch_schedule" in {s.name for s in SCENARIOS}
 
 
+def first_epoch_twice(real):
+    """`require_view` as a trainer that reuses its permutation sees it: every epoch's micro-batches the first's."""
+
+    def view_of(obs, check):
+        view = real(obs, check)
+        updates = []
+        for update in view.updates:
+            half = update.micro_batches[: len(update.micro_batches) // 2]
+            updates.append(SimpleNamespace(index=update.index, micro_batches=half + half))
+        return SimpleNamespace(updates=tuple(updates))
+
+    return view_of
+
+
 @pytest.fixture(scope="module")
 def reference_cache():
     return reference("ppo")
@@ -80,17 +94,7 @@ def test_the_reference_passes_and_a_reused_permutation_fails(reference_cache, mo
 
     result = case("minibatch_schedule").run(reference_cache, ScenarioSpec())
     assert result.passed, result.message
-    real = schedule.require_view
-
-    def first_epoch_twice(obs, check):
-        view = real(obs, check)
-        updates = []
-        for update in view.updates:
-            half = update.micro_batches[: len(update.micro_batches) // 2]
-            updates.append(SimpleNamespace(index=update.index, micro_batches=half + half))
-        return SimpleNamespace(updates=tuple(updates))
-
-    monkeypatch.setattr(schedule, "require_view", first_epoch_twice)
+    monkeypatch.setattr(schedule, "require_view", first_epoch_twice(schedule.require_view))
     result = case("minibatch_schedule").run(reference_cache, ScenarioSpec())
     assert not result.passed and "same minibatches" in result.message
 
@@ -113,17 +117,7 @@ def test_a_target_declaring_fixed_minibatches_is_held_to_them(reference_cache, m
     declared = _Declares(reference_cache, "fixed")
     result = case("minibatch_schedule").run(declared, ScenarioSpec())
     assert not result.passed and "declares minibatch_permutation='fixed'" in result.message
-    real = schedule.require_view
-
-    def first_epoch_twice(obs, check):
-        view = real(obs, check)
-        updates = []
-        for update in view.updates:
-            half = update.micro_batches[: len(update.micro_batches) // 2]
-            updates.append(SimpleNamespace(index=update.index, micro_batches=half + half))
-        return SimpleNamespace(updates=tuple(updates))
-
-    monkeypatch.setattr(schedule, "require_view", first_epoch_twice)
+    monkeypatch.setattr(schedule, "require_view", first_epoch_twice(schedule.require_view))
     assert case("minibatch_schedule").run(declared, ScenarioSpec()).passed
     assert not case("minibatch_schedule").run(_Declares(reference_cache, "per_epoch"), ScenarioSpec()).passed
 
