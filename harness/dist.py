@@ -110,10 +110,10 @@ def verify_dist(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def rank_results(algorithm: Any, target: Any, out: Path, runs: list[str], processes: int, settings: dict,
-                 unconfigured: list[str]) -> list:  # fmt: skip
+                 unconfigured: dict[str, str]) -> list:  # fmt: skip
     """The checks of verify-dist in the algorithm's order (`rank_reads`): a check the target declares not applicable
-    is so, with its reason; one that reads a run that could not be configured is an error saying why (its id added
-    to `unconfigured`); every other from the algorithm's `rank_checks` on the runs that were made."""
+    is so, with its reason; one that reads a run that could not be configured is an error saying why (its id and
+    that why added to `unconfigured`); every other from the algorithm's `rank_checks` on the runs that were made."""
     from .report.unconfigured import not_configured
     from .verdict import CheckResult, CheckStatus
 
@@ -131,8 +131,8 @@ def rank_results(algorithm: Any, target: Any, out: Path, runs: list[str], proces
         if reason is not None:
             results.append(CheckResult(check_id, CheckStatus.NOT_APPLICABLE, notes=(reason,)))
         elif broken:
-            unconfigured.append(str(check_id))
-            results.append(not_configured(check_id, f"{errors[broken[0]]} (run {broken[0]})"))
+            unconfigured[str(check_id)] = said = f"{errors[broken[0]]} (run {broken[0]})"
+            results.append(not_configured(check_id, said))
         else:
             results.append(computed[str(check_id)])
     return results

@@ -25,7 +25,7 @@ from typing import Any
 
 from .errors import HarnessConfigError
 from .report.model import Report
-from .report.unconfigured import not_configured, unconfigured_line
+from .report.unconfigured import unconfigured_line
 from .verdict import CheckResult, CheckStatus
 
 
@@ -120,8 +120,7 @@ class Gate:
             result = self.annotated(case.run(self.cache, self.run_spec))
         except HarnessConfigError as exc:
             said = str(exc) + self.changed_under(case.id)
-            self.report.unconfigured.append(str(case.id))
-            return self.report.add(not_configured(case.id, said))
+            return self.report.add_unconfigured(case.id, said)
         return self.report.add(result)
 
     def annotated(self, result: CheckResult) -> CheckResult:

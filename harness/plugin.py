@@ -201,11 +201,13 @@ def _report(config: pytest.Config):
 def configuration_errors(config: pytest.Config) -> list[str]:
     """Every configuration error of the session, one line each: the gate's own (its options, target or device), the
     run's, and each check whose run could not be configured (its error's line); [] for none."""
+    from .report.unconfigured import configuration_problem
+
     report = _report(config)
     errors = list(config.stash.get(CONFIG_ERROR, []))
     if report is not None:
         errors += report.config_errors
-        errors += [c.problems[0] for c in report.checks if str(c.id) in report.unconfigured and c.problems]
+        errors += [configuration_problem(said) for said in report.unconfigured.values()]
     return errors
 
 

@@ -87,16 +87,18 @@ class Progress:
 def tally(report) -> str:
     """`1 failed, 44 passed, 2 not applicable, 18 xfailed, 1 error`: the checks by outcome, the baseline applied (a
     known failure is xfailed, a stale entry failed), in the order pytest's last line has them."""
+    from .verdict import CheckStatus
+
+    word = {CheckStatus.FAIL: "failed", CheckStatus.ERROR: "error", CheckStatus.PASS: "passed",
+            CheckStatus.NOT_APPLICABLE: "not applicable", CheckStatus.SKIP: "skipped"}  # fmt: skip
     outcome = Counter()
     for check in report.checks:
         if report.known(check):
             outcome["xfailed"] += 1
         elif report.stale(check):
             outcome["failed"] += 1
-        elif check.status.value in ("fail", "error"):
-            outcome["failed" if check.status.value == "fail" else "error"] += 1
         else:
-            outcome[{"pass": "passed", "not_applicable": "not applicable", "skip": "skipped"}[check.status.value]] += 1
+            outcome[word[CheckStatus(check.status)]] += 1
     outcome["error"] += len(report.config_errors)
     words = [(n, w) for w in ("failed", "passed", "skipped", "not applicable", "xfailed", "error") if (n := outcome[w])]
     return ", ".join(f"{n} {w}{'s' if w == 'error' and n != 1 else ''}" for n, w in words) or "no checks ran"

@@ -69,14 +69,23 @@ class Report:
     config_errors: list[str] = field(default_factory=list)
     baseline: Baseline | None = None
     """The known failures the run is held to, or None."""
-    unconfigured: list[str] = field(default_factory=list)
-    """The ids of the checks whose run could not be configured (each also an error check saying why): the run exits
-    2 naming them (harness/engine.py). Not part of verify.json, where those checks are errors."""
+    unconfigured: dict[str, str] = field(default_factory=dict)
+    """The checks whose run could not be configured, by id, each with its configuration error's words (each also an
+    error check saying why: `add_unconfigured`): the run exits 2 naming them (harness/engine.py). Not part of
+    verify.json, where those checks are errors."""
 
     def add(self, result: CheckResult) -> CheckResult:
         """Record one check's result."""
         self.checks.append(result)
         return result
+
+    def add_unconfigured(self, check_id: Any, said: str) -> CheckResult:
+        """Record a check whose run could not be configured (`said`: why, in the configuration error's words): an
+        error check, and its id among `unconfigured`."""
+        from .unconfigured import not_configured
+
+        self.unconfigured[str(check_id)] = said
+        return self.add(not_configured(check_id, said))
 
     def all_checks(self) -> list[CheckResult]:
         """The added checks, then one error check per configuration error."""

@@ -9,9 +9,14 @@ from typing import Any
 from harness.verdict import CheckResult, CheckStatus
 
 
+def configuration_problem(said: str) -> str:
+    """The line a check whose run could not be configured says, from the configuration error's own words."""
+    return f"configuration error: {said}"
+
+
 def not_configured(check_id: Any, said: str) -> CheckResult:
     """The result of a check whose run could not be configured: an error saying why."""
-    return CheckResult(check_id, CheckStatus.ERROR, problems=(f"configuration error: {said}",))
+    return CheckResult(check_id, CheckStatus.ERROR, problems=(configuration_problem(said),))
 
 
 def unconfigured_line(check_ids: Iterable[str]) -> str:

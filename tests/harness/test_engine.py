@@ -62,7 +62,7 @@ def test_the_exit_code_is_the_reports_with_the_baseline_applied():
     assert exit_code(report_of(result("a", "fail"), result("b", "pass"), baseline=known)) == 0
     assert exit_code(report_of(result("a", "pass"), baseline=known)) == 1  # a stale entry
     unconfigured = report_of(result("a", "error"), result("b", "pass"))
-    unconfigured.unconfigured.append("a")
+    unconfigured.unconfigured["a"] = "learning_rate must be >= 0"
     assert exit_code(unconfigured) == 2
     assert error_lines(unconfigured)[0].startswith("1 check could not be configured: a")
     errors = report_of(result("a", "pass"))
@@ -130,7 +130,7 @@ def test_a_check_whose_run_cannot_be_configured_errs_alone_and_the_run_exits_2()
     report = gate.finish()
     statuses = {str(c.id): c.status.value for c in report.checks}
     assert statuses == {"uneven_lengths[loss_type=dapo]": "pass", "uneven_lengths[loss_type=vespo]": "error"}
-    assert report.unconfigured == ["uneven_lengths[loss_type=vespo]"] and exit_code(report) == 2
+    assert list(report.unconfigured) == ["uneven_lengths[loss_type=vespo]"] and exit_code(report) == 2
 
 
 def test_a_run_in_which_nothing_was_verified_says_so():

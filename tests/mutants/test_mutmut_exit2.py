@@ -66,12 +66,10 @@ def test_a_check_whose_run_the_mutated_trainer_refused_is_a_configuration_error_
     still the gate refusing the mutated trainer, said in the check's own words."""
     from harness.plugin import GATE
     from harness.report import Report
-    from harness.report.unconfigured import not_configured
     from harness.verdict import CheckId
 
     report = Report(target="reference", device="cpu")
-    report.add(not_configured(CheckId("uneven_split"), "learning_rate must be >= 0"))
-    report.unconfigured.append("uneven_split")
+    report.add_unconfigured(CheckId("uneven_split"), "learning_rate must be >= 0")
     stash = {GATE: types.SimpleNamespace(report=report)}
     config = types.SimpleNamespace(stash=types.SimpleNamespace(get=lambda key, default: stash.get(key, default)))
     session = types.SimpleNamespace(config=config, exitstatus=2, shouldstop=False, shouldfail=False, testsfailed=1,
