@@ -19,10 +19,12 @@ DOUBLE = "tests.support.verl_like"
 
 def test_a_target_that_declares_nothing_is_held_to_the_default_profile():
     assert VOCABULARY.default == "trl"
-    assert resolve("tests.support.no_vespo:refusing").definitions == ((ADVANTAGE_EPSILON, 1e-4),
-                                                                      (PARTIAL_LAST_INTERVAL, "optional"))  # fmt: skip
-    # the reference declares that it logs a partial last interval, and keeps TRL's epsilon
-    assert resolve("reference-grpo").definitions == ((ADVANTAGE_EPSILON, 1e-4), (PARTIAL_LAST_INTERVAL, "logged"))
+    loss = (("kl_clamp", None), ("kl_importance_weighting", "as_configured"), ("dual_clip_ratio", None))
+    declared = resolve("tests.support.no_vespo:refusing").definitions
+    assert declared == ((ADVANTAGE_EPSILON, 1e-4), (PARTIAL_LAST_INTERVAL, "optional"), *loss)
+    # the reference declares that it logs a partial last interval, and keeps TRL's epsilon and loss
+    assert resolve("reference-grpo").definitions == ((ADVANTAGE_EPSILON, 1e-4), (PARTIAL_LAST_INTERVAL, "logged"),
+                                                     *loss)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -2,16 +2,47 @@
 
 `trl` is TRL's GRPOTrainer, the contract of docs/grpo-metrics.md and the default: a target that declares nothing
 is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
-formula and sources; the entries are few today, and each is read by the oracle where its formula is.
+formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
+`Settings` (oracle/expect.py) carry the entries of `IN_THE_LOSS` under the same names.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from harness.definitions import Definition, Profile, Vocabulary
+from harness.errors import HarnessConfigError
 
 ADVANTAGE_EPSILON = "advantage_epsilon"
 PARTIAL_LAST_INTERVAL = "partial_last_interval"
+KL_CLAMP = "kl_clamp"
+KL_IMPORTANCE_WEIGHTING = "kl_importance_weighting"
+DUAL_CLIP_RATIO = "dual_clip_ratio"
 LOGGED, OPTIONAL = "logged", "optional"
+AS_CONFIGURED, NEVER = "as_configured", "never"
+IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
+"""The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
+
+
+@dataclass(frozen=True)
+class Bound(Definition):
+    """A definition that takes None (the bound is not applied) or a finite number above `above`."""
+
+    above: float = 0.0
+
+    def check(self, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            number = super().check(value)
+        except HarnessConfigError:
+            number = None
+        if number is None or number <= self.above:
+            raise HarnessConfigError(f"definition {self.name!r} takes None or a finite number above {self.above:g}, "
+                                     f"got {value!r}")  # fmt: skip
+        return number
+
 
 VOCABULARY = Vocabulary(
     definitions=(
@@ -26,19 +57,49 @@ VOCABULARY = Vocabulary(
             "logs == ceil(max_steps / logging_steps) ('logged'); or floor(...) or ceil(...) ('optional')",
             (LOGGED, OPTIONAL),
         ),
+        Bound(
+            KL_CLAMP,
+            "the bound the per-token KL estimate k3 is clamped at (None: not clamped)",
+            "k3_t = min(exp(ref - logp) - (ref - logp) - 1, kl_clamp): no gradient where k3 is above the clamp",
+        ),
+        Definition(
+            KL_IMPORTANCE_WEIGHTING,
+            "whether the per-token KL term is multiplied by the importance ratio",
+            "kl_t = r'_t k3_t where use_bias_correction_kl is set ('as_configured'); kl_t = k3_t ('never')",
+            (AS_CONFIGURED, NEVER),
+        ),
+        Bound(
+            DUAL_CLIP_RATIO,
+            "the dual clip's bound on the ratio of a token whose advantage is negative (None: no dual clip)",
+            "where A < 0: l_t = min(-A c, -min(r A, clip(r) A)), c = dual_clip_ratio: no policy gradient where r > c",
+            above=1.0,
+        ),
     ),
     profiles=(
-        Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL},
+        Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
+                        KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
                  "DefaultFlowCallback asks for a log when global_step is a multiple of logging_steps, so a partial "
-                 "last interval's metrics are never an interval's log"}),
-        Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED},
+                 "last interval's metrics are never an interval's log",
+                 KL_CLAMP: "TRL GRPOTrainer, _compute_loss: per_token_kl = exp(ref - logp) - (ref - logp) - 1, "
+                 "not clamped",
+                 KL_IMPORTANCE_WEIGHTING: "TRL GRPOTrainer, _compute_loss: per_token_kl * coef_1 when "
+                 "args.use_bias_correction_kl",
+                 DUAL_CLIP_RATIO: "TRL GRPOTrainer, _compute_loss: -min(coef_1 A, coef_2 A), no third bound"}),
+        Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
+                         KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
-                 "out of a log"}),
+                 "out of a log",
+                 KL_CLAMP: "verl, trainer/ppo/core_algos.py, kl_penalty_forward(..., 'low_var_kl'): "
+                 "torch.clamp(kld, min=-10, max=10)",
+                 KL_IMPORTANCE_WEIGHTING: "verl, workers/utils/losses.py, ppo_loss: agg_loss of kl_penalty(log_prob, "
+                 "ref_log_prob, kl_loss_type) times kl_loss_coef, no ratio",
+                 DUAL_CLIP_RATIO: "verl, trainer/ppo/core_algos.py, compute_policy_loss_vanilla: clip_ratio_c "
+                 "(default 3.0) bounds the loss of A < 0 at -A clip_ratio_c"}),
     ),  # fmt: skip
     default="trl",
 )

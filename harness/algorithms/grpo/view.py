@@ -19,6 +19,7 @@ from harness.instrument.observe import Observation
 from harness.oracle.pooling import Expectation
 
 from .contract import pooled_names
+from .definitions import IN_THE_LOSS, VOCABULARY
 from .instruments import recorded
 from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, token_terms
 from .oracle.records import record_problems, unusable
@@ -67,9 +68,10 @@ class RunView:
     intervals: tuple[IntervalView, ...]
 
 
-def build_view(records: Sequence[LossRecord], spec: Any) -> RunView:
-    """The view of a run's loss records under `spec` (its settings and its logging intervals)."""
-    settings = Settings.of(spec)
+def build_view(records: Sequence[LossRecord], spec: Any, definitions: Sequence[tuple[str, Any]] = ()) -> RunView:
+    """The view of a run's loss records under `spec` (its settings and its logging intervals), its loss as the
+    target's `definitions` fix it."""
+    settings = Settings.of(spec, definitions)
     found = {id(r): tuple(record_problems(r)) for r in records}
     problems = tuple((i, p) for i, r in enumerate(records) for p in found[id(r)])
     cut = intervals(records, spec)
@@ -78,6 +80,10 @@ def build_view(records: Sequence[LossRecord], spec: Any) -> RunView:
     return RunView(tuple(records), problems, views)
 
 
-def view_of(obs: Observation) -> RunView:
-    """The view of a finished observation's loss records, built once however many checks read it."""
-    return obs.view("grpo", lambda ran: build_view(recorded(ran).loss_inputs or (), obs.spec))
+def view_of(obs: Observation, definitions: Sequence[tuple[str, Any]] = ()) -> RunView:
+    """The view of a finished observation's loss records under the target's `definitions`, built once however many
+    checks read it (one for each set of the loss's entries: those off the default profile name it)."""
+    default = VOCABULARY.profile(VOCABULARY.default).values
+    declared = tuple((name, value) for name, value in definitions if name in IN_THE_LOSS and value != default[name])
+    name = "grpo" + "".join(f" {key}={value!r}" for key, value in declared)
+    return obs.view(name, lambda ran: build_view(recorded(ran).loss_inputs or (), obs.spec, declared))

@@ -23,7 +23,9 @@ from harness.oracle.precision import Precision, coarsest
 from harness.tolerances import margin_of
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
+from ..definitions import AS_CONFIGURED, IN_THE_LOSS
 from ..spec import CLIPPED_LOSS_TYPES
+from .declared import dual_clipped, k3, kl_weighted
 from .records import unusable
 from .vespo import vespo_operands, vespo_phi
 
@@ -54,13 +56,21 @@ class Settings:
     importance_sampling_level: str = "token"
     """'token', or 'sequence' (GSPO): every token of a completion takes its completion's ratio, the exp of the mean
     log-ratio over its mask, and the clip flags are one per completion, pooled over completions (section 2)."""
+    kl_clamp: float | None = None
+    kl_importance_weighting: str = AS_CONFIGURED
+    dual_clip_ratio: float | None = None
+    """The target's definitions of the KL term and the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py);
+    the defaults are the default profile's."""
 
     @classmethod
-    def of(cls, spec: Any) -> Settings:
-        """The settings of `spec`; a field with a default that the spec lacks takes the default."""
+    def of(cls, spec: Any, definitions: Sequence[tuple[str, Any]] = ()) -> Settings:
+        """The settings of `spec`, a field with a default that the spec lacks taking the default, and the entries of
+        the loss among `definitions` ((name, value) pairs, as `Target.definitions`) taking their declared value."""
         fields = dataclasses.fields(cls)
-        return cls(*(getattr(spec, f.name) if f.default is MISSING else getattr(spec, f.name, f.default)
-                     for f in fields))  # fmt: skip
+        settings = cls(*(getattr(spec, f.name) if f.default is MISSING else getattr(spec, f.name, f.default)
+                         for f in fields))  # fmt: skip
+        declared = {name: value for name, value in definitions if name in IN_THE_LOSS}
+        return dataclasses.replace(settings, **declared) if declared else settings
 
     @property
     def sequence_level(self) -> bool:
@@ -124,7 +134,8 @@ class TokenTerms:
 def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     """Ratio, flags, k3 and the per-token loss of one micro-batch: l_t = -min(r A, clip(r) A) + beta kl for the
     clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
-    -phi A logp (docs/grpo-metrics.md, section 4)."""
+    -phi A logp (docs/grpo-metrics.md, section 4); kl and the dual clip as the target's definitions fix them
+    (declared.py)."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -159,7 +170,7 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         clipped = ratio.clamp(1 - s.epsilon_low, 1 + s.epsilon_high)
         if s.delta is not None:
             ratio = ratio.clamp(max=s.delta)
-        loss = -torch.minimum(ratio * adv, clipped * adv)
+        loss = dual_clipped(-torch.minimum(ratio * adv, clipped * adv), adv, s)
         loss_ops = 2 * adv.abs() * ratio_ops
         low = ((ratio < 1 - s.epsilon_low) & (adv < 0)).double()
         high = ((ratio > 1 + s.epsilon_high) & (adv > 0)).double()
@@ -173,9 +184,9 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         operands["phi"] = phi_ops.squeeze(1)
     if s.beta != 0 and record.ref_logps is not None:
         gap = record.ref_logps.double() - logps
-        kl = torch.exp(gap) - gap - 1
+        kl = k3(gap, s)
         kl_ops = torch.exp(gap) + gap.abs() + 1  # k3 cancels: its rounding is that of its operands, not of k3
-        if s.use_bias_correction_kl:
+        if kl_weighted(s):
             kl = kl * ratio
             kl_ops = kl_ops * ratio + kl.abs() * ratio_ops
         loss = loss + s.beta * kl
@@ -315,9 +326,11 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
     return {n: out[n] for n in pooled_names(s.beta, s.loss_type)}
 
 
-def expected_metrics(records: Sequence[LossRecord], spec: Any) -> dict[str, Expectation]:
-    """Every metric the loss records of one interval determine, pooled once over all of them."""
-    s = Settings.of(spec)
+def expected_metrics(records: Sequence[LossRecord], spec: Any,
+                     definitions: Sequence[tuple[str, Any]] = ()) -> dict[str, Expectation]:  # fmt: skip
+    """Every metric the loss records of one interval determine, pooled once over all of them (the loss as the
+    target's `definitions` fix it)."""
+    s = Settings.of(spec, definitions)
     why = unusable(records)
     if why:
         return {n: Expectation.unknown(n, why) for n in pooled_names(s.beta, s.loss_type)}

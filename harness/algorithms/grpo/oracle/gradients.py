@@ -1,7 +1,8 @@
 """The gradient of a GRPO window's loss at the new log-probs, against the loss type's formula.
 
 Each token's d l_t / d logp_t is token_gradients.py's (the loss type's per-token formula, section 4 of
-docs/grpo-metrics.md). The window's loss weighs l_t by (section 4, every count over every rank):
+docs/grpo-metrics.md, with the KL term and the dual clip the target's definitions fix). The window's loss weighs
+l_t by (section 4, every count over every rank):
 
     grpo, sapo           1 / (tokens of t's completion * completions of the window)
     bnpo                 1 / (tokens of t's micro-batch * micro-batches of the window)  (TRL's local batch)
@@ -54,8 +55,9 @@ class WindowWeights:
     world: int = 1
 
     @classmethod
-    def of(cls, spec: Any, world: int = 1) -> WindowWeights:
-        return cls(Settings.of(spec), spec.generation_steps, spec.num_iterations, world)
+    def of(cls, spec: Any, world: int = 1, definitions: Sequence[tuple[str, Any]] = ()) -> WindowWeights:
+        """The weights of `spec`'s run on `world` ranks, its loss as the target's `definitions` fix it."""
+        return cls(Settings.of(spec, definitions), spec.generation_steps, spec.num_iterations, world)
 
 
 
@@ -171,6 +173,10 @@ class Gaps:
     """Every micro-batch compared, in window order (the diagnosis recomputes known wrong formulas over them)."""
     capped: int = 0
     """Compared tokens whose gradient delta's cap zeroes."""
+    dual: int = 0
+    """Compared tokens whose policy-term gradient the declared dual clip zeroes."""
+    settings: Settings | None = None
+    """The settings the formula took (the target's definitions among them)."""
 
 
 def mean_scale(wants: Sequence[torch.Tensor], records: Sequence[LossRecord]) -> float:
@@ -207,7 +213,7 @@ def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
             rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
             totals.append(window_tokens)
     scale = mean_scale([c.want for c in rows], [c.record for c in rows])
-    largest, where, compared, clipped, capped, factors, worst = 0.0, "", 0, 0, 0, [], None
+    largest, where, compared, clipped, capped, dual, factors, worst = 0.0, "", 0, 0, 0, 0, [], None
     for row, window_tokens in zip(rows, totals):
         got, want, keep = row.got, row.want, ~row.terms.uncertain
         relative = relative_gaps(got, want, keep, scale)
@@ -222,9 +228,10 @@ def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
         compared += int((keep & mask).sum())
         clipped += int((row.terms.clipped & keep).sum())
         capped += int((row.terms.capped & keep).sum()) if row.terms.capped is not None else 0
+        dual += int((row.terms.dual & keep).sum()) if row.terms.dual is not None else 0
         norm = float((want * want).sum())
         factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(mask.sum()), window_tokens))
-    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows), capped)
+    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows), capped, dual, g.settings)
 
 
 def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:

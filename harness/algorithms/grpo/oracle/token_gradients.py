@@ -12,6 +12,10 @@ kl_t = k3_t (times r'_t when the KL is bias-corrected). Its derivative at logp_t
     KL term       beta (1 - exp(ref - logp))              uncorrected
                   beta ((1 - exp(ref - logp)) r' + k3 r')  bias-corrected (the second term where r <= delta)
 
+and, where the target declares them (declared.py), 0 for the policy term where A < 0 and r' > dual_clip_ratio, the
+KL's 1 - exp(ref - logp) 0 where k3 is above kl_clamp (k3 the clamp's value), and no correcting ratio where
+kl_importance_weighting is 'never'. The tokens within the dtype's rounding margin of either bound are uncertain.
+
 for the loss types with a hard clip (grpo, bnpo, dr_grpo, dapo, luspo). The others have no clip and
 correct the KL by the uncapped r:
 
@@ -37,6 +41,7 @@ from harness.errors import NotRecomputable
 from harness.instrument.loss import LossRecord
 
 from ..spec import CLIPPED_LOSS_TYPES
+from .declared import beyond_dual_clip, held_by_clamp, k3, kl_weighted, near_clamp, near_dual_clip
 from .expect import Settings, log_ratios
 from .vespo import vespo_phi
 
@@ -62,6 +67,9 @@ class TokenGradient:
     """At sequence level: d l_t / dm per token, m its completion's mean log-ratio, which reaches every token of the
     completion through m (gradients.py spreads the window-weighted sum over the completion); None at token level,
     where `value` is all of d l_t / d logp_t."""
+    dual: torch.Tensor | None = None
+    """Masked tokens whose policy-term gradient the declared dual clip zeroes (A < 0, r' above dual_clip_ratio);
+    None without one."""
 
 
 def split(value: torch.Tensor, through_ratio: torch.Tensor, s: Settings) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -96,28 +104,41 @@ def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     if s.beta != 0:
         kl_direct, kl_through = kl_parts(record, logps, ratio, ratio, s)
         direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
+        uncertain = uncertain | (mask & kl_uncertain(record, logps, s))
     value, shared = split(direct, through_ratio, s)
     return TokenGradient(value, uncertain, torch.zeros_like(mask), shared=shared)
 
 
 def kl_parts(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
-             s: Settings) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """d kl_t / d logp_t in two parts: through logp_t itself, 1 - exp(ref - logp) (times the correcting ratio when
-    bias-corrected), and through the ratio, k3 times the correcting ratio's derivative at its log (0 uncorrected)."""
+             s: Settings, reverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """d kl_t / d logp_t in two parts: through logp_t itself, 1 - exp(ref - logp) (0 where the declared kl_clamp
+    holds k3; times the correcting ratio when the KL is weighted: declared.py), and through the ratio, k3 times the
+    correcting ratio's derivative at its log (0 unweighted). `reverse`: of k3 the wrong way round, exp(logp - ref) -
+    (logp - ref) - 1 (wrong/gradient_formulas.py)."""
     if record.ref_logps is None:
         raise NotRecomputable(f"beta={s.beta} but the loss record holds no reference log-probs")
     gap = record.ref_logps.double() - logps
+    if reverse:
+        gap = -gap
     d_kl = 1 - torch.exp(gap)
-    if not s.use_bias_correction_kl:
+    if reverse:
+        d_kl = -d_kl
+    if s.kl_clamp is not None:
+        d_kl = torch.where(held_by_clamp(gap, s), torch.zeros_like(d_kl), d_kl)
+    if not kl_weighted(s):
         return d_kl, torch.zeros_like(d_kl)
-    return d_kl * capped, (torch.exp(gap) - gap - 1) * d_capped
+    return d_kl * capped, k3(gap, s) * d_capped
+
+
+def kl_uncertain(record: LossRecord, logps: torch.Tensor, s: Settings) -> torch.Tensor:
+    """Where the trainer's rounding may put k3 on either side of the declared kl_clamp (nowhere without one)."""
+    return near_clamp(record.ref_logps.double() - logps, s, s.margin)
 
 
 def kl_gradient(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
-                s: Settings) -> torch.Tensor:  # fmt: skip
-    """d kl_t / d logp_t: 1 - exp(ref - logp), times the correcting ratio plus k3 times its derivative when
-    bias-corrected (token level: the ratio's log is logp_t's own)."""
-    direct, through_ratio = kl_parts(record, logps, capped, d_capped, s)
+                s: Settings, reverse: bool = False) -> torch.Tensor:  # fmt: skip
+    """d kl_t / d logp_t at token level (the ratio's log is logp_t's own): kl_parts' two parts added."""
+    direct, through_ratio = kl_parts(record, logps, capped, d_capped, s, reverse)
     return direct + through_ratio
 
 
@@ -140,16 +161,22 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     tie = (d_capped + d_clipped) / 2  # torch.min splits a tie's gradient; both are r there
     d_ratio = torch.where(unclipped_term < clipped_term, d_capped,
                           torch.where(clipped_term < unclipped_term, d_clipped, tie))  # fmt: skip
+    dual = beyond_dual_clip(capped, adv, s)
+    if s.dual_clip_ratio is not None:
+        d_ratio = torch.where(dual, torch.zeros_like(d_ratio), d_ratio)
     direct, through_ratio = torch.zeros_like(ratio), -adv * d_ratio
-    if s.beta != 0:
-        kl_direct, kl_through = kl_parts(record, logps, capped, d_capped, s)
-        direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
-    value, shared = split(direct, through_ratio, s)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
     near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
     if s.delta is not None:
         near |= (ratio - s.delta).abs() <= margin * s.delta
+    near |= near_dual_clip(capped, adv, s, margin)
+    if s.beta != 0:
+        kl_direct, kl_through = kl_parts(record, logps, capped, d_capped, s)
+        direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
+        near |= kl_uncertain(record, logps, s)
+    value, shared = split(direct, through_ratio, s)
     zeroed = mask & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
     capped_away = mask & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
-    return TokenGradient(value, near & mask, zeroed, capped_away, shared)
+    held = mask & dual if s.dual_clip_ratio is not None else None
+    return TokenGradient(value, near & mask, zeroed, capped_away, shared, held)

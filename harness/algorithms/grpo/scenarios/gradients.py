@@ -32,7 +32,7 @@ from ..runs import GRADIENT_CUTS, LR0, NO_GRADIENT, ON_THE_FLY, SHORT, SOFT, UNE
 from ..spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
 from ..tolerances import TOLERANCES
 from ..wrong import gradient_formulas
-from .preconditions import require_records, untrained_micro_batches, window_sizes
+from .preconditions import definitions, require_records, untrained_micro_batches, window_sizes
 
 DELTA = 1.3
 """delta of the `run=delta` case: above 1 + epsilon_high (TRL's advice), below many ratios of the extremes run, so
@@ -95,7 +95,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
     d l_t / d logp_t (docs/grpo-metrics.md, section 4; harness/algorithms/grpo/oracle/gradients.py)."""
     check = Check(case.id)
     obs = cache.get(run_spec(run, case), spy=False)
-    if require_ran(obs, check) is None or require_records(obs, check) is None:
+    declared = definitions(cache)
+    if require_ran(obs, check) is None or require_records(obs, check, declared) is None:
         return check.finish()
     spec = obs.spec
     if case.param("run") == "on_the_fly" and len(spec.window_sizes) != 1:
@@ -103,7 +104,7 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
                    f"optimizer step, so the run stores old log-probs")  # fmt: skip
         return check.finish()
     try:
-        gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.WindowWeights.of(spec))
+        gap = gradients.gaps(recorded(obs.ran).loss_inputs, gradients.WindowWeights.of(spec, definitions=declared))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()
@@ -140,7 +141,7 @@ def clipped_completions(gap: gradients.Gaps) -> int:
 def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
     """Compared tokens whose formula gradient changes when the two clip bounds are swapped: those a trainer that
     swaps them, or takes one for both, would get wrong (some token of the clip_asymmetric run must be one)."""
-    settings = gradients.WindowWeights.of(spec).settings
+    settings = gap.settings or gradients.WindowWeights.of(spec).settings
     swapped = dataclasses.replace(settings, epsilon_low=settings.epsilon_high, epsilon_high=settings.epsilon_low)
     told = 0
     for row in gap.rows:
@@ -175,14 +176,16 @@ def judge(check: Check, gap: gradients.Gaps, spec: GRPOSpec, where: str) -> None
     if note and any(v.failed for v in verdicts):
         check.note(note)
     capped = f", {gap.capped} capped by delta" if gap.capped else ""
-    check.note(f"{gap.compared} tokens compared, {gap.clipped} of them clipped{capped}")
+    dual = f", {gap.dual} held by the dual clip" if gap.dual else ""
+    check.note(f"{gap.compared} tokens compared, {gap.clipped} of them clipped{capped}{dual}")
 
 
 def explained(verdict: MetricVerdict, gap: gradients.Gaps, spec: GRPOSpec) -> MetricVerdict:
     """A failing verdict with its token in words (its reason) and its diagnosis; any other as it is."""
     if verdict.status is not MetricStatus.FAIL:
         return verdict
-    diagnosis, why = gradient_formulas.diagnose(gap, gradients.WindowWeights.of(spec).settings, spec.dtype)
+    settings = gap.settings or gradients.WindowWeights.of(spec).settings
+    diagnosis, why = gradient_formulas.diagnose(gap, settings, spec.dtype)
     words = gradient_formulas.worded(gap, spec.dtype)
     said = {"reason": words, "wording": Wording.CHECK} if words else {}
     return dataclasses.replace(verdict, where=spec.split_label, diagnosis=diagnosis, diagnosis_reason=why, **said)

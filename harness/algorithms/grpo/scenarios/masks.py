@@ -38,7 +38,7 @@ from ..oracle import gradients
 from ..runs import UNEVEN, spec_for
 from ..spec import GRPOSpec
 from .gradients import judge
-from .preconditions import require_records
+from .preconditions import definitions, require_records
 
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
@@ -134,7 +134,7 @@ def masked_truncated(check: Check, cache: ObservationCache, obs, stop: int, pad:
     fail_rows(check, kept, truncated)
     check.note(f"{truncated} completions ran to the limit without the stop token, {len(kept)} of them in the loss")
     try:
-        gap = gradients.gaps(records, gradients.WindowWeights.of(obs.spec))
+        gap = gradients.gaps(records, gradients.WindowWeights.of(obs.spec, definitions=definitions(cache)))
     except NotRecomputable as why:
         check.fail(f"the gradient is not recomputable: {why}")
         return

@@ -41,6 +41,7 @@ from ..tolerances import TOLERANCES
 from .preconditions import (
     compare_interval,
     declared,
+    definitions,
     logged_names,
     require_logs,
     require_records,
@@ -57,7 +58,7 @@ def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None
     every other is still compared, each with its own verdict."""
     names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
                          obs.spec.split_label)  # fmt: skip
-    per_interval = require_records(obs, check)
+    per_interval = require_records(obs, check, definitions(cache))
     if per_interval is None:
         return
     may_lack = {i.index: empty_may_lack for i in per_interval if sum(i.token_counts()) == 0}

@@ -7,6 +7,7 @@ run did not show what the scenario needs, so that a check that saw nothing never
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.compare import compare
 from harness.instrument.loss import LossRecord
@@ -43,10 +44,11 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check,
     return True
 
 
-def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] | None:
-    """The view of each interval, after checking there is a loss record per micro-batch the run must have made,
-    each usable and no wider than `max_completion_length`, in windows of the sizes the spec says (one optimizer
-    step per window)."""
+def require_records(obs: Observation, check: Check,
+                    definitions: Sequence[tuple[str, Any]] = ()) -> tuple[IntervalView, ...] | None:  # fmt: skip
+    """The view of each interval (its loss as the target's `definitions` fix it), after checking there is a loss
+    record per micro-batch the run must have made, each usable and no wider than `max_completion_length`, in windows
+    of the sizes the spec says (one optimizer step per window)."""
     ran = require_ran(obs, check)
     if ran is None:
         return None
@@ -54,7 +56,7 @@ def require_records(obs: Observation, check: Check) -> tuple[IntervalView, ...] 
     if not records:
         check.fail("the target recorded no loss inputs (`loss_inputs` is empty or absent)")
         return None
-    view = view_of(obs)
+    view = view_of(obs, definitions)
     for i, problem in view.problems[:3]:
         check.fail(f"loss record {i + 1}: {problem}")
     if view.problems:
@@ -82,6 +84,12 @@ def window_sizes(records: Sequence[LossRecord]) -> list[int]:
     windows = [int(r.window) for r in records]
     top = max(windows, default=-1)
     return [windows.count(w) for w in range(top + 1)] if min(windows, default=0) >= 0 else [-1]
+
+
+def definitions(cache: ObservationCache) -> tuple[tuple[str, Any], ...]:
+    """The definitions the cache's target declares its trainer implements (`Target.definitions`, resolved once),
+    () for a cache of a bare factory (the default profile)."""
+    return cache.target.definitions if cache.target is not None else ()
 
 
 def declared(cache: ObservationCache) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from harness.verdict import Diagnosis
 
 from ..oracle.expect import Settings
 from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient
+from ..oracle.token_gradients import kl_gradient
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 
@@ -52,7 +53,8 @@ def worded(gap: Gaps, dtype: str) -> str:
 
 def reversed_kl_gradient(row: Compared, s: Settings) -> torch.Tensor:
     """d l_t / d logp_t with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1: the formula's KL term
-    replaced (the correcting ratio as the formula's: capped by delta for the clipped loss types)."""
+    replaced (the correcting ratio, the clamp and the weighting as the formula's: the ratio capped by delta for the
+    clipped loss types)."""
     record = row.record
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -60,11 +62,8 @@ def reversed_kl_gradient(row: Compared, s: Settings) -> torch.Tensor:
     capped, d_capped = ratio, ratio
     if s.loss_type in CLIPPED_LOSS_TYPES and s.delta is not None:
         capped, d_capped = ratio.clamp(max=s.delta), torch.where(ratio <= s.delta, ratio, torch.zeros_like(ratio))
-    log_ratio = logps - record.ref_logps.double()
-    forward, backward = 1 - torch.exp(-log_ratio), torch.exp(log_ratio) - 1
-    if s.use_bias_correction_kl:
-        forward = forward * capped + (torch.exp(-log_ratio) + log_ratio - 1) * d_capped
-        backward = backward * capped + (torch.exp(log_ratio) - log_ratio - 1) * d_capped
+    forward = kl_gradient(record, logps, capped, d_capped, s)
+    backward = kl_gradient(record, logps, capped, d_capped, s, reverse=True)
     return row.terms.value + s.beta * (backward - forward)
 
 

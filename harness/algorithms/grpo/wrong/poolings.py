@@ -27,6 +27,7 @@ from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
 from ..contract import KL, POLICY_LOSS
+from ..oracle.declared import k3, kl_weighted
 from ..oracle.expect import TokenTerms, expected_from_terms
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
@@ -86,13 +87,13 @@ def mean_of_microbatch_extremes(terms: Sequence[TokenTerms], metric: str) -> flo
 
 
 def reversed_k3(interval: IntervalView) -> list[TokenTerms]:
-    """The interval's token terms with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1 (times the same
-    correcting ratio as the formula's: capped by delta for the clipped loss types), in the KL and in the loss."""
+    """The interval's token terms with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1 (clamped and
+    weighted as the formula's: the correcting ratio capped by delta for the clipped loss types), in the KL and in
+    the loss."""
     s, out = interval.settings, []
     for record, t in zip(interval.records, interval.terms):
-        log_ratio = record.logps.double() - record.ref_logps.double()
-        kl = torch.exp(log_ratio) - log_ratio - 1
-        if s.use_bias_correction_kl:
+        kl = k3(record.logps.double() - record.ref_logps.double(), s)
+        if kl_weighted(s):
             capped = s.loss_type in CLIPPED_LOSS_TYPES and s.delta is not None
             kl = kl * (t.ratio.clamp(max=s.delta) if capped else t.ratio)
         out.append(dataclasses.replace(t, kl=kl, loss=t.loss + s.beta * (kl - t.kl)))
