@@ -8,12 +8,14 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
 
     the KL term subtracted      the formula at -beta                                    (class 41)
     k3 the wrong way round      the KL term of exp(logp - ref) - (logp - ref) - 1        (class 21)
+    another profile's loss      the formula with another profile's kl_clamp, kl_importance_weighting and
+                                dual_clip_ratio than the target declares (profiles.py)
     a common factor             c x the formula, c fitted over every token
     a mean of micro-batch means c x each micro-batch's formula x its window's tokens / its own tokens
     bnpo of contract 1          (bnpo only) the formula x its micro-batch's own tokens / its window's tokens:
                                 one count over the window, as GRPO contract 1 defined bnpo  (class 14)
 
-The first two are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
+The first three are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
 the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
 verdict; they name it.
 """
@@ -35,6 +37,7 @@ from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps
 from ..oracle.token_gradients import kl_gradient
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
+from .profiles import other_profiles
 
 SOURCE = "loss records"
 
@@ -84,6 +87,9 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
                     [r.weight * token_gradient(r.record, flipped).value for r in rows], 1))  # fmt: skip
         out.append(((21,), "the formula with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1",
                     [r.weight * reversed_kl_gradient(r, s) for r in rows], 1))  # fmt: skip
+    for words, other in other_profiles(s):
+        out.append(((), f"the formula with {words}",
+                    [dataclasses.replace(r, terms=token_gradient(r.record, other)).want for r in rows], 1))  # fmt: skip
     wants = [r.want for r in rows]
     c = fitted(rows, wants)
     if math.isfinite(c) and abs(c - 1) > 1e-6:

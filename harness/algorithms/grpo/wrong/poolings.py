@@ -10,8 +10,9 @@ oracle pooled) and returns what a trainer with that bug logs for a metric. An em
 mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its extreme is none (a NaN,
 dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
 
-With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling
-(expect.py) of token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term
+A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries than the target
+declares (profiles.py). With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's
+own pooling (expect.py) of token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term
 subtracted from the loss (class 41: policy_loss only), k3 the wrong way round (class 21:
 exp(logp - ref) - (logp - ref) - 1, times the same correcting ratio).
 """
@@ -28,10 +29,11 @@ from harness.verdict import MetricVerdict
 
 from ..contract import KL, POLICY_LOSS
 from ..oracle.declared import k3, kl_weighted
-from ..oracle.expect import TokenTerms, expected_from_terms
+from ..oracle.expect import TokenTerms, expected_from_terms, token_terms
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 from ..view import IntervalView
+from .profiles import other_profiles
 
 PER_TOKEN: dict[str, Callable[[TokenTerms], torch.Tensor | None]] = {
     "entropy": lambda t: t.entropy,
@@ -128,11 +130,24 @@ def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
     return [Candidate((14,), formula, total / max(tokens, 1), "loss records")]
 
 
+def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
+    """What the oracle gives for `kl` or `policy_loss` under each other profile's loss entries than the interval's
+    settings declare (profiles.py)."""
+    if interval.unusable or not interval.records:
+        return []
+    out = []
+    for words, other in other_profiles(interval.settings):
+        value = expected_from_terms([token_terms(r, other) for r in interval.records], other)[metric].value
+        out.append(Candidate((), words, value, "loss records"))
+    return out
+
+
 def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
-    """What each known wrong pooling (or KL term) gives for `metric` over one interval (none for other metrics)."""
+    """What each known wrong pooling (or KL term, or another profile's loss) gives for `metric` over one interval
+    (none for other metrics)."""
     terms = interval.terms
     if metric == POLICY_LOSS:
-        return kl_candidates(interval, metric) + bnpo_of_contract_1(interval)
+        return kl_candidates(interval, metric) + bnpo_of_contract_1(interval) + profile_candidates(interval, metric)
     if metric in PER_TOKEN:
         empty = any(not r.completion_mask.any() for r in interval.records)
         flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
@@ -141,7 +156,7 @@ def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
         return [
             Candidate((16,), flat, flat_mean_of_microbatch_means(terms, metric), "loss records"),
             Candidate((17,), windows, per_window, "loss records"),
-            *(kl_candidates(interval, metric) if metric == KL else ()),
+            *(kl_candidates(interval, metric) + profile_candidates(interval, metric) if metric == KL else ()),
         ]
     if metric in EXTREME_FLAGS:
         value = mean_of_microbatch_extremes(terms, metric)
@@ -153,7 +168,9 @@ def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView,
     """`verdicts` of one interval, each failing pooled metric diagnosed when exactly one known pooling reproduces it
     (and a failing policy_loss when one known wrong KL term does)."""
     names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
-    if interval.settings.beta != 0 or interval.settings.loss_type == "bnpo":
+    s = interval.settings
+    dual = any(other.dual_clip_ratio != s.dual_clip_ratio for _, other in other_profiles(s))
+    if s.beta != 0 or s.loss_type == "bnpo" or dual:
         names |= {v.name for v in verdicts if v.name == POLICY_LOSS}
     if interval.unusable:
         return list(verdicts)
