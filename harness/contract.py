@@ -19,7 +19,7 @@ import dataclasses
 import fnmatch
 from dataclasses import dataclass
 
-from harness.verdict import CheckResult
+from harness.verdict import CheckResult, CheckStatus
 
 CHANGELOG = "CHANGELOG.md"
 CONTRACT_VERSION = "contract_version"
@@ -61,6 +61,9 @@ class Contract:
     document: str
     """Where it is defined, relative to the repository root (docs/...)."""
     changes: tuple[Change, ...] = ()
+    metrics: tuple[str, ...] = ()
+    """The names of the metrics it defines, `*` standing for a name the trainer chooses (`rewards/*/mean`: one per
+    reward function): what a target may declare its trainer does not log (`factory.unlogged_metrics`)."""
 
     def __post_init__(self) -> None:
         if self.version < 1:
@@ -68,6 +71,10 @@ class Contract:
         late = [c.subject for c in self.changes if not 1 < c.version <= self.version]
         if late:
             raise ValueError(f"changes outside versions 2..{self.version}: {late}")
+
+    def knows(self, name: str) -> bool:
+        """True when `name` is one of `metrics`, or a name one of its patterns stands for."""
+        return name in self.metrics or any("*" in m and fnmatch.fnmatchcase(name, m) for m in self.metrics)
 
     def change(self, subject: str) -> Change:
         """The change of `subject` (KeyError when there is none: a diagnosis names only a change that exists)."""
@@ -110,8 +117,8 @@ def optimizer_step_change(version: int, release: str) -> Change:
 
 
 def with_changes(result: CheckResult, algorithm: str, contract: Contract, pinned: int | None) -> CheckResult:
-    """`result` carrying the lines of the contract's changes since `pinned` that touch it, when it did not pass."""
-    if result.passed:
+    """`result` carrying the lines of the contract's changes since `pinned` that touch it, when it failed or erred."""
+    if result.status in (CheckStatus.PASS, CheckStatus.NOT_APPLICABLE):
         return result
     lines = contract.lines(algorithm, str(result.id), pinned)
     return dataclasses.replace(result, contract_changes=tuple(lines)) if lines else result

@@ -36,7 +36,8 @@ class CheckStatus(str, Enum):
     ERROR = "error"
     SKIP = "skip"
     NOT_APPLICABLE = "not_applicable"
-    """The target declares it cannot run the check (`Target.not_applicable`): not run, never a failure."""
+    """The target declares it cannot run the check (`Target.not_applicable`): not run, never a failure; or every
+    metric the check compares is one it declares its trainer does not log (`Target.unlogged_metrics`)."""
 
     @staticmethod
     def overall(statuses: Iterable[CheckStatus | str]) -> CheckStatus:
@@ -277,6 +278,8 @@ class Check:
     notes: list[str] = field(default_factory=list)
     metrics: list[MetricVerdict] = field(default_factory=list)
     diagnoses: list[Diagnosis] = field(default_factory=list)
+    inapplicable: str = ""
+    """Why it has nothing to compare (`not_applicable`), or ''."""
 
     @property
     def failed(self) -> bool:
@@ -310,9 +313,17 @@ class Check:
             if not m.failed and m.status is MetricStatus.NOT_RECOMPUTABLE:
                 self.note(f"{m.label} not recomputable: {m.reason}")
 
+    def not_applicable(self, reason: str) -> None:
+        """Record that the metrics a step of the check compares are none the target's trainer logs, as it declares
+        (`reason` says so): a check that compared no metric at all is then not applicable, not passed."""
+        self.inapplicable = self.inapplicable or reason
+
     def finish(self) -> CheckResult:
-        """The frozen result: FAIL with any problem, else PASS."""
+        """The frozen result: FAIL with any problem, else NOT_APPLICABLE when it compared no metric and was told it has
+        none to compare (`not_applicable`), else PASS."""
         status = CheckStatus.FAIL if self.problems else CheckStatus.PASS
+        if status is CheckStatus.PASS and self.inapplicable and not self.metrics:
+            status = CheckStatus.NOT_APPLICABLE
         return CheckResult(
             self.id, status, tuple(self.problems), tuple(self.notes), tuple(self.metrics), tuple(self.diagnoses)
         )

@@ -11,7 +11,11 @@ that name. A factory of your own names its algorithm with an `algorithm` attribu
 (`factory.algorithm = "ppo"`, or "grpo"): the algorithm is never guessed, and a factory that
 names none is a HarnessConfigError. A factory may also declare, with an `optional_metrics` attribute
 (`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
-makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `contract_version`
+makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `unlogged_metrics`
+(`factory.unlogged_metrics = ("clip_ratio/low_min",)`), the contract's metrics its trainer does not log, each a name
+of its algorithm's contract or a name one of the contract's patterns stands for (`rewards/*/mean`): every check
+leaves them out of its comparison, with a note, and fails naming one the trainer logs anyway (harness/unlogged.py);
+and, with `contract_version`
 (`factory.contract_version = 2`), the version of its algorithm's contract it was written for: a failing check
 that a later change touches then names that change (harness/contract.py); and, with `not_applicable`
 (`factory.not_applicable = {"loss_type=vespo": "our trainer has no vespo"}`), the checks it cannot run, each with
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 
 from harness.algorithms import builtin_targets, builtin_targets_with_argument, known_algorithms
 from harness.errors import HarnessConfigError
+from harness.unlogged import UNLOGGED_METRICS
 from harness.verdict import CheckId
 
 
@@ -52,6 +57,9 @@ class Target:
     """`factory(spec) -> TargetRun`."""
     optional_metrics: tuple[str, ...] = ()
     """The contract's optional metrics its trainer declares it logs (`factory.optional_metrics`)."""
+    unlogged_metrics: tuple[str, ...] = ()
+    """The contract's metrics its trainer declares it does not log (`factory.unlogged_metrics`), names or the
+    contract's patterns (harness/unlogged.py)."""
     contract_version: int | None = None
     """The version of its algorithm's contract it was written for (None: it pins none)."""
     extras: tuple[str, ...] = ()
@@ -133,6 +141,29 @@ def declared_metrics(factory: Callable) -> tuple[str, ...]:
     if not isinstance(declared, (list, tuple)) or not all(isinstance(n, str) for n in declared):
         raise HarnessConfigError(f"`{OPTIONAL_METRICS}` of the factory must be a tuple of metric names, "
                                  f"got {declared!r}")  # fmt: skip
+    return tuple(declared)
+
+
+def declared_unlogged(factory: Callable, algorithm: str, optional: Iterable[str] = ()) -> tuple[str, ...]:
+    """The contract's metrics `factory` declares its trainer does not log (`factory.unlogged_metrics`), () when it
+    declares none; HarnessConfigError when the attribute is not a list or tuple of names, a name is none of
+    `algorithm`'s contract (nor one its patterns stand for), or one is also among its `optional` metrics."""
+    from harness.algorithms import get
+
+    declared = getattr(factory, UNLOGGED_METRICS, ())
+    if not isinstance(declared, (list, tuple)) or not all(isinstance(n, str) for n in declared):
+        raise HarnessConfigError(f"`{UNLOGGED_METRICS}` of the factory must be a tuple of metric names, "
+                                 f"got {declared!r}")  # fmt: skip
+    contract = get(algorithm).contract
+    unknown = [n for n in declared if not contract.knows(n)]
+    if unknown:
+        known = ", ".join(contract.metrics)
+        raise HarnessConfigError(f"`{UNLOGGED_METRICS}` names {', '.join(map(repr, unknown))}, no metric of the "
+                                 f"{algorithm} contract ({contract.document}): {known}")  # fmt: skip
+    both = [n for n in declared if n in optional]
+    if both:
+        raise HarnessConfigError(f"{', '.join(map(repr, both))} declared both logged (`{OPTIONAL_METRICS}`) and not "
+                                 f"logged (`{UNLOGGED_METRICS}`)")  # fmt: skip
     return tuple(declared)
 
 
@@ -224,6 +255,7 @@ def resolve(name: str) -> Target:
         )
     try:
         optional, cannot = declared_metrics(factory), declared_not_applicable(factory)
+        unlogged = declared_unlogged(factory, algorithm, optional)
         definitions = declared_definitions(factory, algorithm)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
@@ -234,7 +266,7 @@ def resolve(name: str) -> Target:
         pinned = get(algorithm).contract.version  # a built-in target ships with the gate: written for its contract
     needs = _split(declared[1])[1] if declared is not None else ()
     target = Target(name, algorithm, factory, optional_metrics=optional, contract_version=pinned, extras=needs,
-                    not_applicable=cannot, definitions=definitions)  # fmt: skip
+                    not_applicable=cannot, definitions=definitions, unlogged_metrics=unlogged)  # fmt: skip
     if cannot:
         from harness.algorithms import cases
 

@@ -40,6 +40,17 @@ PER_COMPLETION = (
 """Over G, each completion once: the partition check holds them to one value per generation batch however it is
 cut; `reward_stats` recomputes the reward ones from the scores recorded at the reward functions (rewards.py), and
 `completion_lengths` the length ones, the terminated lengths too, from the records' masks and ids (lengths.py)."""
+TERMINATED_LENGTHS = (
+    "completions/mean_terminated_length",
+    "completions/min_terminated_length",
+    "completions/max_terminated_length",
+)
+"""Over the completions that ended with the stop token (lengths.py)."""
+PER_REWARD_FUNCTION = ("rewards/*/mean", "rewards/*/std")
+"""Each reward function's mean and std of its scores, `*` its name (the contract's `rewards/{name}/mean`)."""
+NAMES = (*TOKEN_POOLED, KL, *EXTREMES, PHI_MEAN, POLICY_LOSS, *PER_COMPLETION, *TERMINATED_LENGTHS,
+         *PER_REWARD_FUNCTION)  # fmt: skip
+"""Every metric the contract defines (versions.py hands them to its `Contract`)."""
 LR0_IDENTITIES = {"clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
                   "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0}  # fmt: skip
 """At learning rate 0 every ratio is 1 and no token is clipped."""

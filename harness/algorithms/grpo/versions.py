@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from harness.contract import Change, Contract, optimizer_step_change
 
+from .contract import NAMES
+
 BNPO = Change(
     version=2,
     release="0.2.0",
@@ -118,5 +120,6 @@ CONTRACT = Contract(
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS),
+    metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -56,6 +56,8 @@ ROLLOUT = (
     "objective/rlhf_reward",
 )
 """Per-sample sums over R, averaged over every rollout sample."""
+NAMES = POOLED_STATS + ROLLOUT
+"""Every metric the contract defines (versions.py hands them to its `Contract`)."""
 SCORED = ("objective/scores", "objective/rlhf_reward")
 """Rollout objectives that need the scores handed to the trainer."""
 LR0_IDENTITIES = {"val/ratio": 1.0, RATIO_VAR: 0.0, "policy/approxkl_avg": 0.0, "policy/clipfrac_avg": 0.0}

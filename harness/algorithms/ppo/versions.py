@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from harness.contract import Change, Contract, optimizer_step_change
 
+from .contract import NAMES
+
 OPTIMIZER_STEP = optimizer_step_change(version=2, release="0.4.0")
 HYPERPARAMETERS = Change(
     version=3,
@@ -31,6 +33,7 @@ MINIBATCH_SCHEDULE = Change(
 )
 
 CONTRACT = Contract(
-    version=3, document="docs/metrics.md", changes=(OPTIMIZER_STEP, HYPERPARAMETERS, MINIBATCH_SCHEDULE)
+    version=3, document="docs/metrics.md", changes=(OPTIMIZER_STEP, HYPERPARAMETERS, MINIBATCH_SCHEDULE),
+    metrics=NAMES,
 )
 """PPO's contract: the version a PPO target may pin (`factory.contract_version`)."""

@@ -16,6 +16,7 @@ from harness.instrument.observe import ObservationCache
 from harness.invariance import CutRun, Knob, knob_findings
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
+from harness.unlogged import declared_unlogged
 from harness.verdict import Check, CheckResult
 
 from ..contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
@@ -55,9 +56,10 @@ def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None
     whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
     the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
     token may leave out (a note, not a failure). A metric not logged as a finite number fails the check, named, and
-    every other is still compared, each with its own verdict."""
+    every other is still compared, each with its own verdict; those the target declares its trainer does not log are
+    left out (harness/unlogged.py)."""
     names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
-                         obs.spec.split_label)  # fmt: skip
+                         obs.spec.split_label, declared_unlogged(cache))  # fmt: skip
     per_interval = require_records(obs, check, definitions(cache))
     if per_interval is None:
         return
@@ -265,7 +267,7 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         specs.append(spec.with_(max_steps=windows, logging_steps=windows))
     observed = [cache.get(spec, spy=False) for spec in specs]
     names = logged_names(run_logs(observed[0]), partition_names(base.beta, base.loss_type), check, declared(cache),
-                         observed[0].spec.split_label)  # fmt: skip
+                         observed[0].spec.split_label, declared_unlogged(cache))  # fmt: skip
     if not all([require_logs(o, names, check) for o in observed]):
         return check.finish()
     first = observed[0].ran.logs[0]
@@ -274,7 +276,7 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
         log = obs.ran.logs[0]
         where = obs.spec.split_label
         identities = lr0_identities(base.loss_type)
-        identities = {n: v for n, v in identities.items() if n not in names or n in usable(log, names)}
+        identities = {n: v for n, v in identities.items() if n in usable(log, names)}
         check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
         if obs is not observed[0]:
             both = usable(first, usable(log, names))

@@ -13,6 +13,7 @@ from harness.compare import compare
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Observation, ObservationCache
 from harness.require import require_logged, require_ran, usable
+from harness.unlogged import leave_out
 from harness.verdict import Check
 
 from ..contract import OPTIONAL, POLICY_LOSS
@@ -99,10 +100,13 @@ def declared(cache: ObservationCache) -> tuple[str, ...]:
 
 
 def logged_names(logs: Sequence[Mapping[str, float]], names: Sequence[str], check: Check, declares: Sequence[str] = (),
-                 where: str = "") -> tuple[str, ...]:  # fmt: skip
-    """`names` less `policy_loss` when none of `logs` has it (TRL logs it only with an entropy bonus), said in a
-    note; a failure instead when the target declares it logs it (`declares`, the factory's `optional_metrics`), and
-    for a declared name the contract does not make optional. `where` names the run(s) the logs come from."""
+                 where: str = "", unlogged: Sequence[str] = ()) -> tuple[str, ...]:  # fmt: skip
+    """`names` less those the target declares its trainer does not log (`unlogged`, its `unlogged_metrics`:
+    harness/unlogged.py `leave_out`), and less `policy_loss` when none of `logs` has it (TRL logs it only with an
+    entropy bonus), said in a note; a failure instead when the target declares it logs it (`declares`, the
+    factory's `optional_metrics`), and for a declared name the contract does not make optional. `where` names the
+    run(s) the logs come from."""
+    names = leave_out(check, logs, names, unlogged, where)
     unknown = [n for n in declares if n not in OPTIONAL]
     if unknown:
         check.fail(f"the target declares {', '.join(unknown)} among its optional metrics; the contract's optional "
@@ -113,6 +117,8 @@ def logged_names(logs: Sequence[Mapping[str, float]], names: Sequence[str], chec
                        f"({where}; logged: {', '.join(sorted(logs[0]))})")  # fmt: skip
         else:
             check.note(f"{POLICY_LOSS} is not logged by this trainer ({where}): not checked")
+        if names == (POLICY_LOSS,):
+            check.not_applicable(f"{POLICY_LOSS} is not logged by this trainer")
         return tuple(n for n in names if n != POLICY_LOSS)
     return tuple(names)
 

@@ -17,6 +17,7 @@ formula that reproduces the logged numbers when one does (formulas.py; class 54 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -26,6 +27,7 @@ from harness.instrument.observe import Observation, ObservationCache
 from harness.oracle.numbers import finite_float
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
+from harness.unlogged import declared_unlogged, leave_out
 from harness.verdict import Check, CheckResult, MetricStatus
 
 from ..definitions import ADVANTAGE_EPSILON
@@ -178,15 +180,19 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         if not require(check, few, "no interval had a reward statistic over too few scores (a function scoring "
                        "fewer than two of its completions)"):  # fmt: skip
             return check.finish()
-    judge_reward_stats(check, obs, made, rows)
+    judge_reward_stats(check, obs, made, rows, declared_unlogged(cache))
     return check.finish()
 
 
-def judge_reward_stats(check: Check, obs: Observation, made, rows) -> None:
-    """Each interval's logged reward statistics against the oracle's over the completions it trained."""
+def judge_reward_stats(check: Check, obs: Observation, made, rows, unlogged: Sequence[str] = ()) -> None:
+    """Each interval's logged reward statistics against the oracle's over the completions it trained, but those the
+    target declares its trainer does not log (`unlogged`: harness/unlogged.py)."""
     expected = [rewards.reward_stats(made, interval) for interval in rows]
     if not require(check, all(expected), "an interval trained no completion") or not require_logs(obs, (), check):
         return
+    named = list(dict.fromkeys(n for want in expected for n in want))
+    kept = leave_out(check, obs.ran.logs, named, unlogged, obs.spec.split_label)
+    expected = [{n: e for n, e in want.items() if n in kept} for want in expected]
     weights, per_log = tuple(obs.spec.reward_weights or (1.0,)), []
     for index, want in enumerate(expected):
         log, where = obs.ran.logs[index], f"log {index + 1}" if len(expected) > 1 else None
@@ -225,7 +231,7 @@ def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
                    f"{moved} have a non-zero advantage (at least one)"):  # fmt: skip
         return check.finish()
     judge_advantages(check, obs, per_interval, made, rows, advantage_epsilon(cache))
-    judge_reward_stats(check, obs, made, rows)
+    judge_reward_stats(check, obs, made, rows, declared_unlogged(cache))
     if not check.failed:
         check.note(f"{len(watched)} reward-model calls, {scored} completions scored at the head of their last token")
     return check.finish()
@@ -258,15 +264,16 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     if not require(check, stopped and full, f"of the {len(every)} trained completions {stopped} ended with the stop "
                    f"token and {full} ran to max_completion_length={cap} (at least one of each)"):  # fmt: skip
         return check.finish()
-    if not require_logs(obs, lengths.LENGTH_NAMES, check):
+    names = leave_out(check, obs.ran.logs, lengths.LENGTH_NAMES, declared_unlogged(cache), obs.spec.split_label)
+    if not require_logs(obs, names, check):
         return check.finish()
     for index, completions in enumerate(trained):
         where = f"log {index + 1}" if len(trained) > 1 else None
-        logged = usable(obs.ran.logs[index], lengths.LENGTH_NAMES)  # require_logs named the others
+        logged = usable(obs.ran.logs[index], names)  # require_logs named the others
         stats = {n: e for n, e in lengths.length_stats(completions).items() if n in logged}
         verdicts = compare(obs.ran.logs[index], stats, obs.spec.dtype, TOLERANCES, where=where)
         check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype))
-        if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype):
+        if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype, logged):
             check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
                        f"whose last token is the pad as ended with the stop token")  # fmt: skip
     return check.finish()
@@ -284,12 +291,12 @@ def pad_diagnosed(verdicts, completions, dtype) -> list:
     return diagnosed(verdicts, make, dtype, TOLERANCES)
 
 
-def _pad_explains(log, completions, dtype) -> bool:
-    """Whether the logged length statistics are those of a trainer that takes a final pad for the stop token."""
+def _pad_explains(log, completions, dtype, names) -> bool:
+    """Whether the logged length statistics of `names` are those of a trainer that takes a final pad for the stop
+    token."""
     padded = lengths.pad_as_stop(completions)
-    return padded != completions and not any(
-        v.failed for v in compare(log, lengths.length_stats(padded), dtype, TOLERANCES)
-    )
+    wrong = {n: e for n, e in lengths.length_stats(padded).items() if n in names}
+    return padded != completions and not any(v.failed for v in compare(log, wrong, dtype, TOLERANCES))
 
 
 REWARD_SCENARIOS = (

@@ -15,6 +15,7 @@ from harness.compare import compare
 from harness.instrument.observe import ObservationCache
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
+from harness.unlogged import declared_unlogged
 from harness.verdict import Check, CheckResult, CheckStatus
 
 from ..contract import LR0_IDENTITIES, POOLED_NAMES, POOLED_STATS, RATIO_VAR, ROLLOUT
@@ -81,6 +82,7 @@ class _Epochs:
 
     def __init__(self, cache: ObservationCache, epochs: int) -> None:
         self._cache, self._epochs = cache, epochs
+        self.target = getattr(cache, "target", None)  # its declarations (harness/unlogged.py)
 
     def get(self, spec: ScenarioSpec, spy: bool = True):
         return self._cache.get(spec.with_(num_ppo_epochs=self._epochs), spy=spy)
@@ -91,6 +93,7 @@ class _MoreRows:
 
     def __init__(self, cache: ObservationCache, factor: int) -> None:
         self._cache, self._factor = cache, factor
+        self.target = getattr(cache, "target", None)
 
     def get(self, spec: ScenarioSpec, spy: bool = True):
         rows = spec.per_device_train_batch_size * self._factor
@@ -100,7 +103,7 @@ class _MoreRows:
 def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Pooled metrics of the 4+2 split (real padding, non-zero learning rate) equal the oracle's."""
     check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run).with_(num_ppo_epochs=case.param("epochs", 1)))
-    update = oracle_update(obs, 0, check)
+    update = oracle_update(obs, 0, check, unlogged=declared_unlogged(cache))
     if update is not None and require(check, update.padded_rows(), "no response was padded"):
         compare_pooled(obs, update, check)
     return check.finish()
@@ -109,7 +112,7 @@ def uneven_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> Chec
 def even_split(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Two micro-batches of 6 rows per update (the smallest val/ratio_var), non-zero LR: pooled equals the oracle."""
     check, obs = Check(case.id), cache.get(spec_for(EVEN, run))
-    update = oracle_update(obs, 0, check)
+    update = oracle_update(obs, 0, check, unlogged=declared_unlogged(cache))
     if update is not None:
         compare_pooled(obs, update, check)
     return check.finish()
@@ -119,7 +122,7 @@ def freshness(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     """The second update's metrics equal an oracle fed only the second update's records."""
     check, obs = Check(case.id), cache.get(spec_for(UNEVEN, run))
     view = require_view(obs, check)
-    if view is not None and require_logs(obs, POOLED_STATS, check):
+    if view is not None and require_logs(obs, POOLED_STATS, check, declared_unlogged(cache)):
         compare_pooled(obs, view.updates[1], check, earlier=view.updates[0])
     return check.finish()
 
@@ -128,7 +131,7 @@ def rollout_objectives(cache: ObservationCache, run: ScenarioSpec, case: Case) -
     """`objective/*` of every update against the oracle (sums over R only, means over real samples)."""
     check, obs = Check(case.id), cache.get(spec_for(ROLLOUTS[case.param("rollout", "uneven_split")], run))
     view = require_view(obs, check)
-    if view is None or not require_logs(obs, ROLLOUT, check):
+    if view is None or not require_logs(obs, ROLLOUT, check, declared_unlogged(cache)):
         return check.finish()
     scores = update_scores(obs.ran, view.updates)
     for i, update in enumerate(view.updates):
@@ -165,7 +168,7 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
     """At learning rate 0: val/ratio == 1, val/ratio_var == 0, approxkl == 0, clipfrac == 0. No spy needed."""
     check = Check(case.id)
     obs = cache.get(spec_for(LR0, run).with_(num_ppo_epochs=case.param("epochs", 1)), spy=False)
-    if require_logs(obs, LR0_IDENTITIES, check):
+    if require_logs(obs, LR0_IDENTITIES, check, declared_unlogged(cache)):
         identities = {n: LR0_IDENTITIES[n] for n in usable(obs.ran.logs[0], list(LR0_IDENTITIES))}
         verdicts = compare(obs.ran.logs[0], identities, obs.spec.dtype, TOLERANCES, kind="identity")
         check.absorb(diagnose_identities(verdicts, obs.spec))
@@ -175,7 +178,7 @@ def lr0_ratio(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRe
 def all_masked(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Micro-batches with no response token add nothing: no NaN, no zero pulling a mean down."""
     check, obs = Check(case.id), cache.get(spec_for(ALL_MASKED, run))
-    update = oracle_update(obs, 0, check)
+    update = oracle_update(obs, 0, check, unlogged=declared_unlogged(cache))
     if update is not None and require(check, update.empty_micro_batches(), "no all-masked micro-batch was seen"):
         compare_pooled(obs, update, check)
     return check.finish()
@@ -184,7 +187,7 @@ def all_masked(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckR
 def empty_update(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
     """Every response of the update is empty: the response means are 0 (no NaN), the value means still pool."""
     check, obs = Check(case.id), cache.get(spec_for(EMPTY_UPDATE, run))
-    update = oracle_update(obs, 0, check)
+    update = oracle_update(obs, 0, check, unlogged=declared_unlogged(cache))
     only_empty = update is not None and len(update.empty_micro_batches()) == len(update.micro_batches)
     if update is not None and require(check, only_empty, "some response was not empty"):
         compare_pooled(obs, update, check)
@@ -290,7 +293,7 @@ def _told(result: CheckResult, cache: ObservationCache, run: ScenarioSpec, case:
     problems = [f"{p}: the scenario did not test what it should" for p in missing]
     tokens = clip_tokens(view, obs.spec, scores) if {"cliprange", "cliprange_value"} & set(settings) else {}
     notes = [f"{n} tokens change their clip indicator at the default {s}" for s, n in tokens.items()]
-    status = CheckStatus.FAIL if problems or not result.passed else CheckStatus.PASS
+    status = CheckStatus.FAIL if problems else result.status
     return replace(result, status=status, problems=result.problems + tuple(problems), notes=result.notes + tuple(notes))
 
 

@@ -12,6 +12,7 @@ from harness.compare import compare
 from harness.instrument.observe import Observation, Ran
 from harness.require import require_logged, require_ran, usable
 from harness.tolerances import tolerance
+from harness.unlogged import leave_out
 from harness.verdict import Check
 
 from ..contract import POOLED_STATS
@@ -40,15 +41,18 @@ def logprob_problems(ran: Ran, dtype: str) -> list[str]:
     return problems
 
 
-def require_logs(obs: Observation, names: Sequence[str], check: Check) -> bool:
+def require_logs(obs: Observation, names: Sequence[str], check: Check, unlogged: Sequence[str] = ()) -> bool:
     """True when the run finished with one log per update; each update's metrics not logged as finite numbers among
-    `names` fail the check, named (`require_logged`), without stopping it: the caller compares the rest (`usable`)."""
+    `names` fail the check, named (`require_logged`), without stopping it: the caller compares the rest (`usable`).
+    Those the target declares its trainer does not log (`unlogged`) are left out, with a note; one it logs anyway
+    fails the check (harness/unlogged.py `leave_out`)."""
     ran = require_ran(obs, check)
     if ran is None:
         return False
     if len(ran.logs) != obs.spec.total_updates:
         check.fail(f"expected {obs.spec.total_updates} logged update(s), saw {len(ran.logs)}")
         return False
+    names = leave_out(check, ran.logs, names, unlogged, obs.spec.split_label)
     require_logged(check, ran.logs, names, obs.spec.split_label, "update")
     return True
 
@@ -88,11 +92,13 @@ def require_view(obs: Observation, check: Check) -> RunView | None:
     return view
 
 
-def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[str] = POOLED_STATS) -> UpdateView | None:
+def oracle_update(obs: Observation, index: int, check: Check, names: Sequence[str] = POOLED_STATS,
+                  unlogged: Sequence[str] = ()) -> UpdateView | None:  # fmt: skip
     """Update `index`'s view, when the run has the expected geometry and logged every update (the metrics of `names`
-    it did not log as finite numbers fail the check, named: `compare_pooled` compares the others)."""
+    it did not log as finite numbers fail the check, named, but those of `unlogged`, which the target declares its
+    trainer does not log: `compare_pooled` compares the others)."""
     view = require_view(obs, check)
-    if view is None or not require_logs(obs, names, check):
+    if view is None or not require_logs(obs, names, check, unlogged):
         return None
     return view.updates[index]
 
