@@ -332,4 +332,13 @@ NOT_APPLICABLE = {
 build.algorithm = "grpo"
 build.definitions = "verl"
 build.optional_metrics = ("policy_loss",)
+build.unlogged_metrics = (
+    # verl 0.9.1 logs one clip fraction over both sides, actor/pg_clipfrac, and the dual-clip one, pg_clipfrac_lower
+    # (core_algos.compute_policy_loss_vanilla): no low or high mean, no extreme over completions
+    "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min", "clip_ratio/high_max",
+    # the score's mean, max and min (metric_utils.compute_data_metrics: critic/score/*), one number per completion
+    "reward_std", "frac_reward_zero_std", "rewards/*/mean", "rewards/*/std",
+    # every completion's lengths, none over the terminated ones alone (compute_data_metrics: response_length/*)
+    "completions/mean_terminated_length", "completions/min_terminated_length", "completions/max_terminated_length",
+)  # fmt: skip
 build.not_applicable = NOT_APPLICABLE
