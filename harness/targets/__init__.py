@@ -144,7 +144,7 @@ def declared_metrics(factory: Callable) -> tuple[str, ...]:
     return tuple(declared)
 
 
-def declared_unlogged(factory: Callable, algorithm: str, optional: Iterable[str] = ()) -> tuple[str, ...]:
+def declared_unlogged_metrics(factory: Callable, algorithm: str, optional: Iterable[str] = ()) -> tuple[str, ...]:
     """The contract's metrics `factory` declares its trainer does not log (`factory.unlogged_metrics`), () when it
     declares none; HarnessConfigError when the attribute is not a list or tuple of names, a name is none of
     `algorithm`'s contract (nor one its patterns stand for), or one is also among its `optional` metrics."""
@@ -255,7 +255,7 @@ def resolve(name: str) -> Target:
         )
     try:
         optional, cannot = declared_metrics(factory), declared_not_applicable(factory)
-        unlogged = declared_unlogged(factory, algorithm, optional)
+        unlogged = declared_unlogged_metrics(factory, algorithm, optional)
         definitions = declared_definitions(factory, algorithm)
     except HarnessConfigError as exc:
         raise HarnessConfigError(f"target {name!r}: {exc}") from None
