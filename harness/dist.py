@@ -123,7 +123,7 @@ def rank_results(algorithm: Any, target: Any, out: Path, runs: list[str], proces
     reads = rank_reads(algorithm, processes)
     if reads is None and errors:
         raise HarnessConfigError("; ".join(f"run {name}: {said}" for name, said in errors.items()))
-    computed = {str(r.id): r for r in algorithm.rank_checks(made, target.optional_metrics, **extra)} if made else {}
+    computed = {str(r.id): r for r in algorithm.rank_checks(made, target, **extra)} if made else {}
     results = []
     for check_id in reads if reads is not None else [r.id for r in computed.values()]:
         reason = target.not_applicable_reason(check_id)

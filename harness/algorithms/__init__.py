@@ -165,10 +165,10 @@ class Algorithm(Protocol):
         """`spec` as rank `rank` of `world_size` runs it."""
         ...
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Any]], declares: Sequence[str] = ()) -> list:
-        """The checks of `verify-dist` on every rank's runs (`Ran`s by run name); `declares`: the contract's
-        optional metrics the target declares it logs (its factory's `optional_metrics`), held to as on one
-        process."""
+    def rank_checks(self, runs: Mapping[str, Sequence[Any]], target: Any = None) -> list:
+        """The checks of `verify-dist` on every rank's runs (`Ran`s by run name); `target`: the resolved target
+        (harness/targets `Target`, None for none), whose declarations (optional and unlogged metrics, definitions)
+        hold there as on one process."""
         ...
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
@@ -118,13 +118,14 @@ class GRPOAlgorithm:
         """Every rank runs the same spec (the trainer reads its rank from the process group)."""
         return spec
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = (),
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], target: Any = None,
                     settings: dict | None = None) -> list[CheckResult]:  # fmt: skip
-        """The checks of `verify-dist` on every rank's runs (those whose runs are all there); a declared optional
-        metric must be logged there too."""
+        """The checks of `verify-dist` on every rank's runs (those whose runs are all there), `target`'s
+        declarations held as on one process: a declared optional metric must be logged there too, a declared
+        unlogged one is left out, and the oracle takes its declared definitions."""
         from . import ranks
 
-        return ranks.rank_checks(dict(runs), tuple(declares), settings)
+        return ranks.rank_checks(dict(runs), ranks.Declared.of(target), settings)
 
 
 GRPO = GRPOAlgorithm()

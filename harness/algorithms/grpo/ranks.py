@@ -16,6 +16,7 @@ each rank's masks are the contract's, and each rank's reward functions were give
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckId, CheckResult
 
 from .contract import pooled_names
+from .definitions import ADVANTAGE_EPSILON
 from .instruments import recorded
 from .oracle import gradients, rewards
 from .oracle.expect import expected_metrics, intervals
@@ -45,6 +47,26 @@ ENTROPY = "entropy"
 
 REWARDS = UNEVEN.with_(name="advantages", reward_weights=(1.0, -0.5), scale_rewards="batch")
 """Two reward functions, advantages scaled by the generation batch's std: a rank's own std is not the batch's."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the target declares that verify-dist's checks read, as the checks of one process do: the optional
+    metrics it logs, those it does not log, its definitions ((name, value) pairs) and its advantage epsilon."""
+
+    optional: tuple[str, ...] = ()
+    unlogged: tuple[str, ...] = ()
+    definitions: tuple[tuple[str, Any], ...] = ()
+    advantage_epsilon: float = rewards.STD_EPS
+
+    @classmethod
+    def of(cls, target: Any) -> Declared:
+        """The declarations of a resolved target (harness/targets `Target`); the defaults for None."""
+        if target is None:
+            return cls()
+        epsilon = target.definition(ADVANTAGE_EPSILON, rewards.STD_EPS)
+        return cls(tuple(target.optional_metrics), tuple(target.unlogged_metrics), tuple(target.definitions),
+                   float(epsilon))  # fmt: skip
 
 
 GRADIENT_LOSS_TYPES = ("grpo", "bnpo")
@@ -80,31 +102,32 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
     }
 
 
-def rank_checks(runs: dict[str, Sequence[Ran]], declares: Sequence[str] = (),
+def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
                 settings: Mapping[str, Any] | None = None) -> list[CheckResult]:  # fmt: skip
-    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank (`declares`: the optional
-    metrics the target declares it logs); logp_gradient on every rank's recorded gradients, against the formula
-    with every rank's counts and the world factor; the checks of the reward run. Only the checks whose runs are all
+    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank; logp_gradient on every
+    rank's recorded gradients, against the formula with every rank's counts and the world factor; the checks of the
+    reward run; each as the target `declared` it (its metrics, its definitions). Only the checks whose runs are all
     in `runs` (`rank_reads`); `settings`: those the runs were made with."""
     specs = rank_specs(0, settings)
     results = []
     if "uneven_lengths" in runs:
         ranks, spec = runs["uneven_lengths"], specs["uneven_lengths"]
         world = (("ranks", len(ranks)),)
-        results += [pooled_across_ranks(ranks, spec, index, CheckId(name, world), declares)
+        results += [pooled_across_ranks(ranks, spec, index, CheckId(name, world), declared)
                     for index, name in enumerate(("uneven_lengths", "freshness"))]  # fmt: skip
-        results.append(logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", world)))
+        results.append(logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", world), declared))
     for t in GRADIENT_LOSS_TYPES:
         if f"logp_gradient_{t}" in runs:
             ranks = runs[f"logp_gradient_{t}"]
             check_id = CheckId("logp_gradient", (("ranks", len(ranks)), ("loss_type", t)))
-            results.append(logp_gradient_across_ranks(ranks, specs[f"logp_gradient_{t}"], check_id))
+            results.append(logp_gradient_across_ranks(ranks, specs[f"logp_gradient_{t}"], check_id, declared))
     if "advantages" in runs:
-        results += rollout_across_ranks(runs["advantages"], specs["advantages"])
+        results += rollout_across_ranks(runs["advantages"], specs["advantages"], declared)
     return results
 
 
-def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:
+def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId,
+                               declared: Declared = Declared()) -> CheckResult:  # fmt: skip
     """Every optimizer step reduced alike on every rank (each rank's .grad one vector, a times the sum of every
     rank's own backward contributions: harness/oracle/gradients.py `reduction`), and each rank's dL/dlogp ==
     world * the window weight over every rank's tokens * d l_t / d logp_t."""
@@ -116,7 +139,8 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
         return check.finish()
     records = [rec for r in ranks for rec in recorded(r).loss_inputs]
     try:
-        gap = gradients.gaps(records, gradients.WindowWeights.of(spec, world=len(ranks)))
+        gap = gradients.gaps(records, gradients.WindowWeights.of(spec, world=len(ranks),
+                                                                 definitions=declared.definitions))  # fmt: skip
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
         return check.finish()
@@ -128,14 +152,14 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
 
 
 def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_id: CheckId,
-                        declares: Sequence[str] = ()) -> CheckResult:  # fmt: skip
-    """Log `index` of every rank against the oracle fed every rank's records of that interval; the optional metrics
-    as on one process (checks.logged_names: left out, said in a note, where no log has them and the target does not
-    declare them; a failure where it does)."""
+                        declared: Declared = Declared()) -> CheckResult:  # fmt: skip
+    """Log `index` of every rank against the oracle fed every rank's records of that interval; the declared metrics
+    as on one process (preconditions.logged_names: an optional one left out, said in a note, where no log has it
+    and the target does not declare it, a failure where it does; a declared unlogged one left out)."""
     check = Check(check_id)
     logs = [r.logs for r in ranks]
     names = logged_names([log for each in logs for log in each], pooled_names(spec.beta, spec.loss_type), check,
-                         declares, "every rank")  # fmt: skip
+                         declared.optional, "every rank", declared.unlogged)  # fmt: skip
     if any(len(log) != spec.total_logs for log in logs):
         check.fail(f"ranks logged {[len(log) for log in logs]} intervals, expected {spec.total_logs} each")
         return check.finish()
@@ -149,7 +173,7 @@ def pooled_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, index: int, check_
     if sorted({int(rec.rank) for records in per_rank for rec in records}) != list(range(len(ranks))):
         check.fail("the loss records do not name every rank once")
         return check.finish()
-    pooled = expected_metrics([rec for records in per_rank for rec in records], spec)
+    pooled = expected_metrics([rec for records in per_rank for rec in records], spec, declared.definitions)
     if ranks_differ(per_rank, pooled[ENTROPY].value, spec, check):
         logged = {n: logs[0][index][n] for n in names if n in logs[0][index]}
         check.absorb(compare(logged, {n: pooled[n] for n in names}, spec.dtype, TOLERANCES))
@@ -170,17 +194,18 @@ def ranks_differ(per_rank, pooled: float | None, spec: GRPOSpec, check: Check) -
     return True
 
 
-def rollout_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec) -> list[CheckResult]:
+def rollout_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, declared: Declared = Declared()) -> list[CheckResult]:
     """advantages, completion_mask and reward_inputs on every rank's records (module docstring)."""
     world = (("ranks", len(ranks)),)
-    return [advantages_across_ranks(ranks, spec, CheckId("advantages", world)),
+    return [advantages_across_ranks(ranks, spec, CheckId("advantages", world), declared.advantage_epsilon),
             masks_across_ranks(ranks, CheckId("completion_mask", world)),
             reward_inputs_across_ranks(ranks, CheckId("reward_inputs", world))]  # fmt: skip
 
 
-def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId) -> CheckResult:
-    """Every rank's loss rows' advantages == the oracle's over every rank's scores, which a rank's own differ
-    from."""
+def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId,
+                            epsilon: float = rewards.STD_EPS) -> CheckResult:  # fmt: skip
+    """Every rank's loss rows' advantages == the oracle's over every rank's scores (`epsilon`: the advantage's, as
+    the target declares it), which a rank's own differ from."""
     check = Check(check_id)
     kept = [recorded(r) for r in ranks]
     if not all(k.loss_inputs and k.reward_calls for k in kept):
@@ -188,7 +213,8 @@ def advantages_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: Chec
         return check.finish()
     calls = [c for k in kept for c in k.reward_calls]
     records = [rec for k in kept for rec in k.loss_inputs]
-    made, alone = rewards.generations(calls, spec), [rewards.generations(k.reward_calls, spec) for k in kept]
+    made = rewards.generations(calls, spec, epsilon)
+    alone = [rewards.generations(k.reward_calls, spec, epsilon) for k in kept]
     rows = rewards.trained_rows(records, made) if not isinstance(made, str) else made
     problem = next((x for x in (made, rows, *alone) if isinstance(x, str)), None)
     if problem is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.algorithms import Bench, Live, Mutation
 from harness.contract import Contract
@@ -104,12 +104,13 @@ class PPOAlgorithm:
         """PPO's specs vary the padding by rank."""
         return spec.with_(rank=rank, world_size=world_size)
 
-    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], declares: Sequence[str] = (),
+    def rank_checks(self, runs: Mapping[str, Sequence[Ran]], target: Any = None,
                     settings: dict | None = None) -> list[CheckResult]:  # fmt: skip
-        """The checks of `verify-dist` on every rank's runs (the PPO contract has no optional metric to declare)."""
+        """The checks of `verify-dist` on every rank's runs; the metrics `target` declares its trainer does not log
+        are left out as on one process (the PPO contract has no optional metric to declare)."""
         from . import ranks
 
-        return ranks.rank_checks(dict(runs), settings)
+        return ranks.rank_checks(dict(runs), settings, tuple(target.unlogged_metrics) if target is not None else ())
 
 
 PPO = PPOAlgorithm()

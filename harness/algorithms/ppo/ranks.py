@@ -28,6 +28,7 @@ from harness.instrument.observe import Ran
 from harness.oracle.gradients import reductions
 from harness.oracle.pooling import Expectation
 from harness.settings import applied
+from harness.unlogged import leave_out
 from harness.verdict import Check, CheckId, CheckResult
 
 from .contract import LR0_IDENTITIES, POOLED_STATS, ROLLOUT
@@ -58,28 +59,32 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
             CheckId("lr0_ratio", world): ("lr0_ratio",), CheckId("logp_gradient", world): ("lr0_ratio",)}  # fmt: skip
 
 
-def rank_checks(runs: dict[str, Sequence[Ran]], settings: Mapping[str, Any] | None = None) -> list[CheckResult]:
+def rank_checks(runs: dict[str, Sequence[Ran]], settings: Mapping[str, Any] | None = None,
+                unlogged: Sequence[str] = ()) -> list[CheckResult]:  # fmt: skip
     """uneven_split (update 1), freshness (update 2) and lr0_ratio on the pooled records of every rank; only those
-    whose runs are in `runs` (`rank_reads`); `settings`: those the runs were made with."""
+    whose runs are in `runs` (`rank_reads`); `settings`: those the runs were made with; `unlogged`: the metrics the
+    target declares its trainer does not log, left out as on one process."""
     specs, results = rank_specs(0, settings), []
     if "uneven_split" in runs:
         uneven, spec = runs["uneven_split"], specs["uneven_split"]
         world = (("ranks", len(uneven)),)
-        results += [pooled_across_ranks(uneven, spec, 0, CheckId("uneven_split", world)),
-                    pooled_across_ranks(uneven, spec, 1, CheckId("freshness", world))]  # fmt: skip
+        results += [pooled_across_ranks(uneven, spec, 0, CheckId("uneven_split", world), unlogged),
+                    pooled_across_ranks(uneven, spec, 1, CheckId("freshness", world), unlogged)]  # fmt: skip
     if "lr0_ratio" in runs:
         lr0, spec = runs["lr0_ratio"], specs["lr0_ratio"]
         world = (("ranks", len(lr0)),)
-        results += [lr0_identities(lr0, spec, CheckId("lr0_ratio", world)),
+        results += [lr0_identities(lr0, spec, CheckId("lr0_ratio", world), unlogged),
                     gradients_across_ranks(lr0, spec, CheckId("logp_gradient", world))]  # fmt: skip
     return results
 
 
-def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, check_id: CheckId) -> CheckResult:
-    """Logged metrics of update `index` against the oracle fed every rank's records of that update."""
+def pooled_across_ranks(ranks: Sequence[Ran], spec: ScenarioSpec, index: int, check_id: CheckId,
+                        unlogged: Sequence[str] = ()) -> CheckResult:  # fmt: skip
+    """Logged metrics of update `index` against the oracle fed every rank's records of that update, less those the
+    target declares its trainer does not log (`unlogged`)."""
     check = Check(check_id)
-    names = POOLED_STATS + ROLLOUT
     logs = [r.logs for r in ranks]
+    names = leave_out(check, [log for each in logs for log in each], POOLED_STATS + ROLLOUT, unlogged, "every rank")
     if any(len(log) != spec.total_updates for log in logs):
         check.fail(f"ranks logged {[len(log) for log in logs]} updates, expected {spec.total_updates} each")
         return check.finish()
@@ -116,14 +121,16 @@ def ranks_differ(updates: Sequence[UpdateView], pooled: float | None, spec: Scen
     return True
 
 
-def lr0_identities(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: CheckId) -> CheckResult:
-    """The LR-0 identities, as logged by the first rank."""
+def lr0_identities(ranks: Sequence[Ran], spec: ScenarioSpec, check_id: CheckId,
+                   unlogged: Sequence[str] = ()) -> CheckResult:  # fmt: skip
+    """The LR-0 identities, as logged by the first rank, less those the target declares it does not log."""
     check = Check(check_id)
     logs = ranks[0].logs
-    if not logs or any(n not in logs[0] for n in LR0_IDENTITIES):
+    names = leave_out(check, logs, tuple(LR0_IDENTITIES), unlogged, "rank 0")
+    if not logs or any(n not in logs[0] for n in names):
         check.fail("the trainer logged no update, or not every identity metric")
-    else:
-        check.absorb(compare(logs[0], LR0_IDENTITIES, spec.dtype, TOLERANCES, kind="identity"))
+    elif names:
+        check.absorb(compare(logs[0], {n: LR0_IDENTITIES[n] for n in names}, spec.dtype, TOLERANCES, kind="identity"))
     return check.finish()
 
 

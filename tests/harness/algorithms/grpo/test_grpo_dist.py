@@ -97,3 +97,24 @@ def test_a_declared_policy_loss_missing_on_every_rank_fails_the_pooled_checks(tm
         assert "policy_loss is declared (the target's `optional_metrics`) but no log has it (every rank;" in (
             checks[check_id]["message"]
         )
+
+
+@pytest.mark.slow
+def test_across_ranks_the_target_is_held_to_what_it_declares_as_on_one_process(tmp_path):
+    """verify-dist reads the target's declarations: the definitions it declares are the oracle's (its advantage
+    epsilon), and a metric it declares it does not log is left out with the note; declaring neither, the same
+    trainer fails the pooled checks, naming the metric, and the advantages (TRL's 1e-4 is not its epsilon)."""
+    from tests.support.dist_declared import DROPPED
+    from tests.support.unlogged_doubles import NOTE
+
+    code, report, output = verify_dist(tmp_path / "declaring", "tests.support.dist_declared:declaring")
+    assert code == 0, output[-3000:]
+    checks = {c["id"]: c for c in report["checks"]}
+    for check_id in ("uneven_lengths[ranks=2]", "freshness[ranks=2]"):
+        assert checks[check_id]["status"] == "pass" and f"{NOTE}{DROPPED}" in checks[check_id]["message"]
+    code, report, output = verify_dist(tmp_path / "undeclared", "tests.support.dist_declared:undeclared")
+    failed = {c["id"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
+    assert code == 1 and set(failed) == {"uneven_lengths[ranks=2]", "freshness[ranks=2]", "advantages[ranks=2]"}, (
+        output[-3000:]
+    )
+    assert all(DROPPED in failed[c] for c in ("uneven_lengths[ranks=2]", "freshness[ranks=2]"))
