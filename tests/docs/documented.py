@@ -162,7 +162,7 @@ COMMANDS: tuple[Command, ...] = (
              "pip install trl==1.16.0"),  # fmt: skip
     *not_run(INSTALL, "nox -s install_check", "pip install '/path/to/ppo-stats-harness[gate]'",
              "pip install 'ppo-stats-harness[gate] @ git+https://github.com/OWNER/ppo-stats-harness'",
-             "pip install 'ppo_stats_harness-0.5.0-py3-none-any.whl[gate]'", "pip install -e '.[test,trl,mutation]'",
+             "pip install 'ppo_stats_harness-0.6.0-py3-none-any.whl[gate]'", "pip install -e '.[test,trl,mutation]'",
              "pip install -e '.[gate]' -e 'examples/external_grpo[test]'", "pip install -e '.[gate]'",
              "pip install -e '.[trl]' -c constraints.txt", "pip install 'ppo-stats-harness[trl-ppo]'",
              "pip install /path/to/ppo-stats-harness"),  # fmt: skip
