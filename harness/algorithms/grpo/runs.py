@@ -94,11 +94,29 @@ def asymmetric_clip_spec(run: GRPOSpec) -> GRPOSpec:
     return spec
 
 
-def sequence_level_spec(run: GRPOSpec) -> GRPOSpec:
-    """The extremes geometry (two passes at LR 0.05) at importance_sampling_level 'sequence' under grpo, GSPO's
+SEQUENCE_CISPO_CAP = 0.5
+"""cispo's epsilon_high in its sequence-level run when the run keeps the default 0.2. Its sequence ratios lie mostly
+below 1 (the first window's are exactly 1): of the reference's completions with a token and a non-zero advantage at
+seeds 0-4, 7 to 16 are above 0.5 (capped) and 9 to 18 not, 3 to 6 of the capped ones flagged (A > 0); at the
+off_policy run's cap 1, 0 to 2 are capped (none at seeds 1 and 3)."""
+
+
+def sequence_level_spec(run: GRPOSpec, loss_type: str = "grpo") -> GRPOSpec:
+    """The extremes geometry (two passes at LR 0.05) at importance_sampling_level 'sequence'. Under grpo, GSPO's
     setup (TRL advises grpo with it): one ratio per completion, so some completions are clipped whole (9 to 16 of
-    the 32 trained rows of the reference's run at seeds 0-4, with some left unclipped in every interval)."""
-    return clipping(run).with_(name="sequence_level", importance_sampling_level="sequence", loss_type="grpo")
+    the 32 trained rows of the reference's run at seeds 0-4, with some left unclipped in every interval). Under
+    cispo (its cap at SEQUENCE_CISPO_CAP where the run keeps the default), sapo or vespo: the off_policy run at
+    sequence level, vespo's with a bias-corrected KL (beta 0.04 where the run's is 0), the one term its sequence
+    ratio reaches."""
+    if loss_type == "grpo":
+        return clipping(run).with_(name="sequence_level", importance_sampling_level="sequence", loss_type="grpo")
+    spec = spec_for(EXTREME, run).with_(name="sequence_level", loss_type=loss_type,
+                                        importance_sampling_level="sequence")  # fmt: skip
+    if loss_type == "cispo" and run.epsilon_high == GRPOSpec().epsilon_high:
+        spec = spec.with_(epsilon_high=SEQUENCE_CISPO_CAP)
+    if loss_type == "vespo":
+        spec = spec.with_(beta=run.beta or GRPOSpec().beta, use_bias_correction_kl=True)
+    return spec
 
 
 def at_cap_spec(run: GRPOSpec) -> GRPOSpec:

@@ -2,12 +2,13 @@
 formula), `gradient_partition` (the step's gradient whatever the cut) and `every_microbatch_applied` (one step
 per window, after exactly its backward passes).
 
-Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes,
-off_policy for cispo, sapo and vespo, and reward_stats' small groups, the one run that stores no old log-probs),
-so they cost nothing more; four more runs, of the extremes geometry (two passes at LR 0.05, tokens clipped),
-cover beta 0, a KL without the bias correction, delta's cap and clip bounds that differ (epsilon_low 0.05,
-epsilon_high 0.6), and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at
-the wrong floor shows. gradients.py has the formula.
+Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes, off_policy for
+cispo, sapo and vespo, extremes' sequence-level runs of grpo and cispo, and reward_stats' small groups, the one
+run that stores no old log-probs), so they cost nothing more; the sequence-level runs of sapo and vespo are this
+check's alone (scenarios/sequence.py says what each sequence-level run must show); four more runs, of the extremes
+geometry (two passes at LR 0.05, tokens clipped), cover beta 0, a KL without the bias correction, delta's cap and
+clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6), and two small ones (grpo, dr_grpo) windows of a
+single completion, where a count clamped at the wrong floor shows. gradients.py has the formula.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from ..instruments import recorded
 from ..oracle import gradients
 from ..oracle.token_gradients import token_gradient
 from ..runs import GRADIENT_CUTS, LR0, NO_GRADIENT, ON_THE_FLY, SHORT, SOFT, UNEVEN, clipping, off_policy_spec, spec_for
-from ..spec import CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
+from ..spec import CLIPPED_LOSS_TYPES, CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRPOSpec
 from ..tolerances import TOLERANCES
 from ..wrong import gradient_formulas
+from . import sequence
 from .preconditions import definitions, require_records, untrained_micro_batches, window_sizes
 
 DELTA = 1.3
@@ -51,7 +53,8 @@ RUNS = {
     "sequence_level": "the extremes run at importance_sampling_level 'sequence' under grpo (GSPO): one ratio per "
     "completion, each token's gradient through its completion's mean log-ratio; some completions clipped",
 }
-"""The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type)."""
+"""The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type); off_policy and
+sequence_level also run cispo, sapo and vespo, named by their loss type."""
 SINGLE = ("grpo", "dr_grpo")
 """Loss types run with windows of a single completion (`run=single_completion`): their counts are completions."""
 CLIPPED = ("extremes", "beta0", "kl_uncorrected", "sequence_level")
@@ -78,7 +81,7 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
     if name == "clip_asymmetric":
         return runs.asymmetric_clip_spec(run)
     if name == "sequence_level":
-        return runs.sequence_level_spec(run)
+        return runs.sequence_level_spec(run, case.param("loss_type", "grpo"))
     spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
@@ -113,11 +116,15 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     if not gap.scale > 0:
         return all_zero(check, recorded(obs.ran).loss_inputs, spec, gap.compared)
-    if case.param("run") in CLIPPED and gap.clipped == 0:
+    if case.param("run") in CLIPPED and spec.loss_type in CLIPPED_LOSS_TYPES and gap.clipped == 0:
         check.fail("no token's gradient was zeroed by the clip: the run did not show the clipped branch")
         return check.finish()
     if case.param("run") == "sequence_level":
-        check.note(f"{clipped_completions(gap)} completions clipped whole (their policy term's gradient zeroed)")
+        count, what = sequence.shown(gap, spec.dtype)
+        if not count:
+            check.fail(f"0 {what}: the run did not show what {spec.loss_type}'s sequence level changes")
+            return check.finish()
+        check.note(f"{count} {what}")
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
         if not told:
@@ -131,11 +138,6 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     judge(check, gap, spec, f"{spec.split_label} {gap.where}")
     return check.finish()
-
-
-def clipped_completions(gap: gradients.Gaps) -> int:
-    """Compared rows whose tokens the clip zeroes: at sequence level a completion is clipped whole or not at all."""
-    return sum(int(row.terms.clipped.any(dim=1).sum()) for row in gap.rows)
 
 
 def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
@@ -263,11 +265,13 @@ LOGP_GRADIENT = Scenario(
     (("loss_type", LOSS_TYPES),),
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
     "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
-    "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy)",
+    "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy, and "
+    "at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the sequence ratio)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),
         *((("run", "off_policy"), ("loss_type", t)) for t in SOFT),
+        *((("run", "sequence_level"), ("loss_type", t)) for t in SOFT),
     ),
 )
 

@@ -49,6 +49,7 @@ from .preconditions import (
     run_logs,
     window_sizes,
 )
+from .sequence import flagged_completions
 
 
 def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None:
@@ -153,12 +154,14 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     pool over completions, with completions clipped and others not in each interval. `run=clip_asymmetric`: the
     same on logp_gradient[run=clip_asymmetric]'s run (epsilon_low 0.05, epsilon_high 0.6, or the run's own bounds
     where they differ), which must hold a token whose flag differs from its flag at TRL's default epsilon 0.2: the
-    flags' bounds are the settings', not a constant."""
+    flags' bounds are the settings', not a constant. `run=sequence_level,loss_type=cispo`: cispo's flag, one per
+    completion there, in cispo_clip_ratio over completions (scenarios/sequence.py), with the other pooled metrics of
+    logp_gradient's run of it."""
     sequence_level = case.param("run") == "sequence_level"
     asymmetric = case.param("run") == "clip_asymmetric"
     check = Check(case.id)
     if sequence_level:
-        spec = sequence_level_spec(run)
+        spec = sequence_level_spec(run, case.param("loss_type", "grpo"))
     else:
         spec = asymmetric_clip_spec(run) if asymmetric else clipping(run)
     obs = cache.get(spec, spy=False)
@@ -179,7 +182,8 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
 
     def whole(per_interval):
         for interval in per_interval:
-            flags = torch.cat([t.region.any(dim=1) for t in interval.terms if t.mask.any()] or [torch.zeros(0)])
+            flags = [flagged_completions(t, spec.loss_type) for t in interval.terms if t.mask.any()]
+            flags = torch.cat(flags or [torch.zeros(0)])
             clipped = int(flags.sum())
             if not 0 < clipped < flags.numel():
                 return (f"interval {interval.index + 1}: {clipped} of its {flags.numel()} completions clipped: "
@@ -311,9 +315,10 @@ POOLED_SCENARIOS = (
              "windows of 3 and 1 micro-batches in one interval (TRL issue 7047): pooled == oracle"),
     Scenario("extremes", extremes, (),
              "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle (also at "
-             "importance_sampling_level 'sequence' under grpo: flags per completion, pooled over completions; and "
-             "at epsilon_low 0.05, epsilon_high 0.6: flags at the settings' bounds, not 0.2)",
-             ((), (("run", "sequence_level"),), (("run", "clip_asymmetric"),))),
+             "importance_sampling_level 'sequence' under grpo and cispo: flags per completion, pooled over "
+             "completions; and at epsilon_low 0.05, epsilon_high 0.6: flags at the settings' bounds, not 0.2)",
+             ((), (("run", "sequence_level"),), (("run", "clip_asymmetric"),),
+              (("run", "sequence_level"), ("loss_type", "cispo")))),
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_interval", empty_interval, (),
