@@ -3,7 +3,8 @@
 `trl` is TRL's GRPOTrainer, the contract of docs/grpo-metrics.md and the default: a target that declares nothing
 is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
 formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
-`Settings` (oracle/expect.py) carry the entries of `IN_THE_LOSS` under the same names.
+`Settings` (oracle/expect.py) carry the entries of `IN_THE_LOSS` under the same names; its window weights
+(oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ PARTIAL_LAST_INTERVAL = "partial_last_interval"
 KL_CLAMP = "kl_clamp"
 KL_IMPORTANCE_WEIGHTING = "kl_importance_weighting"
 DUAL_CLIP_RATIO = "dual_clip_ratio"
+TOKEN_MEAN_SCOPE = "token_mean_scope"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
+GENERATION, WINDOW = "generation", "window"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
+TOKEN_MEAN_LOSS_TYPES = ("dapo", "cispo", "vespo")
+"""The loss types whose window loss is a token sum over a token count, the count `token_mean_scope` says."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,17 @@ VOCABULARY = Vocabulary(
             "where A < 0: l_t = min(-A c, -min(r A, clip(r) A)), c = dual_clip_ratio: no policy gradient where r > c",
             above=1.0,
         ),
+        Definition(
+            TOKEN_MEAN_SCOPE,
+            "the tokens a token-mean loss (dapo, cispo, vespo) divides an optimizer step's summed loss by",
+            "weight_t = 1 / (tokens of t's generation batch * micro-batches of the window / steps_per_generation) "
+            "('generation'); 1 / tokens of t's window, the optimizer step's micro-batches on every rank ('window')",
+            (GENERATION, WINDOW),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
-                        KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None},
+                        KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -87,9 +99,13 @@ VOCABULARY = Vocabulary(
                  "not clamped",
                  KL_IMPORTANCE_WEIGHTING: "TRL GRPOTrainer, _compute_loss: per_token_kl * coef_1 when "
                  "args.use_bias_correction_kl",
-                 DUAL_CLIP_RATIO: "TRL GRPOTrainer, _compute_loss: -min(coef_1 A, coef_2 A), no third bound"}),
+                 DUAL_CLIP_RATIO: "TRL GRPOTrainer, _compute_loss: -min(coef_1 A, coef_2 A), no third bound",
+                 TOKEN_MEAN_SCOPE: "TRL GRPOTrainer, _compute_loss: (per_token_loss * mask).sum() / "
+                 "(num_items_in_batch / num_processes * current_gradient_accumulation_steps / steps_per_generation), "
+                 "num_items_in_batch the generation batch's tokens on every process "
+                 "(_generate_and_score_completions)"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
-                         KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0},
+                         KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -99,7 +115,11 @@ VOCABULARY = Vocabulary(
                  KL_IMPORTANCE_WEIGHTING: "verl, workers/utils/losses.py, ppo_loss: agg_loss of kl_penalty(log_prob, "
                  "ref_log_prob, kl_loss_type) times kl_loss_coef, no ratio",
                  DUAL_CLIP_RATIO: "verl, trainer/ppo/core_algos.py, compute_policy_loss_vanilla: clip_ratio_c "
-                 "(default 3.0) bounds the loss of A < 0 at -A clip_ratio_c"}),
+                 "(default 3.0) bounds the loss of A < 0 at -A clip_ratio_c",
+                 TOKEN_MEAN_SCOPE: "verl, trainer/ppo/core_algos.py, agg_loss('token-mean'): masked_sum(loss) / "
+                 "batch_num_tokens * dp_size, batch_num_tokens the mini-batch's tokens on every rank "
+                 "(workers/engine/fsdp/transformer_impl.py, forward_backward_batch), one mini-batch per optimizer "
+                 "step (workers/engine_workers.py, TrainingWorker.train_mini_batch)"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -8,6 +8,7 @@ l_t by (section 4, every count over every rank):
     bnpo                 1 / (tokens of t's micro-batch * micro-batches of the window)  (TRL's local batch)
     dr_grpo              1 / (completions of the window * max_completion_length)
     dapo, cispo, vespo   1 / (tokens of t's generation batch * micro-batches of the window / steps_per_generation)
+                         (token_mean_scope 'generation', the default); 1 / tokens of t's window ('window')
     luspo                1 / completions of the window
 
 and each rank's loss is multiplied by the number of ranks (data parallelism averages the ranks'
@@ -25,17 +26,19 @@ times the mean, and its float rounding with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.definitions import value_of
 from harness.errors import NotRecomputable
 from harness.instrument.loss import LossRecord
 from harness.oracle.gradients import Factor, factor_note
 from harness.oracle.pooling import Expectation
 
+from ..definitions import GENERATION, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE, WINDOW
 from .expect import Settings
 from .records import record_problems
 from .token_gradients import SATURATED as SATURATED  # the gradient's formula, importable from here as before
@@ -47,17 +50,22 @@ METRIC = "gradient/logp_relative"
 @dataclass(frozen=True)
 class WindowWeights:
     """What the window weights (`window_weights`) need beyond the records: the trainer settings, the steps per
-    generation, the iterations per generation and the number of ranks."""
+    generation, the iterations per generation, the number of ranks and the token-mean loss types' count."""
 
     settings: Settings
     steps_per_generation: int
     num_iterations: int
     world: int = 1
+    token_mean_scope: str = GENERATION
+    """The tokens dapo, cispo and vespo divide by (definitions.py, token_mean_scope): the generation batch's times
+    the window's share ('generation'), or the window's own ('window')."""
 
     @classmethod
     def of(cls, spec: Any, world: int = 1, definitions: Sequence[tuple[str, Any]] = ()) -> WindowWeights:
-        """The weights of `spec`'s run on `world` ranks, its loss as the target's `definitions` fix it."""
-        return cls(Settings.of(spec, definitions), spec.generation_steps, spec.num_iterations, world)
+        """The weights of `spec`'s run on `world` ranks, its loss and its token count as the target's `definitions`
+        fix them."""
+        scope = value_of(tuple(definitions), TOKEN_MEAN_SCOPE, GENERATION)
+        return cls(Settings.of(spec, definitions), spec.generation_steps, spec.num_iterations, world, scope)
 
 
 
@@ -82,6 +90,7 @@ def window_weights(records: Sequence[LossRecord], g: WindowWeights, generations:
     s = g.settings
     masks = [r.completion_mask.double() for r in records]
     completions = max(float(sum(m.shape[0] for m in masks)), 1.0)
+    window_tokens = max(float(sum(m.sum() for m in masks)), 1.0)
     local_micro_batches = len(records) / g.world
     share = local_micro_batches / g.steps_per_generation
     out = []
@@ -94,7 +103,9 @@ def window_weights(records: Sequence[LossRecord], g: WindowWeights, generations:
             weight = mask / (completions * s.max_completion_length)
         elif s.loss_type == "luspo":
             weight = mask / completions
-        elif s.loss_type in ("dapo", "cispo", "vespo"):
+        elif s.loss_type in TOKEN_MEAN_LOSS_TYPES and g.token_mean_scope == WINDOW:
+            weight = mask / window_tokens
+        elif s.loss_type in TOKEN_MEAN_LOSS_TYPES:
             gen = int(record.generation)
             if gen not in generations:
                 which = (f"generation {gen}" if gen >= 0 else
@@ -106,6 +117,18 @@ def window_weights(records: Sequence[LossRecord], g: WindowWeights, generations:
             raise NotRecomputable(f"unknown loss_type {s.loss_type!r}")
         out.append(weight * g.world)
     return out
+
+
+def weighted(records: Sequence[LossRecord], g: WindowWeights) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """(window, index in `records`, window weight) of every record, window by window (every rank's records of a
+    window together); a window's weights are made when its first record is reached."""
+    windows: dict[int, list[int]] = {}
+    for i, record in enumerate(records):
+        windows.setdefault(int(record.window), []).append(i)
+    generations = generation_tokens(records, g)
+    for w, indices in sorted(windows.items()):
+        weights = window_weights([records[i] for i in indices], g, generations)
+        yield from ((w, i, weight) for i, weight in zip(indices, weights))
 
 
 def recorded(record: LossRecord, where: str) -> torch.Tensor:
@@ -177,6 +200,8 @@ class Gaps:
     """Compared tokens whose policy-term gradient the declared dual clip zeroes."""
     settings: Settings | None = None
     """The settings the formula took (the target's definitions among them)."""
+    weights: WindowWeights | None = None
+    """The window weights the formula took (the target's token_mean_scope among them)."""
 
 
 def mean_scale(wants: Sequence[torch.Tensor], records: Sequence[LossRecord]) -> float:
@@ -200,18 +225,14 @@ def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
         problems = record_problems(record)
         if problems:
             raise NotRecomputable(f"loss record {i + 1}: {problems[0]}")
-    windows: dict[int, list[int]] = {}
-    for i, record in enumerate(records):
-        windows.setdefault(int(record.window), []).append(i)
-    generations = generation_tokens(records, g)
+    tokens: dict[int, int] = {}
+    for record in records:
+        tokens[int(record.window)] = tokens.get(int(record.window), 0) + int(record.completion_mask.sum())
     rows, totals = [], []
-    for w, indices in sorted(windows.items()):
-        group = [records[i] for i in indices]
-        window_tokens = int(sum(int(r.completion_mask.sum()) for r in group))
-        for i, record, weight in zip(indices, group, window_weights(group, g, generations)):
-            label = f"window {w + 1} micro-batch {i + 1}"
-            rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
-            totals.append(window_tokens)
+    for w, i, weight in weighted(records, g):
+        record, label = records[i], f"window {w + 1} micro-batch {i + 1}"
+        rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
+        totals.append(tokens[w])
     scale = mean_scale([c.want for c in rows], [c.record for c in rows])
     largest, where, compared, clipped, capped, dual, factors, worst = 0.0, "", 0, 0, 0, 0, [], None
     for row, window_tokens in zip(rows, totals):
@@ -231,7 +252,7 @@ def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
         dual += int((row.terms.dual & keep).sum()) if row.terms.dual is not None else 0
         norm = float((want * want).sum())
         factors.append((float((got * want).sum()) / norm if norm > 0 else float("nan"), int(mask.sum()), window_tokens))
-    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows), capped, dual, g.settings)
+    return Gaps(largest, where, scale, factors, compared, clipped, worst, tuple(rows), capped, dual, g.settings, g)
 
 
 def expectation(gap: Gaps) -> tuple[dict[str, float], dict[str, Expectation], str]:

@@ -8,8 +8,9 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
 
     the KL term subtracted      the formula at -beta                                    (class 41)
     k3 the wrong way round      the KL term of exp(logp - ref) - (logp - ref) - 1        (class 21)
-    another profile's loss      the formula with another profile's kl_clamp, kl_importance_weighting and
-                                dual_clip_ratio than the target declares (profiles.py)
+    another profile's loss      the formula with another profile's kl_clamp, kl_importance_weighting,
+                                dual_clip_ratio and (dapo, cispo, vespo) token_mean_scope than the target
+                                declares (profiles.py)
     a common factor             c x the formula, c fitted over every token
     a mean of micro-batch means c x each micro-batch's formula x its window's tokens / its own tokens
     bnpo of contract 1          (bnpo only) the formula x its micro-batch's own tokens / its window's tokens:
@@ -28,16 +29,18 @@ from collections.abc import Sequence
 
 import torch
 
+from harness.errors import NotRecomputable
 from harness.report.format import fmt
 from harness.tolerances import tolerance
 from harness.verdict import Diagnosis
 
+from ..definitions import IN_THE_LOSS, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE
 from ..oracle.expect import Settings
-from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient
+from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient, weighted
 from ..oracle.token_gradients import kl_gradient
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
-from .profiles import other_profiles
+from .profiles import other_values
 
 SOURCE = "loss records"
 
@@ -77,6 +80,29 @@ def fitted(rows: Sequence[Compared], shapes: Sequence[torch.Tensor]) -> float:
     return num / den if den > 0 else math.nan
 
 
+def other_profiles_formulas(gap: Gaps, s: Settings) -> list[tuple[str, list[torch.Tensor]]]:
+    """(what differs, in words, the gradient of each micro-batch) of each profile whose loss entries differ from
+    those the target declares, and for the token-mean loss types its token_mean_scope (the window weights made with
+    it: a profile whose weights cannot be made here, a generation not run in full, is left out)."""
+    g = gap.weights
+    ours = {name: getattr(s, name) for name in IN_THE_LOSS}
+    if g is not None and s.loss_type in TOKEN_MEAN_LOSS_TYPES:
+        ours[TOKEN_MEAN_SCOPE] = g.token_mean_scope
+    out = []
+    for words, theirs in other_values(ours):
+        other = dataclasses.replace(s, **{name: theirs[name] for name in IN_THE_LOSS})
+        weights = [r.weight for r in gap.rows]
+        if TOKEN_MEAN_SCOPE in ours and theirs[TOKEN_MEAN_SCOPE] != ours[TOKEN_MEAN_SCOPE]:
+            scoped = dataclasses.replace(g, settings=other, token_mean_scope=theirs[TOKEN_MEAN_SCOPE])
+            try:
+                weights = [weight for _, _, weight in weighted([r.record for r in gap.rows], scoped)]
+            except NotRecomputable:
+                continue
+        out.append((words, [dataclasses.replace(r, terms=token_gradient(r.record, other), weight=w).want
+                            for r, w in zip(gap.rows, weights)]))  # fmt: skip
+    return out
+
+
 def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[torch.Tensor], int]]:
     """(classes, formula, the gradient of each micro-batch, departures) of each known wrong formula that applies."""
     rows = gap.rows
@@ -87,9 +113,8 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
                     [r.weight * token_gradient(r.record, flipped).value for r in rows], 1))  # fmt: skip
         out.append(((21,), "the formula with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1",
                     [r.weight * reversed_kl_gradient(r, s) for r in rows], 1))  # fmt: skip
-    for words, other in other_profiles(s):
-        out.append(((), f"the formula with {words}",
-                    [dataclasses.replace(r, terms=token_gradient(r.record, other)).want for r in rows], 1))  # fmt: skip
+    for words, wants in other_profiles_formulas(gap, s):
+        out.append(((), f"the formula with {words}", wants, 1))
     wants = [r.want for r in rows]
     c = fitted(rows, wants)
     if math.isfinite(c) and abs(c - 1) > 1e-6:

@@ -1,11 +1,13 @@
 """The loss of another profile's definitions (definitions.py, IN_THE_LOSS: kl_clamp, kl_importance_weighting,
-dual_clip_ratio) than the target declares: a failing `kl`, `policy_loss` or `logp_gradient` whose numbers are that
-profile's is named so, as a failing advantage is for advantage_epsilon (formulas.py). gradient_formulas.py and
-poolings.py recompute the oracle's formulas with each of these settings; they name a failure, never pass one."""
+dual_clip_ratio; and token_mean_scope for the gradient of the token-mean loss types) than the target declares: a
+failing `kl`, `policy_loss` or `logp_gradient` whose numbers are that profile's is named so, as a failing advantage
+is for advantage_epsilon (formulas.py). gradient_formulas.py and poolings.py recompute the oracle's formulas with
+each of these settings; they name a failure, never pass one."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from ..definitions import IN_THE_LOSS, VOCABULARY
@@ -17,16 +19,23 @@ def worded(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def other_profiles(s: Settings) -> list[tuple[str, Settings]]:
-    """(what differs, in words, the settings) of each profile whose loss entries differ from those `s` declares."""
+def other_values(ours: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(what differs, in words, the profile's values of `ours`' entries) of each profile whose values of those
+    entries differ from `ours` (the values the target declares)."""
     out = []
     for profile in VOCABULARY.profiles:
-        other = dataclasses.replace(s, **{name: profile.values[name] for name in IN_THE_LOSS})
-        differ = [name for name in IN_THE_LOSS if getattr(other, name) != getattr(s, name)]
+        theirs = {name: profile.values[name] for name in ours}
+        differ = [name for name in ours if theirs[name] != ours[name]]
         if not differ:
             continue
-        theirs = ", ".join(f"{name} {worded(getattr(other, name))}" for name in differ)
-        ours = ", ".join(f"{name} {worded(getattr(s, name))}" for name in differ)
-        out.append((f"{theirs} (the {profile.name} profile's), where the target declares {ours}: declare the "
-                    f"definitions its trainer implements", other))  # fmt: skip
+        said = ", ".join(f"{name} {worded(theirs[name])}" for name in differ)
+        declared = ", ".join(f"{name} {worded(ours[name])}" for name in differ)
+        out.append((f"{said} (the {profile.name} profile's), where the target declares {declared}: declare the "
+                    f"definitions its trainer implements", theirs))  # fmt: skip
     return out
+
+
+def other_profiles(s: Settings) -> list[tuple[str, Settings]]:
+    """(what differs, in words, the settings) of each profile whose loss entries differ from those `s` declares."""
+    ours = {name: getattr(s, name) for name in IN_THE_LOSS}
+    return [(words, dataclasses.replace(s, **theirs)) for words, theirs in other_values(ours)]
