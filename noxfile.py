@@ -623,12 +623,14 @@ def trl_releases(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def verl(session: nox.Session) -> None:
     """verl 0.9.1's GRPO update under the gate on the CPU (`--target verl`, docs/verl.md), in a venv of its own:
-    the package with its `verl` extra, under constraints.txt less the pins verl's own overrule (`VERL_KEEPS`), so
+    the package with its `verl` extra (and the `test` extra, so that the test pinning verl's verdict,
+    tests/harness/algorithms/grpo/targets/test_verl_target.py, runs there), under constraints.txt less the pins
+    verl's own overrule (`VERL_KEEPS`), so
     that torch stays 2.13.0 and transformers is verl's (below 5.11). A `kernels` that pip's downgrade of
     transformers leaves behind is not the run's concern: the target keeps transformers from one it cannot use.
     Arguments go to `python -m harness verify --target verl`; without any, the run is held to its baseline
     (baselines/verl-0.9.1-grpo.toml) and the session exits with the gate's code."""
-    session.install("-c", constraints_without(session, VERL_KEEPS), "--no-compile", "-e", ".[verl]")
+    session.install("-c", constraints_without(session, VERL_KEEPS), "--no-compile", "-e", ".[verl,test]")
     session.env.update(WRITE_BYTECODE)
     probe = ("import importlib.metadata as m, torch; print('verl', m.version('verl'), '| transformers',"
              " m.version('transformers'), '| torch', torch.__version__)")  # fmt: skip
