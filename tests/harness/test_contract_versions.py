@@ -149,7 +149,7 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
                            capture_output=True, text=True, cwd=ROOT, timeout=120,
                            check=True).stdout.split()  # fmt: skip
     runnable = [c for c in every if not any(f"loss_type={t}" in c for t in NEW_LOSS_TYPES)]
-    assert len(every) - len(runnable) == 18
+    assert len(every) - len(runnable) == 22
     code, report, out = verify(tmp_path, "--target", OLD_TARGET, *(f"--check={c}" for c in runnable),
                                pythonpath=SUPPORT)  # fmt: skip
     assert code == 1, out

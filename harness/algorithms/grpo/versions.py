@@ -3,7 +3,9 @@
 Version 1 is the contract of release 0.1.0. Version 2 (release 0.2.0) redefined bnpo, added four loss types, and
 gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note. Version
 3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`) and checks the gradient
-in a run that stores no old log-probs.
+in a run that stores no old log-probs. Version 4 (release 0.5.0) runs sequence-level importance sampling under grpo,
+truncated completions left out of the loss and clip bounds off the default; version 5 (release 0.6.0) runs the
+sequence level under cispo, sapo and vespo too.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -94,7 +96,7 @@ SEQUENCE_LEVEL = Change(
     old="every ratio per token (importance_sampling_level 'token' only)",
     new="also importance_sampling_level 'sequence' (GSPO) under grpo: one ratio per completion, its gradient and its "
     "clip flags, pooled over completions",
-    checks=("logp_gradient[[]run=sequence_level*", "extremes[[]run=sequence_level*"),
+    checks=("logp_gradient[[]run=sequence_level]", "extremes[[]run=sequence_level]"),
 )
 MASK_TRUNCATED = Change(
     version=4,
@@ -115,11 +117,22 @@ CLIP_FLAGS = Change(
     checks=("extremes[[]run=clip_asymmetric*",),
 )
 
+SEQUENCE_LOSS_TYPES = Change(
+    version=5,
+    release="0.6.0",
+    subject="sequence-level importance sampling under cispo, sapo and vespo",
+    old="importance_sampling_level 'sequence' run under grpo only",
+    new="also under cispo (its weight the completion's ratio capped at epsilon_high, its clip flag one per "
+    "completion in cispo_clip_ratio over completions), sapo (its gate of the completion's ratio) and vespo (its KL "
+    "corrected by the completion's ratio; its own weight as at token level)",
+    checks=("logp_gradient[[]run=sequence_level,loss_type=*", "extremes[[]run=sequence_level,loss_type=*"),
+)
+
 CONTRACT = Contract(
-    version=4,
+    version=5,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
