@@ -40,9 +40,12 @@ TRL_GRPO_FAILS = {
     # leaves unlogged, as its definitions allow (partial_last_interval 'optional': transformers' Trainer)
     "schedule",
     # the same poolings in the extremes geometry under sequence-level ratios and under clip bounds 0.05 and 0.6:
-    # its flags, one per completion or at its own bounds, are right (classes 16, 18)
+    # its flags, one per completion or at its own bounds, are right (classes 16, 18); cispo's at sequence level
+    # too (each micro-batch's mean over its 4 rows: their flat mean is the mean over completions), its entropy and
+    # kl not (class 16)
     "extremes[run=sequence_level]",
     "extremes[run=clip_asymmetric]",
+    "extremes[run=sequence_level,loss_type=cispo]",
 }
 TRL_GRPO_PASSES = {
     "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
@@ -63,6 +66,8 @@ TRL_GRPO_PASSES = {
     "logp_gradient[run=on_the_fly]",  # its old log-probs, where it stores none, are the current ones detached
     "logp_gradient[run=clip_asymmetric]",  # its clamp takes [1 - epsilon, 1 + epsilon_high], each bound on its side
     "logp_gradient[run=sequence_level]",  # GSPO: each token's gradient through its completion's mean log-ratio
+    # and cispo's weight, sapo's gate and vespo's KL correction of the completion's ratio at sequence level
+    *(f"logp_gradient[run=sequence_level,loss_type={t}]" for t in ("cispo", "sapo", "vespo")),
     "completion_mask[mask_truncated_completions=True]",  # every truncated completion's mask empty
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
