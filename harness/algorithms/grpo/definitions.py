@@ -3,7 +3,7 @@
 `trl` is TRL's GRPOTrainer, the contract of docs/grpo-metrics.md and the default: a target that declares nothing
 is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
 formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
-`Settings` (oracle/expect.py) carry the entries of `IN_THE_LOSS` under the same names; its window weights
+`Settings` (oracle/expect.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`.
 """
 
@@ -21,11 +21,14 @@ KL_CLAMP = "kl_clamp"
 KL_IMPORTANCE_WEIGHTING = "kl_importance_weighting"
 DUAL_CLIP_RATIO = "dual_clip_ratio"
 TOKEN_MEAN_SCOPE = "token_mean_scope"
+POLICY_LOSS_INCLUDES_KL = "policy_loss_includes_kl"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
+IN_THE_SETTINGS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL)
+"""The entries the oracle's `Settings` carry: the loss's, and what the pooled policy_loss holds."""
 TOKEN_MEAN_LOSS_TYPES = ("dapo", "cispo", "vespo")
 """The loss types whose window loss is a token sum over a token count, the count `token_mean_scope` says."""
 
@@ -47,6 +50,18 @@ class Bound(Definition):
             raise HarnessConfigError(f"definition {self.name!r} takes None or a finite number above {self.above:g}, "
                                      f"got {value!r}")  # fmt: skip
         return number
+
+
+@dataclass(frozen=True)
+class Flag(Definition):
+    """A definition that takes True or False."""
+
+    kind: tuple[Any, ...] = (True, False)
+
+    def check(self, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise HarnessConfigError(f"definition {self.name!r} takes True or False, got {value!r}")
+        return value
 
 
 VOCABULARY = Vocabulary(
@@ -86,10 +101,16 @@ VOCABULARY = Vocabulary(
             "('generation'); 1 / tokens of t's window, the optimizer step's micro-batches on every rank ('window')",
             (GENERATION, WINDOW),
         ),
+        Flag(
+            POLICY_LOSS_INCLUDES_KL,
+            "whether the logged policy_loss holds the KL term of the loss",
+            "policy_loss pools l_t = policy term + beta kl_t (True); the policy term alone (False)",
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
-                        KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION},
+                        KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
+                        POLICY_LOSS_INCLUDES_KL: True},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -103,9 +124,12 @@ VOCABULARY = Vocabulary(
                  TOKEN_MEAN_SCOPE: "TRL GRPOTrainer, _compute_loss: (per_token_loss * mask).sum() / "
                  "(num_items_in_batch / num_processes * current_gradient_accumulation_steps / steps_per_generation), "
                  "num_items_in_batch the generation batch's tokens on every process "
-                 "(_generate_and_score_completions)"}),
+                 "(_generate_and_score_completions)",
+                 POLICY_LOSS_INCLUDES_KL: "TRL GRPOTrainer, _compute_loss: per_token_loss + beta * per_token_kl, "
+                 "then the loss type's aggregate, policy_loss = loss.detach() (logged with an entropy bonus)"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
-                         KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW},
+                         KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
+                         POLICY_LOSS_INCLUDES_KL: False},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -119,7 +143,10 @@ VOCABULARY = Vocabulary(
                  TOKEN_MEAN_SCOPE: "verl, trainer/ppo/core_algos.py, agg_loss('token-mean'): masked_sum(loss) / "
                  "batch_num_tokens * dp_size, batch_num_tokens the mini-batch's tokens on every rank "
                  "(workers/engine/fsdp/transformer_impl.py, forward_backward_batch), one mini-batch per optimizer "
-                 "step (workers/engine_workers.py, TrainingWorker.train_mini_batch)"}),
+                 "step (workers/engine_workers.py, TrainingWorker.train_mini_batch)",
+                 POLICY_LOSS_INCLUDES_KL: "verl, workers/utils/losses.py, ppo_loss: metrics['actor/pg_loss'] is the "
+                 "policy loss function's pg_loss; the KL term is added to policy_loss after it and logged as "
+                 "kl_loss"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -19,7 +19,7 @@ from harness.instrument.observe import Observation
 from harness.oracle.pooling import Expectation
 
 from .contract import pooled_names
-from .definitions import IN_THE_LOSS, VOCABULARY
+from .definitions import IN_THE_SETTINGS, VOCABULARY
 from .instruments import recorded
 from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, token_terms
 from .oracle.records import record_problems, unusable
@@ -82,8 +82,8 @@ def build_view(records: Sequence[LossRecord], spec: Any, definitions: Sequence[t
 
 def view_of(obs: Observation, definitions: Sequence[tuple[str, Any]] = ()) -> RunView:
     """The view of a finished observation's loss records under the target's `definitions`, built once however many
-    checks read it (one for each set of the loss's entries: those off the default profile name it)."""
+    checks read it (one for each set of the entries its settings carry: those off the default profile name it)."""
     default = VOCABULARY.profile(VOCABULARY.default).values
-    declared = tuple((name, value) for name, value in definitions if name in IN_THE_LOSS and value != default[name])
+    declared = tuple((name, value) for name, value in definitions if name in IN_THE_SETTINGS and value != default[name])
     name = "grpo" + "".join(f" {key}={value!r}" for key, value in declared)
     return obs.view(name, lambda ran: build_view(recorded(ran).loss_inputs or (), obs.spec, declared))

@@ -23,7 +23,7 @@ from harness.oracle.precision import Precision, coarsest
 from harness.tolerances import margin_of
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
-from ..definitions import AS_CONFIGURED, IN_THE_LOSS
+from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS
 from ..spec import CLIPPED_LOSS_TYPES
 from .declared import dual_clipped, k3, kl_weighted
 from .records import unusable
@@ -59,8 +59,9 @@ class Settings:
     kl_clamp: float | None = None
     kl_importance_weighting: str = AS_CONFIGURED
     dual_clip_ratio: float | None = None
-    """The target's definitions of the KL term and the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py);
-    the defaults are the default profile's."""
+    policy_loss_includes_kl: bool = True
+    """The target's definitions of the KL term, the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py) and
+    the KL term in the pooled policy_loss (IN_THE_SETTINGS); the defaults are the default profile's."""
 
     @classmethod
     def of(cls, spec: Any, definitions: Sequence[tuple[str, Any]] = ()) -> Settings:
@@ -69,7 +70,7 @@ class Settings:
         fields = dataclasses.fields(cls)
         settings = cls(*(getattr(spec, f.name) if f.default is MISSING else getattr(spec, f.name, f.default)
                          for f in fields))  # fmt: skip
-        declared = {name: value for name, value in definitions if name in IN_THE_LOSS}
+        declared = {name: value for name, value in definitions if name in IN_THE_SETTINGS}
         return dataclasses.replace(settings, **declared) if declared else settings
 
     @property
@@ -134,8 +135,8 @@ class TokenTerms:
 def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
     """Ratio, flags, k3 and the per-token loss of one micro-batch: l_t = -min(r A, clip(r) A) + beta kl for the
     clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
-    -phi A logp (docs/grpo-metrics.md, section 4); kl and the dual clip as the target's definitions fix them
-    (declared.py)."""
+    -phi A logp (docs/grpo-metrics.md, section 4); kl, the dual clip and whether l_t holds beta kl as the target's
+    definitions fix them (declared.py)."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -189,8 +190,10 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         if kl_weighted(s):
             kl = kl * ratio
             kl_ops = kl_ops * ratio + kl.abs() * ratio_ops
-        loss = loss + s.beta * kl
-        operands.update(kl=kl_ops, loss=loss_ops + abs(s.beta) * kl_ops)
+        operands["kl"] = kl_ops
+        if s.policy_loss_includes_kl:
+            loss = loss + s.beta * kl
+            operands["loss"] = loss_ops + abs(s.beta) * kl_ops
     entropy = record.entropies.double() if record.entropies is not None else None
     return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw, held, operands, s.sequence_level)
 

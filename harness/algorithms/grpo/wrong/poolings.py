@@ -11,10 +11,11 @@ mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its ext
 dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
 
 A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries than the target
-declares (profiles.py). With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's
-own pooling (expect.py) of token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term
-subtracted from the loss (class 41: policy_loss only), k3 the wrong way round (class 21:
-exp(logp - ref) - (logp - ref) - 1, times the same correcting ratio).
+declares, a failing policy_loss under its policy_loss_includes_kl too (profiles.py). With a KL term (beta != 0) the
+logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of token terms whose KL is wrong:
+the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41: policy_loss only, where it holds
+the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1, times the same correcting
+ratio).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
 from ..contract import KL, POLICY_LOSS
+from ..definitions import IN_THE_LOSS, IN_THE_SETTINGS
 from ..oracle.declared import k3, kl_weighted
 from ..oracle.expect import TokenTerms, expected_from_terms, token_terms
 from ..spec import CLIPPED_LOSS_TYPES
@@ -131,12 +133,13 @@ def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
 
 
 def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
-    """What the oracle gives for `kl` or `policy_loss` under each other profile's loss entries than the interval's
-    settings declare (profiles.py)."""
+    """What the oracle gives for `kl` or `policy_loss` under each other profile's entries than the interval's
+    settings declare (profiles.py): the loss's, and for policy_loss whether it holds the KL term."""
     if interval.unusable or not interval.records:
         return []
     out = []
-    for words, other in other_profiles(interval.settings):
+    names = IN_THE_SETTINGS if metric == POLICY_LOSS else IN_THE_LOSS
+    for words, other in other_profiles(interval.settings, names):
         value = expected_from_terms([token_terms(r, other) for r in interval.records], other)[metric].value
         out.append(Candidate((), words, value, "loss records"))
     return out
@@ -147,7 +150,8 @@ def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
     (none for other metrics)."""
     terms = interval.terms
     if metric == POLICY_LOSS:
-        return kl_candidates(interval, metric) + bnpo_of_contract_1(interval) + profile_candidates(interval, metric)
+        kl = kl_candidates(interval, metric) if interval.settings.policy_loss_includes_kl else []
+        return kl + bnpo_of_contract_1(interval) + profile_candidates(interval, metric)
     if metric in PER_TOKEN:
         empty = any(not r.completion_mask.any() for r in interval.records)
         flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")

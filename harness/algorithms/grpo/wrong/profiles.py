@@ -1,13 +1,13 @@
 """The loss of another profile's definitions (definitions.py, IN_THE_LOSS: kl_clamp, kl_importance_weighting,
-dual_clip_ratio; and token_mean_scope for the gradient of the token-mean loss types) than the target declares: a
-failing `kl`, `policy_loss` or `logp_gradient` whose numbers are that profile's is named so, as a failing advantage
-is for advantage_epsilon (formulas.py). gradient_formulas.py and poolings.py recompute the oracle's formulas with
-each of these settings; they name a failure, never pass one."""
+dual_clip_ratio; token_mean_scope for the gradient of the token-mean loss types; policy_loss_includes_kl for the
+pooled policy_loss) than the target declares: a failing `kl`, `policy_loss` or `logp_gradient` whose numbers are
+that profile's is named so, as a failing advantage is for advantage_epsilon (formulas.py). gradient_formulas.py and
+poolings.py recompute the oracle's formulas with each of these settings; they name a failure, never pass one."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..definitions import IN_THE_LOSS, VOCABULARY
@@ -35,7 +35,8 @@ def other_values(ours: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def other_profiles(s: Settings) -> list[tuple[str, Settings]]:
-    """(what differs, in words, the settings) of each profile whose loss entries differ from those `s` declares."""
-    ours = {name: getattr(s, name) for name in IN_THE_LOSS}
+def other_profiles(s: Settings, names: Sequence[str] = IN_THE_LOSS) -> list[tuple[str, Settings]]:
+    """(what differs, in words, the settings) of each profile whose entries `names` (the loss's, by default) differ
+    from those `s` declares."""
+    ours = {name: getattr(s, name) for name in names}
     return [(words, dataclasses.replace(s, **theirs)) for words, theirs in other_values(ours)]

@@ -91,7 +91,8 @@ def test_the_pooled_kl_and_policy_loss_are_those_of_the_written_out_loss():
         loss, _ = written_out(r, SPEC.beta, s.dual_clip_ratio, s.kl_clamp, weighted)
         without_kl, _ = written_out(r, 0.0, s.dual_clip_ratio, s.kl_clamp, weighted)
         got = expected_metrics([r], SPEC, VOCABULARY.resolve(declared))
-        assert got["policy_loss"].value == pytest.approx(float(loss.mean()), rel=1e-12)  # dapo: the token mean
+        logged = loss if s.policy_loss_includes_kl else without_kl  # verl logs pg_loss, before the KL is added
+        assert got["policy_loss"].value == pytest.approx(float(logged.mean()), rel=1e-12)  # dapo: the token mean
         assert got["kl"].value == pytest.approx(float((loss - without_kl).mean()) / SPEC.beta, rel=1e-9)
     clamped = expected_metrics([r], SPEC, VERL)["kl"].value
     gaps = torch.tensor(GAPS, dtype=torch.float64)

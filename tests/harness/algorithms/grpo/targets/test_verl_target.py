@@ -56,6 +56,7 @@ def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
     assert target.definition("advantage_epsilon") == 1e-6  # verl's profile
     assert target.definition("partial_last_interval") == "logged"
     assert target.definition("token_mean_scope") == "window"  # agg_loss's token-mean over the mini-batch's tokens
+    assert target.definition("policy_loss_includes_kl") is False  # ppo_loss logs pg_loss before it adds the KL
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_min", "reward_std", "rewards/*/std"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == NOT_APPLICABLE
