@@ -81,7 +81,7 @@ WHOLE_GATE = ("a whole gate (1-2 min of CPU); the suite holds the same trainer t
 COMMANDS: tuple[Command, ...] = (
     # run here: a few seconds each
     run("python -m harness --version", says=("ppo-stats-harness ", "contract ppo 3 (docs/metrics.md)",
-                                             "contract grpo 5 (docs/grpo-metrics.md)")),  # fmt: skip
+                                             "contract grpo 6 (docs/grpo-metrics.md)")),  # fmt: skip
     run("python -m harness algorithms", says=("ppo reference", "grpo reference-grpo")),
     run("python -m harness checks", says=("uneven_split[epochs=1]",)),
     run("python -m harness checks --target reference-grpo", says=("short_window",)),
@@ -137,7 +137,10 @@ COMMANDS: tuple[Command, ...] = (
              "python -m mutants curated --only", "python -m mutants mutmut",
              "python -m mutants mutmut --algorithm grpo",
              "python -m mutants mutmut --algorithm grpo --recheck-triaged",
-             "python -m mutants mutmut --functions compute_gae,PPOTrainer.micro_step --max-children 1"),  # fmt: skip
+             "python -m mutants mutmut --functions compute_gae,PPOTrainer.micro_step --max-children 1",
+             "python -m mutants mutmut --algorithm grpo --functions ended,sequence_log_ratio,sequence_objective,"
+             "sequence_clip_means,token_objective,GRPOTrainer.generate,GRPOTrainer.micro_step,"
+             "GRPOTrainer.log_interval,GRPOConfig.__post_init__"),  # fmt: skip
     *not_run("reads a mutmut run's results (reports/mutmut_results.json), which only a mutation run writes",
              "python -m mutants triage", "python -m mutants triage refresh", "python -m mutants report",
              "python -m mutants report --no-install"),  # fmt: skip
