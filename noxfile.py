@@ -257,6 +257,8 @@ def verify(session: nox.Session) -> None:
         return
     reports, rest = report_dir(args)
     listed = session.run("python", "-m", "harness", "algorithms", silent=True, log=False)
+    if listed is None:  # nox runs nothing: --install-only
+        return
     codes, said = [], []
     for k, (name, target) in enumerate(line.split() for line in listed.strip().splitlines()):
         where = reports if k == 0 else os.path.join(reports, name)  # the default algorithm's reports at the top
