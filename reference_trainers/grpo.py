@@ -73,6 +73,8 @@ STD_EPS = 1e-4
 """Added to the std that advantages are divided by (TRL's constant)."""
 ZERO_STD = 1e-8
 """A group whose reward std is at most this has std 0 (torch.isclose's absolute tolerance, as TRL tests it)."""
+ENTROPY_PAD = -1e9
+"""What pads each rank's entropies to one length before they are gathered: an entropy is never negative."""
 
 
 # ---------------------------------------------------------------- rewards and advantages
@@ -293,6 +295,22 @@ def kl_to_reference(
     """k3 = exp(ref - logp) - (ref - logp) - 1 per token, times the importance ratio when given (bias correction)."""
     per_token_kl = kl_per_token(per_token_logps, ref_per_token_logps, "k3")
     return per_token_kl if ratio is None else per_token_kl * ratio
+
+
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: float, accelerator) -> torch.Tensor:
+    """(B, T) bool: the tokens of `mask` whose entropy is at or above the (1 - quantile) quantile (torch.quantile's
+    linear interpolation) of this micro-batch's masked entropies on every rank; none when no rank has a token.
+
+    The entropies are gathered in float32 at least (torch.quantile takes no half dtype) and compared in that dtype,
+    each rank's padded to one length with ENTROPY_PAD, which no entropy can equal."""
+    local = entropies[mask]
+    local = local.to(torch.promote_types(local.dtype, torch.float32))
+    gathered = accelerator.gather(accelerator.pad_across_processes(local, dim=0, pad_index=ENTROPY_PAD))
+    gathered = gathered[gathered != ENTROPY_PAD]
+    if gathered.numel() == 0:
+        return torch.zeros_like(mask)
+    threshold = torch.quantile(gathered, 1 - quantile)
+    return (entropies.to(gathered.dtype) >= threshold) & mask
 
 
 # ---------------------------------------------------------------- the loss types' normalisations
@@ -616,6 +634,10 @@ class GRPOTrainer:
         else:
             old_per_token_logps = batch.old_per_token_logps[rows]
         per_token_loss, coef_1, flags = token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask)
+        if cfg.top_entropy_quantile < 1:  # the policy term of the high-entropy tokens alone; the KL on every token
+            kept = high_entropy_mask(entropy_from_logits(logits.detach()), mask, cfg.top_entropy_quantile,
+                                     self.accelerator)  # fmt: skip
+            per_token_loss = per_token_loss * kept
         per_token_kl = None
         if cfg.beta != 0:
             ref_per_token_logps = batch.ref_per_token_logps[rows]

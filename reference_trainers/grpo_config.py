@@ -58,6 +58,10 @@ class GRPOConfig:
     it is scored (TRL's option); its length statistics, reward and advantage stay those of what was sampled."""
     delta: float | None = None
     """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
+    top_entropy_quantile: float = 1.0
+    """Keep the policy term of the loss only at the tokens whose entropy is at or above the (1 - this) quantile of
+    the micro-batch's completion tokens, every rank's (TRL's option, "Beyond the 80/20 Rule"); the KL term stays on
+    every token. 1.0 (the default) keeps every token's."""
     sapo_temperature_pos: float = 1.0
     """sapo's gate temperature for tokens of positive advantage (TRL's default)."""
     sapo_temperature_neg: float = 1.05
@@ -136,6 +140,10 @@ class GRPOConfig:
         bad = [f"{name}={getattr(self, name)}" for name in soft if getattr(self, name) <= 0]
         if bad:
             raise ConfigError("these must be positive: " + ", ".join(bad))  # pragma: no mutate - message
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise ConfigError(  # pragma: no mutate - message
+                f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}"
+            )
         if self.delta is not None and self.delta <= 0:
             raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
         self.local_generation_batch_size = self.per_device_train_batch_size * self.steps_per_generation

@@ -3,7 +3,7 @@
 `trl` is TRL's GRPOTrainer, the contract of docs/grpo-metrics.md and the default: a target that declares nothing
 is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
 formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
-`Settings` (oracle/expect.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
+`Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`.
 """
 

@@ -119,6 +119,19 @@ def sequence_level_spec(run: GRPOSpec, loss_type: str = "grpo") -> GRPOSpec:
     return spec
 
 
+TOP_ENTROPY_QUANTILE = 0.2
+"""top_entropy_quantile of the entropy mask's run: the paper's recommendation (TRL's docs cite it), so each
+micro-batch's tokens below its 0.8 quantile of entropy lose their policy term, most of them; a threshold taken at the
+0.2 quantile (q for 1 - q) keeps most instead."""
+
+
+def top_entropy_spec(run: GRPOSpec) -> GRPOSpec:
+    """The extremes geometry (two passes at LR 0.05, tokens clipped, the KL on) with top_entropy_quantile
+    TOP_ENTROPY_QUANTILE: the policy term only at each micro-batch's high-entropy tokens, the KL term at every
+    token."""
+    return clipping(run).with_(name="top_entropy", top_entropy_quantile=TOP_ENTROPY_QUANTILE)
+
+
 def at_cap_spec(run: GRPOSpec) -> GRPOSpec:
     """cispo on policy with its cap at 1: one window per generation, so the old log-probs are the new ones and
     every ratio is exactly 1, the cap itself, where r > epsilon_high is false (off_policy[loss_type=cispo])."""

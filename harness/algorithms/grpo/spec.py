@@ -49,7 +49,10 @@ SETTINGS = (
 """The trainer settings `verify --set KEY=VALUE` may change for the whole GRPO gate."""
 REFUSED = {
     "delta": "TRL corrects the KL by the ratio before its delta cap, the contract by the capped one, an open question "
-    "of the contract: only logp_gradient[run=delta] runs it, at beta 0 (docs/gate.md)"
+    "of the contract: only logp_gradient[run=delta] runs it, at beta 0 (docs/gate.md)",
+    "top_entropy_quantile": "the entropy mask's threshold is each micro-batch's own quantile, so the objective depends "
+    "on the cut and the partition checks would fail a right trainer: only logp_gradient[run=top_entropy] runs it "
+    "(docs/gate.md)",
 }
 """Trainer settings that `--set` refuses, and why."""
 
@@ -89,6 +92,10 @@ class GRPOSpec:
     importance_sampling_level: str = "token"
     """'sequence' (GSPO): one ratio per completion, exp of the mean of its tokens' log-ratios over its mask, on every
     token of it; its clip flags pool over completions (docs/grpo-metrics.md, section 2)."""
+    top_entropy_quantile: float = 1.0
+    """TRL's option: only the tokens whose entropy is at or above the (1 - top_entropy_quantile) quantile of their
+    micro-batch's tokens (every rank's) keep their policy term in the loss; the KL term stays on every token. 1.0:
+    every token keeps it (docs/grpo-metrics.md, section 4)."""
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
     vespo_k_pos: float = 2.0
@@ -223,6 +230,8 @@ class GRPOSpec:
         positive = [f"{name}={getattr(self, name)}" for name in soft if getattr(self, name) <= 0]
         if positive:
             raise HarnessConfigError(f"{', '.join(positive)}: must be positive")
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise HarnessConfigError(f"top_entropy_quantile={self.top_entropy_quantile}: must be in [0, 1]")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 

@@ -21,7 +21,7 @@ from harness.oracle.pooling import Expectation
 from .contract import pooled_names
 from .definitions import IN_THE_SETTINGS, VOCABULARY
 from .instruments import recorded
-from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, token_terms
+from .oracle.expect import Settings, TokenTerms, expected_from_terms, intervals, terms_of
 from .oracle.records import record_problems, unusable
 
 
@@ -43,7 +43,7 @@ class IntervalView:
     @cached_property
     def terms(self) -> tuple[TokenTerms, ...]:
         """The token terms of each record (empty when the records are unusable)."""
-        return () if self.unusable else tuple(token_terms(r, self.settings) for r in self.records)
+        return () if self.unusable else tuple(terms_of(self.records, self.settings))
 
     @cached_property
     def expected(self) -> dict[str, Expectation]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import MISSING, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,76 +23,16 @@ from harness.oracle.precision import Precision, coarsest
 from harness.tolerances import margin_of
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
-from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS
 from ..spec import CLIPPED_LOSS_TYPES
 from .declared import dual_clipped, k3, kl_weighted
+from .entropy_mask import EntropyMask, entropy_masks, of_record, policy_kept
 from .records import unusable
+from .settings import Settings, log_ratios
 from .vespo import vespo_operands, vespo_phi
 
 # A clip flag whose ratio lies within CLIP_MARGIN (harness/tolerances.py) of its bound is uncertain: the tolerance
 # of a clip metric grows by the share of flags that are. The margin is that of the dtype the trainer held the
 # log-probs in (`LossRecord.held`), the ratio being theirs, else the run's.
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The trainer settings the oracle's formulas take (a GRPOSpec has them all)."""
-
-    loss_type: str
-    beta: float
-    use_bias_correction_kl: bool
-    epsilon_low: float
-    epsilon_high: float
-    delta: float | None
-    max_completion_length: int
-    sapo_temperature_pos: float
-    sapo_temperature_neg: float
-    vespo_k_pos: float
-    vespo_lambda_pos: float
-    vespo_k_neg: float
-    vespo_lambda_neg: float
-    """sapo's and vespo's settings (spec.SOFT_SETTINGS)."""
-    dtype: str = "float64"
-    importance_sampling_level: str = "token"
-    """'token', or 'sequence' (GSPO): every token of a completion takes its completion's ratio, the exp of the mean
-    log-ratio over its mask, and the clip flags are one per completion, pooled over completions (section 2)."""
-    kl_clamp: float | None = None
-    kl_importance_weighting: str = AS_CONFIGURED
-    dual_clip_ratio: float | None = None
-    policy_loss_includes_kl: bool = True
-    """The target's definitions of the KL term, the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py) and
-    the KL term in the pooled policy_loss (IN_THE_SETTINGS); the defaults are the default profile's."""
-
-    @classmethod
-    def of(cls, spec: Any, definitions: Sequence[tuple[str, Any]] = ()) -> Settings:
-        """The settings of `spec`, a field with a default that the spec lacks taking the default, and the entries of
-        the loss among `definitions` ((name, value) pairs, as `Target.definitions`) taking their declared value."""
-        fields = dataclasses.fields(cls)
-        settings = cls(*(getattr(spec, f.name) if f.default is MISSING else getattr(spec, f.name, f.default)
-                         for f in fields))  # fmt: skip
-        declared = {name: value for name, value in definitions if name in IN_THE_SETTINGS}
-        return dataclasses.replace(settings, **declared) if declared else settings
-
-    @property
-    def sequence_level(self) -> bool:
-        """Whether the ratio is one per completion (importance_sampling_level 'sequence')."""
-        return self.importance_sampling_level == "sequence"
-
-    @property
-    def margin(self) -> float:
-        """CLIP_MARGIN of the trainer's dtype (the float32 one for a dtype the table lacks)."""
-        return margin_of(self.dtype)
-
-
-def log_ratios(logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, s: Settings) -> torch.Tensor:
-    """(B, T) the log of each token's importance ratio: logp - old_logp, or at sequence level its completion's mean
-    of those over the mask on every token (0 for an empty completion, its count clamped to 1, as TRL's)."""
-    log_ratio = logps - old
-    if not s.sequence_level:
-        return log_ratio
-    weights = mask.double()
-    mean = (log_ratio * weights).sum(dim=1, keepdim=True) / weights.sum(dim=1, keepdim=True).clamp(min=1)
-    return mean.expand_as(log_ratio)
 
 
 @dataclass(frozen=True)
@@ -121,6 +61,9 @@ class TokenTerms:
     sequence_level: bool = False
     """The ratio and the clip flags are one per completion (every token of a row carries its row's): the flags'
     means pool over completions, every row counted, an empty one included (as TRL's GRPOTrainer counts them)."""
+    flips: torch.Tensor | None = None
+    """Under an entropy mask: |policy term| at the tokens within the rounding margin of its threshold (0 elsewhere),
+    which the trainer may or may not have kept (entropy_mask.py); None without a mask."""
 
     @property
     def region(self) -> torch.Tensor:
@@ -132,11 +75,12 @@ class TokenTerms:
         return (values * self.mask).sum(dim=1) / self.mask.sum(dim=1).clamp(min=1)
 
 
-def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
+def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = None) -> TokenTerms:
     """Ratio, flags, k3 and the per-token loss of one micro-batch: l_t = -min(r A, clip(r) A) + beta kl for the
     clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
     -phi A logp (docs/grpo-metrics.md, section 4); kl, the dual clip and whether l_t holds beta kl as the target's
-    definitions fix them (declared.py)."""
+    definitions fix them (declared.py); the policy term under the entropy mask (`entropy`, its micro-batch's on
+    every rank; the record's own when not given) where top_entropy_quantile is below 1."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -179,6 +123,9 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         near_low = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
         near_high = ((ratio - upper).abs() <= margin * upper) & (adv > 0)
         uncertain = ((near_low | near_high) & inexact).double()
+    entropy = of_record(record, s.top_entropy_quantile, entropy)
+    flips = None if entropy is None else loss.abs() * entropy.uncertain
+    (loss,) = policy_kept(entropy, loss)
     kl = None
     operands = {"loss": loss_ops}
     if phi is not None:
@@ -194,8 +141,9 @@ def token_terms(record: LossRecord, s: Settings) -> TokenTerms:
         if s.policy_loss_includes_kl:
             loss = loss + s.beta * kl
             operands["loss"] = loss_ops + abs(s.beta) * kl_ops
-    entropy = record.entropies.double() if record.entropies is not None else None
-    return TokenTerms(mask, low, high, kl, loss, entropy, uncertain, cispo, phi, raw, held, operands, s.sequence_level)
+    entropies = record.entropies.double() if record.entropies is not None else None
+    return TokenTerms(mask, low, high, kl, loss, entropies, uncertain, cispo, phi, raw, held, operands,
+                      s.sequence_level, flips)  # fmt: skip
 
 
 def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
@@ -247,7 +195,20 @@ def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag, s: Settings) -> E
 
 
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
-    """The loss type's objective over the whole interval (docs/grpo-metrics.md, section 4)."""
+    """The loss type's objective over the whole interval (docs/grpo-metrics.md, section 4); under an entropy mask its
+    comparison also allows what the tokens within rounding of the mask's threshold add if kept (their |policy term|
+    pooled as the loss is)."""
+    expected = objective(terms, s)
+    if expected.precision is None or not any(t.flips is not None and bool(t.flips.any()) for t in terms):
+        return expected
+    flips = [dataclasses.replace(t, loss=t.flips if t.flips is not None else torch.zeros_like(t.loss)) for t in terms]
+    floor = objective(flips, s).value or 0.0
+    return dataclasses.replace(expected, precision=dataclasses.replace(expected.precision,
+                                                                       floor=expected.precision.floor + floor))
+
+
+def objective(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
+    """The loss type's objective of the terms' per-token losses, pooled as section 4 of docs/grpo-metrics.md says."""
     if s.loss_type == "bnpo":  # each micro-batch's own token mean, then their mean (TRL's local batch)
         means = [float((t.loss * t.mask).sum()) / max(int(t.mask.sum()), 1) for t in terms]
         sizes = [float((t.loss * t.mask).abs().sum()) / max(int(t.mask.sum()), 1) for t in terms]
@@ -329,6 +290,12 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
     return {n: out[n] for n in pooled_names(s.beta, s.loss_type)}
 
 
+def terms_of(records: Sequence[LossRecord], s: Settings) -> list[TokenTerms]:
+    """The token terms of each record, each under the entropy mask of its micro-batch on every rank (entropy_mask.py;
+    none where top_entropy_quantile is 1)."""
+    return [token_terms(r, s, mask) for r, mask in zip(records, entropy_masks(records, s.top_entropy_quantile))]
+
+
 def expected_metrics(records: Sequence[LossRecord], spec: Any,
                      definitions: Sequence[tuple[str, Any]] = ()) -> dict[str, Expectation]:  # fmt: skip
     """Every metric the loss records of one interval determine, pooled once over all of them (the loss as the
@@ -337,7 +304,7 @@ def expected_metrics(records: Sequence[LossRecord], spec: Any,
     why = unusable(records)
     if why:
         return {n: Expectation.unknown(n, why) for n in pooled_names(s.beta, s.loss_type)}
-    return expected_from_terms([token_terms(r, s) for r in records], s)
+    return expected_from_terms(terms_of(records, s), s)
 
 
 def intervals(records: Sequence[LossRecord], spec: Any) -> list[list[LossRecord]]:

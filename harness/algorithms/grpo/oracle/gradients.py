@@ -1,8 +1,9 @@
 """The gradient of a GRPO window's loss at the new log-probs, against the loss type's formula.
 
 Each token's d l_t / d logp_t is token_gradients.py's (the loss type's per-token formula, section 4 of
-docs/grpo-metrics.md, with the KL term and the dual clip the target's definitions fix). The window's loss weighs
-l_t by (section 4, every count over every rank):
+docs/grpo-metrics.md, with the KL term and the dual clip the target's definitions fix, and the policy term under the
+entropy mask of its micro-batch on every rank where top_entropy_quantile is below 1: entropy_mask.py). The window's
+loss weighs l_t by (section 4, every count over every rank):
 
     grpo, sapo           1 / (tokens of t's completion * completions of the window)
     bnpo                 1 / (tokens of t's micro-batch * micro-batches of the window)  (TRL's local batch)
@@ -39,6 +40,7 @@ from harness.oracle.gradients import Factor, factor_note
 from harness.oracle.pooling import Expectation
 
 from ..definitions import GENERATION, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE, WINDOW
+from .entropy_mask import entropy_masks
 from .expect import Settings
 from .records import record_problems
 from .token_gradients import SATURATED as SATURATED  # the gradient's formula, importable from here as before
@@ -229,9 +231,11 @@ def gaps(records: Sequence[LossRecord], g: WindowWeights) -> Gaps:
     for record in records:
         tokens[int(record.window)] = tokens.get(int(record.window), 0) + int(record.completion_mask.sum())
     rows, totals = [], []
+    entropy = entropy_masks(records, g.settings.top_entropy_quantile)  # each micro-batch's, over every rank
     for w, i, weight in weighted(records, g):
         record, label = records[i], f"window {w + 1} micro-batch {i + 1}"
-        rows.append(Compared(label, recorded(record, label), weight, token_gradient(record, g.settings), record))
+        terms = token_gradient(record, g.settings, entropy[i])
+        rows.append(Compared(label, recorded(record, label), weight, terms, record))
         totals.append(tokens[w])
     scale = mean_scale([c.want for c in rows], [c.record for c in rows])
     largest, where, compared, clipped, capped, dual, factors, worst = 0.0, "", 0, 0, 0, 0, [], None

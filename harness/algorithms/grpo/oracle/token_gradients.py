@@ -15,6 +15,8 @@ kl_t = k3_t (times r'_t when the KL is bias-corrected). Its derivative at logp_t
 and, where the target declares them (declared.py), 0 for the policy term where A < 0 and r' > dual_clip_ratio, the
 KL's 1 - exp(ref - logp) 0 where k3 is above kl_clamp (k3 the clamp's value), and no correcting ratio where
 kl_importance_weighting is 'never'. The tokens within the dtype's rounding margin of either bound are uncertain.
+With top_entropy_quantile below 1 the policy term is 0 at every token the entropy mask leaves out, the KL term kept
+(entropy_mask.py); the tokens within the rounding margin of the mask's threshold are uncertain too.
 
 for the loss types with a hard clip (grpo, bnpo, dr_grpo, dapo, luspo). The others have no clip and
 correct the KL by the uncapped r:
@@ -42,6 +44,7 @@ from harness.instrument.loss import LossRecord
 
 from ..spec import CLIPPED_LOSS_TYPES
 from .declared import beyond_dual_clip, held_by_clamp, k3, kl_weighted, near_clamp, near_dual_clip
+from .entropy_mask import EntropyMask, of_record, policy_kept
 from .expect import Settings, log_ratios
 from .vespo import vespo_phi
 
@@ -59,7 +62,8 @@ class TokenGradient:
     value: torch.Tensor
     uncertain: torch.Tensor
     clipped: torch.Tensor
-    """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside)."""
+    """Masked tokens whose policy-term gradient the clip zeroes (the clipped branch is the smaller, r outside); under
+    an entropy mask, of the tokens it keeps."""
     capped: torch.Tensor | None = None
     """Masked tokens whose policy-term gradient delta's cap zeroes (the unclipped branch is the smaller, r > delta);
     None for the loss types without a hard clip."""
@@ -70,6 +74,8 @@ class TokenGradient:
     dual: torch.Tensor | None = None
     """Masked tokens whose policy-term gradient the declared dual clip zeroes (A < 0, r' above dual_clip_ratio);
     None without one."""
+    entropy: EntropyMask | None = None
+    """The entropy mask the policy term took (None: top_entropy_quantile 1, no mask)."""
 
 
 def split(value: torch.Tensor, through_ratio: torch.Tensor, s: Settings) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -81,10 +87,10 @@ def split(value: torch.Tensor, through_ratio: torch.Tensor, s: Settings) -> tupl
     return value + through_ratio, None
 
 
-def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
+def soft_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None = None) -> TokenGradient:
     """d l_t / d logp_t of the loss types without a hard clip, their importance weight's correction of the KL
     uncapped: cispo -min(r, epsilon_high) A (the weight carries no gradient), sapo -4 sigma(x) (1 - sigma(x)) r A
-    with x = tau (r - 1), vespo -phi A (phi carries none)."""
+    with x = tau (r - 1), vespo -phi A (phi carries none); the policy term under `entropy`'s mask."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -101,12 +107,15 @@ def soft_gradient(record: LossRecord, s: Settings) -> TokenGradient:
         uncertain = mask & (1 - gate < min(SATURATED * s.margin, 0.1))
     else:
         direct = -vespo_phi(logps - old, mask.double(), adv, s) * adv
+    direct, through_ratio = policy_kept(entropy, direct, through_ratio)
+    if entropy is not None:
+        uncertain = uncertain | entropy.uncertain
     if s.beta != 0:
         kl_direct, kl_through = kl_parts(record, logps, ratio, ratio, s)
         direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
         uncertain = uncertain | (mask & kl_uncertain(record, logps, s))
     value, shared = split(direct, through_ratio, s)
-    return TokenGradient(value, uncertain, torch.zeros_like(mask), shared=shared)
+    return TokenGradient(value, uncertain, torch.zeros_like(mask), shared=shared, entropy=entropy)
 
 
 def kl_parts(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d_capped: torch.Tensor,
@@ -142,10 +151,13 @@ def kl_gradient(record: LossRecord, logps: torch.Tensor, capped: torch.Tensor, d
     return direct + through_ratio
 
 
-def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
-    """The derivative of the per-token loss at the new log-prob, per token: the formula of the module docstring."""
+def token_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None = None) -> TokenGradient:
+    """The derivative of the per-token loss at the new log-prob, per token: the formula of the module docstring.
+    `entropy`: the record's entropy mask taken with its micro-batch's records on every rank (entropy_mask.py); the
+    record's own when it is not given and top_entropy_quantile is below 1."""
+    entropy = of_record(record, s.top_entropy_quantile, entropy)
     if s.loss_type not in CLIPPED_LOSS_TYPES:
-        return soft_gradient(record, s)
+        return soft_gradient(record, s, entropy)
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -164,19 +176,22 @@ def token_gradient(record: LossRecord, s: Settings) -> TokenGradient:
     dual = beyond_dual_clip(capped, adv, s)
     if s.dual_clip_ratio is not None:
         d_ratio = torch.where(dual, torch.zeros_like(d_ratio), d_ratio)
-    direct, through_ratio = torch.zeros_like(ratio), -adv * d_ratio
+    direct, through_ratio = policy_kept(entropy, torch.zeros_like(ratio), -adv * d_ratio)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
     near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
     if s.delta is not None:
         near |= (ratio - s.delta).abs() <= margin * s.delta
     near |= near_dual_clip(capped, adv, s, margin)
+    if entropy is not None:
+        near |= entropy.uncertain
     if s.beta != 0:
         kl_direct, kl_through = kl_parts(record, logps, capped, d_capped, s)
         direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
         near |= kl_uncertain(record, logps, s)
     value, shared = split(direct, through_ratio, s)
-    zeroed = mask & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
-    capped_away = mask & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
-    held = mask & dual if s.dual_clip_ratio is not None else None
-    return TokenGradient(value, near & mask, zeroed, capped_away, shared, held)
+    policy = mask if entropy is None else entropy.kept  # the tokens whose policy term is in the loss
+    zeroed = policy & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
+    capped_away = policy & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
+    held = policy & dual if s.dual_clip_ratio is not None else None
+    return TokenGradient(value, near & mask, zeroed, capped_away, shared, held, entropy)

@@ -5,10 +5,11 @@ per window, after exactly its backward passes).
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes, off_policy for
 cispo, sapo and vespo, extremes' sequence-level runs of grpo and cispo, and reward_stats' small groups, the one
 run that stores no old log-probs), so they cost nothing more; the sequence-level runs of sapo and vespo are this
-check's alone (scenarios/sequence.py says what each sequence-level run must show); four more runs, of the extremes
+check's alone (scenarios/sequence.py says what each sequence-level run must show); five more runs, of the extremes
 geometry (two passes at LR 0.05, tokens clipped), cover beta 0, a KL without the bias correction, delta's cap and
-clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6), and two small ones (grpo, dr_grpo) windows of a
-single completion, where a count clamped at the wrong floor shows. gradients.py has the formula.
+clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6) and TRL's entropy mask (top_entropy_quantile 0.2),
+and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the wrong floor shows.
+gradients.py has the formula.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ RUNS = {
     "detached (reward_stats[run=small_groups]'s run)",
     "sequence_level": "the extremes run at importance_sampling_level 'sequence' under grpo (GSPO): one ratio per "
     "completion, each token's gradient through its completion's mean log-ratio; some completions clipped",
+    "top_entropy": f"the extremes run with top_entropy_quantile {runs.TOP_ENTROPY_QUANTILE:g}: the policy term only at "
+    "each micro-batch's tokens of entropy at or above its quantile, the KL term at every token; some tokens of "
+    "non-zero advantage masked out, some kept",
 }
 """The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type); off_policy and
 sequence_level also run cispo, sapo and vespo, named by their loss type."""
@@ -82,6 +86,8 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return runs.asymmetric_clip_spec(run)
     if name == "sequence_level":
         return runs.sequence_level_spec(run, case.param("loss_type", "grpo"))
+    if name == "top_entropy":
+        return runs.top_entropy_spec(run)
     spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
@@ -125,6 +131,13 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
             check.fail(f"0 {what}: the run did not show what {spec.loss_type}'s sequence level changes")
             return check.finish()
         check.note(f"{count} {what}")
+    if case.param("run") == "top_entropy":
+        out, kept = entropy_masked(gap)
+        said = f"{out} tokens of non-zero advantage whose policy term the entropy mask leaves out, {kept} it keeps"
+        if not out or not kept:
+            check.fail(f"{said}: the run did not show the mask (top_entropy_quantile {spec.top_entropy_quantile:g})")
+            return check.finish()
+        check.note(said)
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
         if not told:
@@ -140,6 +153,18 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
     return check.finish()
 
 
+def entropy_masked(gap: gradients.Gaps) -> tuple[int, int]:
+    """(left out, kept): compared tokens of non-zero advantage (their policy term has a gradient) whose policy term
+    the formula's entropy mask leaves out or keeps, none within rounding of the threshold (0, 0 without a mask)."""
+    out = kept = 0
+    for row in gap.rows:
+        mask = row.terms.entropy
+        if mask is not None:
+            live = row.record.completion_mask.bool() & ~mask.uncertain & (row.record.advantages != 0).unsqueeze(1)
+            out, kept = out + int((live & ~mask.kept).sum()), kept + int((live & mask.kept).sum())
+    return out, kept
+
+
 def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
     """Compared tokens whose formula gradient changes when the two clip bounds are swapped: those a trainer that
     swaps them, or takes one for both, would get wrong (some token of the clip_asymmetric run must be one)."""
@@ -147,7 +172,7 @@ def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
     swapped = dataclasses.replace(settings, epsilon_low=settings.epsilon_high, epsilon_high=settings.epsilon_low)
     told = 0
     for row in gap.rows:
-        other = token_gradient(row.record, swapped)
+        other = token_gradient(row.record, swapped, row.terms.entropy)
         keep = ~row.terms.uncertain & ~other.uncertain & row.record.completion_mask.bool()
         told += int((keep & (other.value != row.terms.value)).sum())
     return told
@@ -266,7 +291,8 @@ LOGP_GRADIENT = Scenario(
     "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
     "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
     "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy, and "
-    "at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the sequence ratio)",
+    "at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the sequence ratio; the "
+    "policy term under the entropy mask of top_entropy_quantile)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

@@ -59,7 +59,7 @@ def levels_told_apart(gap: gradients.Gaps, dtype: str) -> int:
     allowed = tolerance(gradients.METRIC, dtype, TOLERANCES).scale_tol
     told = 0
     for row in gap.rows:
-        other = dataclasses.replace(row, terms=token_gradient(row.record, token_level))
+        other = dataclasses.replace(row, terms=token_gradient(row.record, token_level, row.terms.entropy))
         keep = ~row.terms.uncertain & ~other.terms.uncertain & row.record.completion_mask.bool()
         told += int((gradients.relative_gaps(other.want, row.want, keep, gap.scale) > allowed).sum())
     return told

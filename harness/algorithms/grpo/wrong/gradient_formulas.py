@@ -15,6 +15,8 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
     a mean of micro-batch means c x each micro-batch's formula x its window's tokens / its own tokens
     bnpo of contract 1          (bnpo only) the formula x its micro-batch's own tokens / its window's tokens:
                                 one count over the window, as GRPO contract 1 defined bnpo  (class 14)
+    the entropy mask wrong      (top_entropy_quantile q < 1) the formula without the mask, with its threshold at
+                                the q quantile, or with the KL term masked too                (class 77)
 
 The first three are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
 the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
@@ -98,8 +100,31 @@ def other_profiles_formulas(gap: Gaps, s: Settings) -> list[tuple[str, list[torc
                 weights = [weight for _, _, weight in weighted([r.record for r in gap.rows], scoped)]
             except NotRecomputable:
                 continue
-        out.append((words, [dataclasses.replace(r, terms=token_gradient(r.record, other), weight=w).want
-                            for r, w in zip(gap.rows, weights)]))  # fmt: skip
+        terms = [token_gradient(r.record, other, r.terms.entropy) for r in gap.rows]
+        wants = [dataclasses.replace(r, terms=t, weight=w).want for r, t, w in zip(gap.rows, terms, weights)]
+        out.append((words, wants))
+    return out
+
+
+def entropy_mask_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[tuple[int, ...], str, list, int]]:
+    """Under an entropy mask (top_entropy_quantile q < 1), class 77's: the formula without the mask, with the
+    threshold at the q quantile (q taken for 1 - q), and (token level) with the KL term masked too."""
+    q = s.top_entropy_quantile
+    if q >= 1 or not rows:
+        return []
+    want = lambda r, other, mask=None: dataclasses.replace(r, terms=token_gradient(r.record, other, mask)).want  # noqa: E731
+    unmasked = dataclasses.replace(s, top_entropy_quantile=1.0)
+    out = [((77,), "the formula without the entropy mask (every token's policy term kept)",
+            [want(r, unmasked) for r in rows], 1)]  # fmt: skip
+    if 0 < q < 1 and q != 0.5:
+        swapped = dataclasses.replace(s, top_entropy_quantile=1 - q)
+        out.append(((77,), f"the formula with the entropy mask's threshold at the {fmt(q)} quantile, not 1 - {fmt(q)}",
+                    [want(r, swapped) for r in rows], 1))  # fmt: skip
+    if s.beta != 0 and not s.sequence_level:  # the KL term, the full formula less its policy-only part, masked too
+        policy_only = dataclasses.replace(unmasked, beta=0.0)
+        kl = [want(r, unmasked) - want(r, policy_only) for r in rows]
+        out.append(((77,), "the formula with the entropy mask on the KL term too",
+                    [r.want - k * ~r.terms.entropy.kept for r, k in zip(rows, kl)], 1))  # fmt: skip
     return out
 
 
@@ -110,11 +135,13 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
     if s.beta != 0 and all(r.record.ref_logps is not None for r in rows):
         flipped = dataclasses.replace(s, beta=-s.beta)
         out.append(((41,), f"the formula with the KL term subtracted from the loss (beta {fmt(-s.beta)})",
-                    [r.weight * token_gradient(r.record, flipped).value for r in rows], 1))  # fmt: skip
+                    [r.weight * token_gradient(r.record, flipped, r.terms.entropy).value for r in rows],
+                    1))  # fmt: skip
         out.append(((21,), "the formula with k3 the wrong way round, exp(logp - ref) - (logp - ref) - 1",
                     [r.weight * reversed_kl_gradient(r, s) for r in rows], 1))  # fmt: skip
     for words, wants in other_profiles_formulas(gap, s):
         out.append(((), f"the formula with {words}", wants, 1))
+    out += entropy_mask_formulas(rows, s)
     wants = [r.want for r in rows]
     c = fitted(rows, wants)
     if math.isfinite(c) and abs(c - 1) > 1e-6:

@@ -31,7 +31,7 @@ from harness.verdict import MetricVerdict
 from ..contract import KL, POLICY_LOSS
 from ..definitions import IN_THE_LOSS, IN_THE_SETTINGS
 from ..oracle.declared import k3, kl_weighted
-from ..oracle.expect import TokenTerms, expected_from_terms, token_terms
+from ..oracle.expect import TokenTerms, expected_from_terms, terms_of
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 from ..view import IntervalView
@@ -140,7 +140,7 @@ def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
     out = []
     names = IN_THE_SETTINGS if metric == POLICY_LOSS else IN_THE_LOSS
     for words, other in other_profiles(interval.settings, names):
-        value = expected_from_terms([token_terms(r, other) for r in interval.records], other)[metric].value
+        value = expected_from_terms(terms_of(interval.records, other), other)[metric].value
         out.append(Candidate((), words, value, "loss records"))
     return out
 

@@ -110,7 +110,7 @@ def unsupported(trainer: Any) -> list[str]:
     if level != "token":
         out.append(f"importance_sampling_level={level!r} (the oracle's ratios are per token)")
     if getattr(trainer, "top_entropy_quantile", 1.0) < 1.0:
-        out.append("top_entropy_quantile < 1 (the loss masks tokens the records do not say)")
+        out.append("top_entropy_quantile < 1 (the live oracle's settings do not carry the entropy mask yet)")
     return out
 
 

@@ -326,6 +326,7 @@ NOT_APPLICABLE = {
     "schedule": f"{TO_THE_END} (7 optimizer steps of 2 per training step)",
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
+    "run=top_entropy": config.ENTROPY_MASK,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 

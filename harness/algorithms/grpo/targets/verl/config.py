@@ -33,6 +33,8 @@ SCALE_REWARDS = {"group": True, "none": False}
 SEQUENCE_LEVEL = ("verl 0.9.1's sequence-level ratios are a policy loss of their own (core_algos, loss_mode 'gspo'), "
                   "which this target does not map yet")
 TRUNCATED = "verl 0.9.1 has no option that leaves truncated completions out of the loss"
+ENTROPY_MASK = ("verl 0.9.1 has no entropy mask of the policy loss: its policy losses and agg_loss (core_algos) keep "
+                "every response token's term, and the entropy enters the loss only as a bonus (entropy_coeff)")
 
 
 def refusal(spec) -> str | None:
@@ -49,6 +51,8 @@ def refusal(spec) -> str | None:
         return SEQUENCE_LEVEL
     if getattr(spec, "mask_truncated_completions", False):
         return TRUNCATED
+    if getattr(spec, "top_entropy_quantile", 1.0) < 1:
+        return ENTROPY_MASK
     if spec.generation_steps % spec.gradient_accumulation_steps:
         return (
             f"verl cuts a training step's {spec.generation_batch} completions into whole mini-batches of "

@@ -189,8 +189,8 @@ def test_the_view_computes_token_terms_once_per_record_for_oracle_and_diagnosis(
         log["entropy"] *= 1.01  # every interval fails entropy: the diagnosis runs too
     broken = Observation(obs.spec, ran(logs, recorded(obs.ran).loss_inputs))
     made = []
-    counted = lambda r, s, terms=view.token_terms: made.append(r) or terms(r, s)  # noqa: E731
-    monkeypatch.setattr(view, "token_terms", counted)
+    counted = lambda rs, s, terms=view.terms_of: made.extend(rs) or terms(rs, s)  # noqa: E731
+    monkeypatch.setattr(view, "terms_of", counted)
     cache = FixedCache(lambda spec: broken)
     for check_id in ("uneven_lengths[loss_type=dapo]", "uneven_lengths[loss_type=dapo]", "freshness"):
         result = grpo_check(check_id, cache)

@@ -70,6 +70,7 @@ def test_the_specs_verl_cannot_run_are_refused_with_the_reason():
         assert f"no {loss_type!r} loss" in config.refusal(UNEVEN.with_(loss_type=loss_type))
     assert "std" in config.refusal(UNEVEN.with_(scale_rewards="batch"))
     assert "delta" in config.refusal(UNEVEN.with_(delta=2.0))
+    assert "no entropy mask" in config.refusal(UNEVEN.with_(top_entropy_quantile=0.2))
     for loss_type in ("grpo", "dr_grpo", "dapo", "cispo", "sapo"):
         assert config.refusal(UNEVEN.with_(loss_type=loss_type)) is None
 
