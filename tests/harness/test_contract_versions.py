@@ -143,8 +143,8 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     """Release 0.1.0's reference GRPO trainer and target, frozen, against today's gate (every check but those of the
     four loss types it cannot build, above): each failure is a change of GRPO contract 2 or 4 it predates, named in
     one line with its changelog entry; bnpo's are diagnosed as contract 1's bnpo. It really has none of today's
-    duties, holds bnpo to contract 1's definition and knows neither sequence-level ratios nor truncated completions
-    left out; it has no other defect, and the gate finds none."""
+    duties, holds bnpo to contract 1's definition and knows neither sequence-level ratios, truncated completions left
+    out nor the entropy mask; it has no other defect, and the gate finds none."""
     every = subprocess.run([sys.executable, "-m", "harness", "checks", "--target", "reference-grpo"],
                            capture_output=True, text=True, cwd=ROOT, timeout=120,
                            check=True).stdout.split()  # fmt: skip
@@ -160,11 +160,13 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     # and every completion, truncated or not
     options = {"logp_gradient[run=sequence_level]", "extremes[run=sequence_level]",
                "completion_mask[mask_truncated_completions=True]"}  # fmt: skip
-    assert set(failed) == duties | bnpo | options, sorted(failed)
+    # and the option contract 6 runs (release 0.6.0): it keeps every token's policy term, whatever the entropy
+    masked = {"logp_gradient[run=top_entropy]"}
+    assert set(failed) == duties | bnpo | options | masked, sorted(failed)
     contract = get("grpo").contract
     for check_id, check in failed.items():
         assert check["contract_changes"], check_id
-        release = "0.5.0" if check_id in options else "0.2.0"
+        release = "0.6.0" if check_id in masked else "0.5.0" if check_id in options else "0.2.0"
         for line in check["contract_changes"]:
             assert f"(release {release}, CHANGELOG.md)" in line and line in {c.line("grpo") for c in contract.changes}
     for check_id in bnpo:

@@ -5,7 +5,8 @@ gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry
 3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`) and checks the gradient
 in a run that stores no old log-probs. Version 4 (release 0.5.0) runs sequence-level importance sampling under grpo,
 truncated completions left out of the loss and clip bounds off the default; version 5 (release 0.6.0) runs the
-sequence level under cispo, sapo and vespo too.
+sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TRL's entropy mask of the policy loss
+(top_entropy_quantile).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -128,11 +129,21 @@ SEQUENCE_LOSS_TYPES = Change(
     checks=("logp_gradient[[]run=sequence_level,loss_type=*", "extremes[[]run=sequence_level,loss_type=*"),
 )
 
+ENTROPY_MASK = Change(
+    version=6,
+    release="0.6.0",
+    subject="the entropy mask of the policy loss",
+    old="every token's policy term in the loss (top_entropy_quantile never set)",
+    new="also top_entropy_quantile 0.2 (TRL's option): the policy term only at the tokens whose entropy is at or above "
+    "the 0.8 quantile of their micro-batch's, every rank's; the KL term on every token",
+    checks=("logp_gradient[[]run=top_entropy]",),
+)
+
 CONTRACT = Contract(
-    version=5,
+    version=6,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
