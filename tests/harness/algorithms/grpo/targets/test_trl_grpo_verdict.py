@@ -68,6 +68,9 @@ TRL_GRPO_PASSES = {
     "logp_gradient[run=sequence_level]",  # GSPO: each token's gradient through its completion's mean log-ratio
     # and cispo's weight, sapo's gate and vespo's KL correction of the completion's ratio at sequence level
     *(f"logp_gradient[run=sequence_level,loss_type={t}]" for t in ("cispo", "sapo", "vespo")),
+    # top_entropy_quantile 0.2: the policy term at each micro-batch's tokens at or above its 0.8 entropy quantile
+    # (gathered across processes, get_high_entropy_mask), the KL term added after the mask on every token
+    "logp_gradient[run=top_entropy]",
     "completion_mask[mask_truncated_completions=True]",  # every truncated completion's mask empty
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
