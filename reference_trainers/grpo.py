@@ -363,16 +363,20 @@ def loss_numerator(
 # ---------------------------------------------------------------- statistics of one micro-batch
 
 
-def microbatch_stats(means: Mapping[str, torch.Tensor | None], phi_sum, token_loss, completion_loss, mask
-                     ) -> torch.Tensor:  # fmt: skip
+def microbatch_stats(means: Mapping[str, torch.Tensor | None], phi_sum, token_loss, completion_loss, mask,
+                     sums: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:  # fmt: skip
     """One row of STAT_FIELDS: float64 numerators (token means times the token count) and the three counts.
 
     `means`: the micro-batch's token mean of each TOKEN_POOLED metric (None: not computed, 0);
-    `phi_sum`: the sum of its rows' vespo weights (0 for other loss types).
+    `phi_sum`: the sum of its rows' vespo weights (0 for other loss types);
+    `sums`: numerators given as they are, in place of a mean's (the sequence-level clip flags: one per completion,
+    an empty one's included, pooled over completions).
     """
     n = mask.sum().double()
     zero = torch.zeros((), dtype=torch.float64, device=n.device)
-    pooled = [means[name].double() * n if means.get(name) is not None else zero for name in TOKEN_POOLED]
+    given = sums or {}
+    pooled = [given[name].double() if name in given else means[name].double() * n if means.get(name) is not None
+              else zero for name in TOKEN_POOLED]  # fmt: skip
     return torch.stack(
         [
             *pooled,
@@ -659,20 +663,19 @@ class GRPOTrainer:
             high_clip_mean = masked_mean(is_high_clipped.float(), mask)
             region_clip_mean = masked_mean((is_low_clipped | is_high_clipped).float(), mask)
             cispo_clip_mean = masked_mean(flags.get("cispo", torch.zeros_like(mask)).float(), mask)
+            sums = {}
             if cfg.importance_sampling_level == "sequence":  # a flag per completion, pooled over completions:
-                # each mean's numerator is its flags' sum (microbatch_stats multiplies the mean by the tokens)
-                tokens = mask.sum().clamp(min=1)
-                low_clip_mean, high_clip_mean, region_clip_mean, cispo_clip_mean = (
-                    flag.float().sum() / tokens
-                    for flag in (is_low_clipped, is_high_clipped, is_low_clipped | is_high_clipped,
-                                 flags.get("cispo", torch.zeros_like(is_low_clipped)))
-                )  # fmt: skip
+                # each numerator its flags' sum, an empty completion's flag included
+                sums = dict(zip(TOKEN_POOLED[2:], (
+                    flag.float().sum() for flag in (is_low_clipped, is_high_clipped, is_low_clipped | is_high_clipped,
+                                                    flags.get("cispo", torch.zeros_like(is_low_clipped)))
+                )))  # fmt: skip
             low_clip_per_completion = masked_mean(is_low_clipped.float(), mask, axis=1)
             high_clip_per_completion = masked_mean(is_high_clipped.float(), mask, axis=1)
             means = dict(zip(TOKEN_POOLED, (mean_entropy, mean_kl, low_clip_mean, high_clip_mean, region_clip_mean,
                                             cispo_clip_mean)))  # fmt: skip
             phi_sum = flags["phi"].sum() if "phi" in flags else torch.zeros((), device=mask.device)
-            stats = microbatch_stats(means, phi_sum, token_loss, completion_loss, mask)
+            stats = microbatch_stats(means, phi_sum, token_loss, completion_loss, mask, sums)
             return stats, clip_rows(low_clip_per_completion, high_clip_per_completion, mask)
 
     def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:

@@ -103,3 +103,16 @@ def test_a_sequence_level_run_logs_its_clip_means_over_completions():
         assert metrics[name] * 32 == pytest.approx(round(metrics[name] * 32), abs=1e-4), (name, metrics[name])
     assert metrics["clip_ratio/region_mean"] > 0
     assert metrics["clip_ratio/high_max"] in (0.0, 1.0) and metrics["clip_ratio/low_min"] in (0.0, 1.0)
+
+
+def test_a_micro_batch_of_empty_completions_keeps_its_sequence_level_flags():
+    """The flags are one per completion, an empty one's included (TRL's cispo_clip_ratio counts every row): a
+    micro-batch whose completions have no token still adds its flags' sum to the numerators, which a numerator
+    taken as a token mean times the token count (0) would lose."""
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    means = {name: torch.tensor(0.5) for name in G.TOKEN_POOLED}
+    sums = {"clip_ratio/low_mean": torch.tensor(1.0), "cispo_clip_ratio": torch.tensor(2.0)}
+    row = G.microbatch_stats(means, torch.zeros(()), torch.tensor(0.0), torch.zeros(2), mask, sums)
+    got = dict(zip(G.STAT_FIELDS, row.tolist()))
+    assert got["clip_ratio/low_mean"] == 1 and got["cispo_clip_ratio"] == 2 and got["count/completions"] == 2
+    assert got["entropy"] == 0 and got["clip_ratio/high_mean"] == 0  # a mean times no token
