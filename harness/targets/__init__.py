@@ -12,7 +12,7 @@ that name. A factory of your own names its algorithm with an `algorithm` attribu
 names none is a HarnessConfigError. A factory may also declare, with an `optional_metrics` attribute
 (`factory.optional_metrics = ("policy_loss",)`), the metrics its trainer logs that the algorithm's contract
 makes optional: the gate then holds it to logging them (`declared_metrics`); and, with `unlogged_metrics`
-(`factory.unlogged_metrics = ("clip_ratio/low_min",)`), the contract's metrics its trainer does not log, each a name
+(`factory.unlogged_metrics = ("<metric name>",)`), the contract's metrics its trainer does not log, each a name
 of its algorithm's contract or a name one of the contract's patterns stands for (`rewards/*/mean`): every check
 leaves them out of its comparison, with a note, and fails naming one the trainer logs anyway (harness/unlogged.py);
 and, with `contract_version`

@@ -34,9 +34,11 @@ SETTINGS = tuple(name for name in Settings.__dataclass_fields__ if name != "dtyp
 
 
 def reference_settings(trainer: Any) -> Settings:
-    """The oracle's settings from the trainer's config (it carries TRL's names) and its policy's dtype."""
+    """The oracle's settings from the trainer's config (it carries TRL's names) and its policy's dtype; a setting
+    the config has no field for (a definition the reference implements as TRL does: `kl_clamp`, ...) keeps the
+    oracle's default, TRL's."""
     dtype = next((p.dtype for p in trainer.model.parameters()), None)
-    return Settings(**{name: getattr(trainer.config, name) for name in SETTINGS},
+    return Settings(**{name: getattr(trainer.config, name) for name in SETTINGS if hasattr(trainer.config, name)},
                     dtype=str(dtype).removeprefix("torch.") if dtype is not None else "float32")  # fmt: skip
 
 
