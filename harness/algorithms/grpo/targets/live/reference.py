@@ -18,6 +18,7 @@ trainer's loop.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -30,16 +31,13 @@ from harness.instrument.loss_recorder import LossRecorder
 from harness.live.interval import Held
 from harness.live.session import LiveSession
 
-SETTINGS = tuple(name for name in Settings.__dataclass_fields__ if name != "dtype")
-
 
 def reference_settings(trainer: Any) -> Settings:
-    """The oracle's settings from the trainer's config (it carries TRL's names) and its policy's dtype; a setting
-    the config has no field for (a definition the reference implements as TRL does: `kl_clamp`, ...) keeps the
-    oracle's default, TRL's."""
+    """The oracle's settings from the trainer's config (it carries TRL's names; `Settings.of` gives a setting it has
+    no field for, a definition the reference implements as TRL does, TRL's value) and its policy's dtype."""
     dtype = next((p.dtype for p in trainer.model.parameters()), None)
-    return Settings(**{name: getattr(trainer.config, name) for name in SETTINGS if hasattr(trainer.config, name)},
-                    dtype=str(dtype).removeprefix("torch.") if dtype is not None else "float32")  # fmt: skip
+    return dataclasses.replace(Settings.of(trainer.config),
+                               dtype=str(dtype).removeprefix("torch.") if dtype is not None else "float32")  # fmt: skip
 
 
 class ReferenceLive(Held):

@@ -4,6 +4,7 @@ the loss written out here from its definition, and the clip flags one per comple
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -93,23 +94,8 @@ def test_the_clip_means_pool_over_completions_and_the_extremes_take_a_flag_per_c
 
 def test_settings_of_a_spec_without_the_level_read_token_level():
     """A spec object that predates the setting (a target's own) is read at token level, TRL's default."""
-
-    @dataclasses.dataclass
-    class Older:
-        loss_type: str = "dapo"
-        beta: float = 0.0
-        use_bias_correction_kl: bool = True
-        epsilon_low: float = 0.2
-        epsilon_high: float = 0.2
-        delta: float | None = None
-        max_completion_length: int = 12
-        sapo_temperature_pos: float = 1.0
-        sapo_temperature_neg: float = 1.05
-        vespo_k_pos: float = 2.0
-        vespo_lambda_pos: float = 3.0
-        vespo_k_neg: float = 3.0
-        vespo_lambda_neg: float = 2.0
-        dtype: str = "float32"
-
-    assert Settings.of(Older()).importance_sampling_level == "token"
-    assert not Settings.of(Older()).sequence_level
+    older = types.SimpleNamespace(**{f.name: getattr(GRPOSpec(), f.name) for f in dataclasses.fields(Settings)
+                                     if f.default is dataclasses.MISSING})  # the settings every spec had
+    assert not hasattr(older, "importance_sampling_level")
+    assert Settings.of(older).importance_sampling_level == "token"
+    assert not Settings.of(older).sequence_level
