@@ -173,7 +173,7 @@ COMMANDS: tuple[Command, ...] = (
     *not_run("a venv of its own with verl 0.9.1 and ray (about 2 GB from the registry) and its whole gate; the "
              "target's registration, refusals and one-line exit 2 run in the suite "
              "(tests/harness/algorithms/grpo/targets/test_verl_target.py), its verdict where verl is installed",
-             "nox -s verl"),
+             "nox -s verl", "nox -s verl -- --check extremes"),
     *not_run("copies TRL 1.12.0's trainer into a scratch folder for a reader's own patch; "
              "tests/harness/algorithms/ppo/targets/test_trl_module_target.py runs the same on its own copy",
              "mkdir -p scratch/my_trl && touch scratch/my_trl/__init__.py",
