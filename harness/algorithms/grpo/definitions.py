@@ -4,7 +4,8 @@
 is held to it. `verl` is verl's, where it defines an entry otherwise. docs/definitions.md lists each entry with its
 formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
 `Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
-(oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`.
+(oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`; its pooled kl and policy_loss (oracle/expect.py)
+read `metric_pooling`.
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ KL_IMPORTANCE_WEIGHTING = "kl_importance_weighting"
 DUAL_CLIP_RATIO = "dual_clip_ratio"
 TOKEN_MEAN_SCOPE = "token_mean_scope"
 POLICY_LOSS_INCLUDES_KL = "policy_loss_includes_kl"
+METRIC_POOLING = "metric_pooling"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
+INTERVAL, WINDOW_MEAN = "interval", "window_mean"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
-IN_THE_SETTINGS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL)
-"""The entries the oracle's `Settings` carry: the loss's, and what the pooled policy_loss holds."""
+OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING)
+"""The entries the pooled kl reads: the loss's, and how it is pooled over its interval."""
+OF_THE_POLICY_LOSS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL, METRIC_POOLING)
+"""The entries the pooled policy_loss reads: the loss's, whether it holds the KL term, how it is pooled."""
+IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS)))
+"""The entries the oracle's `Settings` carry: those of the pooled kl and policy_loss."""
 TOKEN_MEAN_LOSS_TYPES = ("dapo", "cispo", "vespo")
 """The loss types whose window loss is a token sum over a token count, the count `token_mean_scope` says."""
 
@@ -106,11 +113,19 @@ VOCABULARY = Vocabulary(
             "whether the logged policy_loss holds the KL term of the loss",
             "policy_loss pools l_t = policy term + beta kl_t (True); the policy term alone (False)",
         ),
+        Definition(
+            METRIC_POOLING,
+            "how the logged kl and policy_loss pool an interval's optimizer steps",
+            "the metric's aggregate over every token of the interval ('interval'); the mean over the interval's "
+            "optimizer windows of each window's own aggregate, the window's micro-batches on every rank "
+            "('window_mean')",
+            (INTERVAL, WINDOW_MEAN),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
-                        POLICY_LOSS_INCLUDES_KL: True},
+                        POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -126,10 +141,13 @@ VOCABULARY = Vocabulary(
                  "num_items_in_batch the generation batch's tokens on every process "
                  "(_generate_and_score_completions)",
                  POLICY_LOSS_INCLUDES_KL: "TRL GRPOTrainer, _compute_loss: per_token_loss + beta * per_token_kl, "
-                 "then the loss type's aggregate, policy_loss = loss.detach() (logged with an entropy bonus)"}),
+                 "then the loss type's aggregate, policy_loss = loss.detach() (logged with an entropy bonus)",
+                 METRIC_POOLING: "the contract, docs/grpo-metrics.md sections 2 and 4: one aggregate over the whole "
+                 "interval (TRL GRPOTrainer itself logs a flat mean of micro-batch means, class 16, a finding: "
+                 "docs/trl-grpo.md)"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
-                         POLICY_LOSS_INCLUDES_KL: False},
+                         POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -146,7 +164,11 @@ VOCABULARY = Vocabulary(
                  "step (workers/engine_workers.py, TrainingWorker.train_mini_batch)",
                  POLICY_LOSS_INCLUDES_KL: "verl, workers/utils/losses.py, ppo_loss: metrics['actor/pg_loss'] is the "
                  "policy loss function's pg_loss; the KL term is added to policy_loss after it and logged as "
-                 "kl_loss"}),
+                 "kl_loss",
+                 METRIC_POOLING: "verl, workers/engine_workers.py, TrainingWorker.train_mini_batch: each mini-batch's "
+                 "kl_loss and pg_loss, a SUM Metric of its micro-batches' agg_loss shares (workers/utils/losses.py, "
+                 "ppo_loss; utils/metric/utils.py, Metric.aggregate_dp), appended per mini-batch; reduce_metrics "
+                 "logs their np.mean once per training step"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -3,15 +3,16 @@
 A record is one micro-batch of the loss as the target saw it (a `LossRecord` of the run's
 `loss_inputs`: mask, log-probs, old and reference log-probs, advantages, entropies). The oracle never
 calls the trainer: the ratio, the clip flags, k3 and the per-token loss are taken from
-their formulas (docs/grpo-metrics.md, sections 2 and 4), then pooled once over the
-interval. What the records do not determine (no entropies, no reference log-probs while
+their formulas (docs/grpo-metrics.md, sections 2 and 4; terms.py), then pooled once over the
+interval, or for kl and policy_loss over each of its optimizer windows where the target declares so
+(metric_pooling, definitions.py). What the records do not determine (no entropies, no reference log-probs while
 beta != 0) is an `Expectation` without a value, which fails the check that needed it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from harness.oracle.pooling import Expectation, Pooled
 from harness.oracle.precision import Precision, coarsest
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
+from ..definitions import INTERVAL
 from ..spec import CLIPPED_LOSS_TYPES
 from .records import unusable
 from .settings import Settings, log_ratios
@@ -71,15 +73,39 @@ def _flag_mean(metric: str, terms: Sequence[TokenTerms], flag, s: Settings) -> E
                        precision=precision(terms, "flags", pooled.count, abs(value), s, floor=uncertain))  # fmt: skip
 
 
+def over_windows(terms: Sequence[TokenTerms], s: Settings,
+                 aggregate: Callable[[Sequence[TokenTerms]], Expectation]) -> Expectation:  # fmt: skip
+    """`aggregate` of the interval's terms as the target's metric_pooling pools it (definitions.py): over the whole
+    interval ('interval'), or the mean over the interval's optimizer windows (`TokenTerms.window`: a window's
+    micro-batches on every rank) of each window's own aggregate ('window_mean'). The mean's tolerance is the whole
+    interval's: each window's bound is one over fewer terms, its size taken as the larger of the interval's and the
+    windows' mean size, and the mean of the windows' values one more stored partial (precision.py, STAGES)."""
+    whole = aggregate(terms)
+    if s.metric_pooling == INTERVAL or whole.value is None:
+        return whole
+    windows: dict[int, list[TokenTerms]] = {}
+    for t in terms:
+        windows.setdefault(t.window, []).append(t)
+    parts = [aggregate(inside) for inside in windows.values()]
+    unknown = next((part for part in parts if part.value is None), None)
+    if unknown is not None:
+        return unknown
+    size = max(whole.scale or 0.0, sum(part.scale or 0.0 for part in parts) / len(parts))
+    p = whole.precision
+    p = dataclasses.replace(p, magnitude=max(p.magnitude, size)) if p is not None else None
+    value = sum(part.value for part in parts) / len(parts)
+    return Expectation(whole.metric, value, count=whole.count, scale=size, precision=p)
+
+
 def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
-    """The loss type's objective over the whole interval (docs/grpo-metrics.md, section 4); under an entropy mask its
-    comparison also allows what the tokens within rounding of the mask's threshold add if kept (their |policy term|
-    pooled as the loss is)."""
-    expected = objective(terms, s)
+    """The loss type's objective over the interval (docs/grpo-metrics.md, section 4), pooled as the target's
+    metric_pooling says; under an entropy mask its comparison also allows what the tokens within rounding of the
+    mask's threshold add if kept (their |policy term| pooled as the loss is)."""
+    expected = over_windows(terms, s, lambda inside: objective(inside, s))
     if expected.precision is None or not any(t.flips is not None and bool(t.flips.any()) for t in terms):
         return expected
     flips = [dataclasses.replace(t, loss=t.flips if t.flips is not None else torch.zeros_like(t.loss)) for t in terms]
-    floor = objective(flips, s).value or 0.0
+    floor = over_windows(flips, s, lambda inside: objective(inside, s)).value or 0.0
     return dataclasses.replace(expected, precision=dataclasses.replace(expected.precision,
                                                                        floor=expected.precision.floor + floor))
 
@@ -160,7 +186,7 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
         out[PHI_MEAN] = Expectation(PHI_MEAN, float(phis.mean()) if n else 0.0, count=n, scale=size, precision=p)
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
-            out[KL] = _pooled_mean(KL, terms, "kl", s)
+            out[KL] = over_windows(terms, s, lambda inside: _pooled_mean(KL, inside, "kl", s))
         else:
             out[KL] = Expectation.unknown(KL, f"beta={s.beta} but the loss records hold no reference log-probs")
     out[POLICY_LOSS] = policy_loss(terms, s)

@@ -12,7 +12,7 @@ import torch
 
 from harness.tolerances import margin_of
 
-from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS
+from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS, INTERVAL
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,10 @@ class Settings:
     kl_importance_weighting: str = AS_CONFIGURED
     dual_clip_ratio: float | None = None
     policy_loss_includes_kl: bool = True
-    """The target's definitions of the KL term, the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py) and
-    the KL term in the pooled policy_loss (IN_THE_SETTINGS); the defaults are the default profile's."""
+    metric_pooling: str = INTERVAL
+    """The target's definitions of the KL term, the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py), the
+    KL term in the pooled policy_loss and how the pooled kl and policy_loss pool an interval's optimizer steps
+    (IN_THE_SETTINGS; expect.py); the defaults are the default profile's."""
     top_entropy_quantile: float = 1.0
     """Below 1, each token keeps its policy term only where its entropy is at or above its micro-batch's
     (1 - top_entropy_quantile) quantile (entropy_mask.py); the KL term stays on every token."""

@@ -54,6 +54,8 @@ class TokenTerms:
     flips: torch.Tensor | None = None
     """Under an entropy mask: |policy term| at the tokens within the rounding margin of its threshold (0 elsewhere),
     which the trainer may or may not have kept (entropy_mask.py); None without a mask."""
+    window: int = 0
+    """The optimizer step (accumulation window) of its micro-batch, 0-based over the run (`LossRecord.window`)."""
 
     @property
     def region(self) -> torch.Tensor:
@@ -133,7 +135,7 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
             operands["loss"] = loss_ops + abs(s.beta) * kl_ops
     entropies = record.entropies.double() if record.entropies is not None else None
     return TokenTerms(mask, low, high, kl, loss, entropies, uncertain, cispo, phi, raw, held, operands,
-                      s.sequence_level, flips)  # fmt: skip
+                      s.sequence_level, flips, int(record.window))  # fmt: skip
 
 
 def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:

@@ -10,13 +10,12 @@ oracle pooled) and returns what a trainer with that bug logs for a metric. An em
 mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its extreme is none (a NaN,
 dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
 
-A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries than the target
-declares, a failing policy_loss under its policy_loss_includes_kl too (profiles.py). With a KL term (beta != 0) the
-logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of token terms whose KL is wrong:
-the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41: policy_loss only, where it holds
-the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1, times the same correcting
-ratio).
-"""
+A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries and metric_pooling
+than the target declares, a failing policy_loss under its policy_loss_includes_kl too (profiles.py). With a KL term
+(beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of token terms whose
+KL is wrong: the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41: policy_loss only, where
+it holds the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1, times the same correcting
+ratio)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
 from ..contract import KL, POLICY_LOSS
-from ..definitions import IN_THE_LOSS, IN_THE_SETTINGS
+from ..definitions import DUAL_CLIP_RATIO, METRIC_POOLING, OF_THE_KL, OF_THE_POLICY_LOSS
 from ..oracle.declared import k3, kl_weighted
 from ..oracle.expect import TokenTerms, expected_from_terms, terms_of
 from ..spec import CLIPPED_LOSS_TYPES
@@ -134,11 +133,12 @@ def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
 
 def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
     """What the oracle gives for `kl` or `policy_loss` under each other profile's entries than the interval's
-    settings declare (profiles.py): the loss's, and for policy_loss whether it holds the KL term."""
+    settings declare (profiles.py): the loss's, how the metric pools the interval's windows, and for policy_loss
+    whether it holds the KL term."""
     if interval.unusable or not interval.records:
         return []
     out = []
-    names = IN_THE_SETTINGS if metric == POLICY_LOSS else IN_THE_LOSS
+    names = OF_THE_POLICY_LOSS if metric == POLICY_LOSS else OF_THE_KL
     for words, other in other_profiles(interval.settings, names):
         value = expected_from_terms(terms_of(interval.records, other), other)[metric].value
         out.append(Candidate((), words, value, "loss records"))
@@ -173,8 +173,8 @@ def diagnose_interval(verdicts: Sequence[MetricVerdict], interval: IntervalView,
     (and a failing policy_loss when one known wrong KL term does)."""
     names = {v.name for v in verdicts if v.name in PER_TOKEN or v.name.startswith("clip_ratio/")}
     s = interval.settings
-    dual = any(other.dual_clip_ratio != s.dual_clip_ratio for _, other in other_profiles(s))
-    if s.beta != 0 or s.loss_type == "bnpo" or dual:
+    differs = other_profiles(s, (DUAL_CLIP_RATIO, METRIC_POOLING))  # entries that change policy_loss at beta 0
+    if s.beta != 0 or s.loss_type == "bnpo" or differs:
         names |= {v.name for v in verdicts if v.name == POLICY_LOSS}
     if interval.unusable:
         return list(verdicts)

@@ -1,8 +1,9 @@
 """The loss of another profile's definitions (definitions.py, IN_THE_LOSS: kl_clamp, kl_importance_weighting,
-dual_clip_ratio; token_mean_scope for the gradient of the token-mean loss types; policy_loss_includes_kl for the
-pooled policy_loss) than the target declares: a failing `kl`, `policy_loss` or `logp_gradient` whose numbers are
-that profile's is named so, as a failing advantage is for advantage_epsilon (formulas.py). gradient_formulas.py and
-poolings.py recompute the oracle's formulas with each of these settings; they name a failure, never pass one."""
+dual_clip_ratio; token_mean_scope for the gradient of the token-mean loss types; policy_loss_includes_kl for the pooled
+policy_loss; metric_pooling for the pooled kl and policy_loss) than the target declares: a failing `kl`, `policy_loss`
+or `logp_gradient` whose numbers are that profile's is named so, as a failing advantage is for advantage_epsilon
+(formulas.py). gradient_formulas.py and poolings.py recompute the oracle's formulas with each of these settings; they
+name a failure, never pass one."""
 
 from __future__ import annotations
 
