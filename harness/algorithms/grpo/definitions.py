@@ -24,14 +24,16 @@ DUAL_CLIP_RATIO = "dual_clip_ratio"
 TOKEN_MEAN_SCOPE = "token_mean_scope"
 POLICY_LOSS_INCLUDES_KL = "policy_loss_includes_kl"
 METRIC_POOLING = "metric_pooling"
+KL_POPULATION = "kl_population"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
 INTERVAL, WINDOW_MEAN = "interval", "window_mean"
+TOKEN_MEAN, AS_LOSS = "token_mean", "as_loss"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
-OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING)
-"""The entries the pooled kl reads: the loss's, and how it is pooled over its interval."""
+OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING, KL_POPULATION)
+"""The entries the pooled kl reads: the loss's, how it pools its interval's windows, and how it weighs its tokens."""
 OF_THE_POLICY_LOSS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL, METRIC_POOLING)
 """The entries the pooled policy_loss reads: the loss's, whether it holds the KL term, how it is pooled."""
 IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS)))
@@ -121,11 +123,19 @@ VOCABULARY = Vocabulary(
             "('window_mean')",
             (INTERVAL, WINDOW_MEAN),
         ),
+        Definition(
+            KL_POPULATION,
+            "how the logged kl weighs its tokens",
+            "kl = the token mean of kl_t ('token_mean'); the loss type's aggregate of kl_t, as its policy_loss "
+            "aggregates l_t ('as_loss'; bnpo's a token mean)",
+            (TOKEN_MEAN, AS_LOSS),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
-                        POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL},
+                        POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL,
+                        KL_POPULATION: TOKEN_MEAN},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -144,10 +154,13 @@ VOCABULARY = Vocabulary(
                  "then the loss type's aggregate, policy_loss = loss.detach() (logged with an entropy bonus)",
                  METRIC_POOLING: "the contract, docs/grpo-metrics.md sections 2 and 4: one aggregate over the whole "
                  "interval (TRL GRPOTrainer itself logs a flat mean of micro-batch means, class 16, a finding: "
-                 "docs/trl-grpo.md)"}),
+                 "docs/trl-grpo.md)",
+                 KL_POPULATION: "TRL GRPOTrainer, _compute_loss: _metrics['kl'] gets global_masked_mean(per_token_kl),"
+                 " (per_token_kl * mask).sum() / mask.sum() over every process, whatever the loss type"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
-                         POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN},
+                         POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN,
+                         KL_POPULATION: AS_LOSS},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -168,7 +181,10 @@ VOCABULARY = Vocabulary(
                  METRIC_POOLING: "verl, workers/engine_workers.py, TrainingWorker.train_mini_batch: each mini-batch's "
                  "kl_loss and pg_loss, a SUM Metric of its micro-batches' agg_loss shares (workers/utils/losses.py, "
                  "ppo_loss; utils/metric/utils.py, Metric.aggregate_dp), appended per mini-batch; reduce_metrics "
-                 "logs their np.mean once per training step"}),
+                 "logs their np.mean once per training step",
+                 KL_POPULATION: "verl, workers/utils/losses.py, ppo_loss: kl_loss = agg_loss(kl_penalty(...), "
+                 "response_mask, config.loss_agg_mode, **global_batch_info), the loss's own aggregation "
+                 "(trainer/ppo/core_algos.py, agg_loss)"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -5,7 +5,7 @@ A record is one micro-batch of the loss as the target saw it (a `LossRecord` of 
 calls the trainer: the ratio, the clip flags, k3 and the per-token loss are taken from
 their formulas (docs/grpo-metrics.md, sections 2 and 4; terms.py), then pooled once over the
 interval, or for kl and policy_loss over each of its optimizer windows where the target declares so
-(metric_pooling, definitions.py). What the records do not determine (no entropies, no reference log-probs while
+(metric_pooling, definitions.py), the kl weighed as a token mean or as the loss (kl_population). What the records do not determine (no entropies, no reference log-probs while
 beta != 0) is an `Expectation` without a value, which fails the check that needed it.
 """
 
@@ -22,7 +22,7 @@ from harness.oracle.pooling import Expectation, Pooled
 from harness.oracle.precision import Precision, coarsest
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
-from ..definitions import INTERVAL
+from ..definitions import INTERVAL, TOKEN_MEAN
 from ..spec import CLIPPED_LOSS_TYPES
 from .records import unusable
 from .settings import Settings, log_ratios
@@ -110,22 +110,33 @@ def policy_loss(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
                                                                        floor=expected.precision.floor + floor))
 
 
-def objective(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
-    """The loss type's objective of the terms' per-token losses, pooled as section 4 of docs/grpo-metrics.md says."""
+def kl_pooled(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
+    """The pooled kl of the terms as the target's kl_population weighs its tokens (definitions.py): their token mean
+    ('token_mean', docs/grpo-metrics.md section 2), or the loss type's aggregate of kl_t as its objective aggregates
+    l_t ('as_loss'; bnpo's, whose objective is per micro-batch, a systems cut, the token mean)."""
+    if s.kl_population == TOKEN_MEAN or s.loss_type == "bnpo":
+        return _pooled_mean(KL, terms, "kl", s)
+    return dataclasses.replace(objective(terms, s, "kl"), metric=KL)
+
+
+def objective(terms: Sequence[TokenTerms], s: Settings, quantity: str = "loss") -> Expectation:
+    """The loss type's objective of the terms' per-token losses (or of another per-token `quantity`: 'kl'), pooled as
+    section 4 of docs/grpo-metrics.md says."""
+    of = lambda t: getattr(t, quantity)  # noqa: E731
     if s.loss_type == "bnpo":  # each micro-batch's own token mean, then their mean (TRL's local batch)
-        means = [float((t.loss * t.mask).sum()) / max(int(t.mask.sum()), 1) for t in terms]
-        sizes = [float((t.loss * t.mask).abs().sum()) / max(int(t.mask.sum()), 1) for t in terms]
+        means = [float((of(t) * t.mask).sum()) / max(int(t.mask.sum()), 1) for t in terms]
+        sizes = [float((of(t) * t.mask).abs().sum()) / max(int(t.mask.sum()), 1) for t in terms]
         count = sum(int(t.mask.sum()) for t in terms)
         scale = sum(sizes) / max(len(sizes), 1)
         return Expectation(POLICY_LOSS, sum(means) / max(len(means), 1), count=count, scale=scale,
-                           precision=precision(terms, "loss", count, scale, s))  # fmt: skip
+                           precision=precision(terms, quantity, count, scale, s))  # fmt: skip
     if s.loss_type in ("grpo", "sapo"):
-        values = torch.cat([t.per_completion(t.loss) for t in terms])  # an empty one adds 0 and counts, as TRL's
+        values = torch.cat([t.per_completion(of(t)) for t in terms])  # an empty one adds 0 and counts, as TRL's
         scale = float(values.abs().mean()) if values.numel() else 0.0
         tokens = sum(int(t.mask.sum()) for t in terms)
         return Expectation(POLICY_LOSS, float(values.mean()) if values.numel() else 0.0, count=values.numel(),
-                           scale=scale, precision=precision(terms, "loss", max(tokens, 1), scale, s))  # fmt: skip
-    pooled = Pooled.of([(t.loss, t.mask) for t in terms])
+                           scale=scale, precision=precision(terms, quantity, max(tokens, 1), scale, s))  # fmt: skip
+    pooled = Pooled.of([(of(t), t.mask) for t in terms])
     if s.loss_type in ("dr_grpo", "luspo"):
         completions = sum(int(t.mask.shape[0]) for t in terms)
         per = completions * (s.max_completion_length if s.loss_type == "dr_grpo" else 1)
@@ -134,12 +145,12 @@ def objective(terms: Sequence[TokenTerms], s: Settings) -> Expectation:
         scale = sum(pooled.magnitudes) / max(per, 1)
         # the sum's rounding is relative to sum |l| / per; the formula's operands are per token, over `per` too
         tokens = max(pooled.count, 1)
-        p = precision(terms, "loss", pooled.count, scale, s)
+        p = precision(terms, quantity, pooled.count, scale, s)
         p = dataclasses.replace(p, computed=p.computed * tokens / max(per, 1))
         return Expectation(POLICY_LOSS, value, count=pooled.count, pooled=pooled, scale=scale, precision=p)
     if s.loss_type in ("dapo", "cispo", "vespo"):
         return Expectation(POLICY_LOSS, pooled.token_mean(), count=pooled.count, pooled=pooled, scale=pooled.scale,
-                           precision=precision(terms, "loss", pooled.count, pooled.scale, s))  # fmt: skip
+                           precision=precision(terms, quantity, pooled.count, pooled.scale, s))  # fmt: skip
     return Expectation.unknown(POLICY_LOSS, f"unknown loss_type {s.loss_type!r}")
 
 
@@ -186,7 +197,7 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
         out[PHI_MEAN] = Expectation(PHI_MEAN, float(phis.mean()) if n else 0.0, count=n, scale=size, precision=p)
     if s.beta != 0:
         if all(t.kl is not None for t in terms):
-            out[KL] = over_windows(terms, s, lambda inside: _pooled_mean(KL, inside, "kl", s))
+            out[KL] = over_windows(terms, s, lambda inside: kl_pooled(inside, s))
         else:
             out[KL] = Expectation.unknown(KL, f"beta={s.beta} but the loss records hold no reference log-probs")
     out[POLICY_LOSS] = policy_loss(terms, s)

@@ -61,5 +61,6 @@ def test_verls_profile_on_a_trainer_of_trls_definitions_fails_and_names_the_trl_
     result = judged("logp_gradient[run=beta0]", "verl")
     trl = "kl_clamp None, kl_importance_weighting as_configured, dual_clip_ratio None (the trl profile's)"
     assert formula(result, GRADIENT).startswith(f"the formula with {trl}")
-    pooled = judged("uneven_lengths[loss_type=grpo]", "verl")  # the kl also reads how it pools the windows
-    assert formula(pooled, "kl").startswith(trl.replace(" (the", ", metric_pooling interval (the"))
+    pooled = judged("uneven_lengths[loss_type=grpo]", "verl")  # the kl also reads how it pools and weighs tokens
+    assert formula(pooled, "kl").startswith(trl.replace(" (the", ", metric_pooling interval, kl_population token_mean "
+                                                                 "(the"))  # fmt: skip

@@ -58,6 +58,7 @@ def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
     assert target.definition("token_mean_scope") == "window"  # agg_loss's token-mean over the mini-batch's tokens
     assert target.definition("policy_loss_includes_kl") is False  # ppo_loss logs pg_loss before it adds the KL
     assert target.definition("metric_pooling") == "window_mean"  # reduce_metrics' mean of each mini-batch's own
+    assert target.definition("kl_population") == "as_loss"  # ppo_loss: agg_loss of k3 with the loss_agg_mode
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_min", "reward_std", "rewards/*/std"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == NOT_APPLICABLE
@@ -101,8 +102,8 @@ def test_without_verl_the_gate_exits_2_in_one_line():
 @pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1 (`nox -s verl`)")
 def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     """The gate on verl 0.9.1: exit 1, the failures and passes above, the rest not applicable with their reasons,
-    class 16 named on actor/pg_clipfrac, the token-mean kl and policy_loss passing with verl's metric_pooling; with
-    the baseline, exit 0."""
+    class 16 named on actor/pg_clipfrac, kl and policy_loss passing with verl's metric_pooling and kl_population;
+    with the baseline, exit 0."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
                            "--report-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env,
@@ -117,8 +118,9 @@ def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     (extremes,) = [c for c in report["checks"] if c["id"] == "extremes"]
     (clipfrac,) = [m for m in extremes["metrics"] if m["name"] == "clip_ratio/region_mean"]
     assert clipfrac["diagnosis"]["class"] == 16
-    # kl_loss and pg_loss under token-mean: the mean over mini-batches of each one's token mean, as declared
-    for check in ("uneven_lengths[loss_type=dapo]", "uneven_lengths[loss_type=cispo]", "extremes"):
+    # kl_loss and pg_loss: the mean over mini-batches of each one's aggregate, kl_loss the loss's, as declared
+    for check in (*(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
+                  "off_policy[loss_type=sapo]", "extremes"):  # fmt: skip
         (pooled,) = [c for c in report["checks"] if c["id"] == check]
         loss_metrics = [m["status"] for m in pooled["metrics"] if m["name"] in ("kl", "policy_loss")]
         assert loss_metrics and set(loss_metrics) == {"pass"}, check
