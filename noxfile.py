@@ -24,7 +24,11 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
 VERL_KEEPS = ("transformers", "tokenizers", "accelerate")
 """constraints.txt pins that verl 0.9.1's own pins overrule (transformers below 5.11, and what it brings)."""
-OVERRULED = {"verl": VERL_KEEPS}
+OPENRLHF = "0.11.2"
+"""The OpenRLHF release `--target openrlhf` runs (installed with --no-deps: its flash-attn builds only with CUDA)."""
+OPENRLHF_KEEPS = ("transformers", "tokenizers", "accelerate")
+"""constraints.txt pins that OpenRLHF 0.11.2's own pins overrule (transformers 5.15.0, and what it brings)."""
+OVERRULED = {"verl": VERL_KEEPS, "openrlhf": OPENRLHF_KEEPS}
 """An extra -> the constraints.txt pins its own pins overrule: an install with it leaves them out."""
 
 
@@ -639,3 +643,24 @@ def verl(session: nox.Session) -> None:
     session.run("python", "-c", probe)
     args = session.posargs or ["--baseline", os.path.join("baselines", "verl-0.9.1-grpo.toml")]
     run_exit_code(session, "-m", "harness", "verify", "--target", "verl", *args)
+
+
+@nox.session(python=PYTHON, default=False)
+def openrlhf(session: nox.Session) -> None:
+    """OpenRLHF 0.11.2's GRPO actor update under the gate on the CPU (`--target openrlhf`, docs/openrlhf.md), in a
+    venv of its own: the package with its `openrlhf` extra (what the actor update imports: DeepSpeed 0.19.6, OpenRLHF's
+    transformers 5.15.0, ray, peft, torchdata, pylatexenc, aiohttp) and the `test` extra (the test pinning its verdict,
+    tests/harness/algorithms/grpo/targets/test_openrlhf_target.py, runs there), under constraints.txt less the pins
+    OpenRLHF's own overrule (`OPENRLHF_KEEPS`), so that torch stays 2.13.0; then openrlhf itself with --no-deps (its
+    flash-attn 2.8.3 builds only with CUDA, its vllm is the rollout server the target does not use).
+    Arguments go to `python -m harness verify --target openrlhf`; without any, the run is held to its baseline
+    (baselines/openrlhf-0.11.2-grpo.toml) and the session exits with the gate's code."""
+    session.install("-c", constraints_without(session, OPENRLHF_KEEPS), "--no-compile", "-e", ".[openrlhf,test]")
+    session.install("--no-deps", "--no-compile", f"openrlhf=={OPENRLHF}")
+    session.env.update(WRITE_BYTECODE)
+    probe = ("import importlib.metadata as m, torch; print('openrlhf', m.version('openrlhf'), '| deepspeed',"
+             " m.version('deepspeed'), '| transformers', m.version('transformers'), '| torch', torch.__version__)")
+    if session.run("python", "-c", probe) is None:  # nox runs nothing: --install-only
+        return
+    args = session.posargs or ["--baseline", os.path.join("baselines", f"openrlhf-{OPENRLHF}-grpo.toml")]
+    run_exit_code(session, "-m", "harness", "verify", "--target", "openrlhf", *args)

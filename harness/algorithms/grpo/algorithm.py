@@ -30,6 +30,7 @@ TARGETS = {
     "reference-grpo": "harness.algorithms.grpo.targets.reference:factory",
     "trl-grpo": "harness.algorithms.grpo.targets.trl:build [trl]",
     "verl": "harness.algorithms.grpo.targets.verl:build [verl]",
+    "openrlhf": "harness.algorithms.grpo.targets.openrlhf:build [openrlhf]",
 }
 """Built-in target name -> `module:factory` (loaded by name at run time, never imported here), then in brackets the
 package's install extras it needs (`trl`: today's TRL)."""

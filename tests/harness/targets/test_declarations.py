@@ -62,7 +62,7 @@ def test_every_extra_a_built_in_target_declares_is_one_of_the_package_s():
     package = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     names = [*builtin_targets(), *(f"{name}:my_pkg.module" for name in builtin_targets_with_argument())]
     declared = {extra for name in names for extra in extras(name)}
-    assert declared == {"trl", "trl-ppo", "verl"} and declared <= set(package)
+    assert declared == {"trl", "trl-ppo", "verl", "openrlhf"} and declared <= set(package)
 
 
 def test_an_algorithm_s_view_refuses_another_algorithm_s_payload():
