@@ -144,12 +144,12 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     four loss types it cannot build, above): each failure is a change of GRPO contract 2 or 4 it predates, named in
     one line with its changelog entry; bnpo's are diagnosed as contract 1's bnpo. It really has none of today's
     duties, holds bnpo to contract 1's definition and knows neither sequence-level ratios, truncated completions left
-    out nor the entropy mask; it has no other defect, and the gate finds none."""
+    out nor the entropy mask (nor, so, the regimes of contract 7); it has no other defect, and the gate finds none."""
     every = subprocess.run([sys.executable, "-m", "harness", "checks", "--target", "reference-grpo"],
                            capture_output=True, text=True, cwd=ROOT, timeout=120,
                            check=True).stdout.split()  # fmt: skip
     runnable = [c for c in every if not any(f"loss_type={t}" in c for t in NEW_LOSS_TYPES)]
-    assert len(every) - len(runnable) == 22
+    assert len(every) - len(runnable) == 23
     code, report, out = verify(tmp_path, "--target", OLD_TARGET, *(f"--check={c}" for c in runnable),
                                pythonpath=SUPPORT)  # fmt: skip
     assert code == 1, out
@@ -162,11 +162,15 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
                "completion_mask[mask_truncated_completions=True]"}  # fmt: skip
     # and the option contract 6 runs (release 0.6.0): it keeps every token's policy term, whatever the entropy
     masked = {"logp_gradient[run=top_entropy]"}
-    assert set(failed) == duties | bnpo | options | masked, sorted(failed)
+    # and the regimes contract 7 runs (release 0.7.0): delta's cap on the completion's ratio, the mask in bfloat16
+    regimes = {"logp_gradient[run=delta,importance_sampling_level=sequence]",
+               "logp_gradient[run=top_entropy,dtype=bfloat16]"}  # fmt: skip
+    assert set(failed) == duties | bnpo | options | masked | regimes, sorted(failed)
     contract = get("grpo").contract
     for check_id, check in failed.items():
         assert check["contract_changes"], check_id
-        release = "0.6.0" if check_id in masked else "0.5.0" if check_id in options else "0.2.0"
+        release = {**dict.fromkeys(regimes, "0.7.0"), **dict.fromkeys(masked, "0.6.0"),
+                   **dict.fromkeys(options, "0.5.0")}.get(check_id, "0.2.0")
         for line in check["contract_changes"]:
             assert f"(release {release}, CHANGELOG.md)" in line and line in {c.line("grpo") for c in contract.changes}
     for check_id in bnpo:

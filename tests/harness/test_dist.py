@@ -41,6 +41,7 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "logp_gradient[ranks=2]": "pass",
         "logp_gradient[ranks=2,loss_type=grpo]": "pass",
         "logp_gradient[ranks=2,loss_type=bnpo]": "pass",
+        "logp_gradient[ranks=2,run=top_entropy]": "pass",
         "advantages[ranks=2]": "pass",
         "completion_mask[ranks=2]": "pass",
         "reward_inputs[ranks=2]": "pass",

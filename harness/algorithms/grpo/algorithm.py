@@ -74,10 +74,11 @@ class GRPOAlgorithm:
         id_prefix="g",
         catalogue="mutants/catalogue",
         unit_tests=("tests/trainers/test_grpo_config.py",),
-        rank_functions=tuple(
-            f"reference_trainers.grpo:GRPOTrainer.{name}"
-            for name in ("next_prompts", "generate", "score", "micro_step", "window_step", "log_interval")
-        ),
+        rank_functions=(
+            *(f"reference_trainers.grpo:GRPOTrainer.{name}"
+              for name in ("next_prompts", "generate", "score", "micro_step", "window_step", "log_interval")),
+            "reference_trainers.grpo:high_entropy_mask",
+        ),  # fmt: skip
     )
 
     @property

@@ -34,9 +34,9 @@ from .definitions import ADVANTAGE_EPSILON
 from .instruments import recorded
 from .oracle import gradients, rewards
 from .oracle.expect import expected_metrics, intervals
-from .runs import UNEVEN
+from .runs import TOP_ENTROPY_QUANTILE, UNEVEN
 from .scenarios import masks, reward_inputs
-from .scenarios.gradients import judge
+from .scenarios.gradients import judge, shows_mask
 from .scenarios.preconditions import logged_names
 from .spec import GRPOSpec
 from .tolerances import TOLERANCES
@@ -80,12 +80,18 @@ def loss_type_run(loss_type: str) -> GRPOSpec:
     return UNEVEN.with_(name=f"logp_gradient_{loss_type}", loss_type=loss_type, max_steps=2, logging_steps=2)
 
 
+TOP_ENTROPY = loss_type_run("grpo").with_(name="logp_gradient_top_entropy", top_entropy_quantile=TOP_ENTROPY_QUANTILE)
+"""The entropy mask across ranks: each micro-batch's threshold is the quantile of every rank's entropies together,
+the ranks' counts of tokens unequal (uneven lengths), so a rank's own quantile, or padding that enters it, moves the
+threshold."""
+
+
 def rank_specs(seed: int, settings: Mapping[str, Any] | None = None) -> dict[str, GRPOSpec]:
     """The runs every rank makes: two generations, each logged once (also the freshness of the second log); the
-    same with two reward functions under batch scaling (the advantages, masks and reward inputs); and two windows
-    under each of GRADIENT_LOSS_TYPES (the gradient). `settings` (`verify-dist --set`) apply to every run but where
-    the run sets the key itself (the loss type of a gradient run, the batch scaling of the reward run)."""
-    runs = {"uneven_lengths": UNEVEN, "advantages": REWARDS,
+    same with two reward functions under batch scaling (the advantages, masks and reward inputs); two windows under
+    each of GRADIENT_LOSS_TYPES (the gradient); and TOP_ENTROPY. `settings` (`verify-dist --set`) apply to every run
+    but where the run sets the key itself (the loss type of a gradient run, the batch scaling of the reward run)."""
+    runs = {"uneven_lengths": UNEVEN, "advantages": REWARDS, "logp_gradient_top_entropy": TOP_ENTROPY,
             **{f"logp_gradient_{t}": loss_type_run(t) for t in GRADIENT_LOSS_TYPES}}  # fmt: skip
     return {name: applied(spec, settings or {}, GRPOSpec()).with_(seed=seed) for name, spec in runs.items()}
 
@@ -98,6 +104,7 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
         CheckId("freshness", world): ("uneven_lengths",),
         CheckId("logp_gradient", world): ("uneven_lengths",),
         **{CheckId("logp_gradient", (*world, ("loss_type", t))): (f"logp_gradient_{t}",) for t in GRADIENT_LOSS_TYPES},
+        CheckId("logp_gradient", (*world, ("run", "top_entropy"))): ("logp_gradient_top_entropy",),
         **{CheckId(name, world): ("advantages",) for name in ("advantages", "completion_mask", "reward_inputs")},
     }
 
@@ -121,6 +128,10 @@ def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
             ranks = runs[f"logp_gradient_{t}"]
             check_id = CheckId("logp_gradient", (("ranks", len(ranks)), ("loss_type", t)))
             results.append(logp_gradient_across_ranks(ranks, specs[f"logp_gradient_{t}"], check_id, declared))
+    if "logp_gradient_top_entropy" in runs:
+        ranks = runs["logp_gradient_top_entropy"]
+        check_id = CheckId("logp_gradient", (("ranks", len(ranks)), ("run", "top_entropy")))
+        results.append(logp_gradient_across_ranks(ranks, specs["logp_gradient_top_entropy"], check_id, declared))
     if "advantages" in runs:
         results += rollout_across_ranks(runs["advantages"], specs["advantages"], declared)
     return results
@@ -146,6 +157,8 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
         return check.finish()
     if gap.compared == 0 or not gap.scale > 0:
         check.fail(f"no token with a non-zero gradient to compare ({gap.compared} compared)")
+        return check.finish()
+    if spec.top_entropy_quantile < 1 and not shows_mask(check, gap, spec):
         return check.finish()
     judge(check, gap, spec, f"{len(ranks)} ranks {gap.where}")
     return check.finish()

@@ -49,7 +49,7 @@ SETTINGS = (
 """The trainer settings `verify --set KEY=VALUE` may change for the whole GRPO gate."""
 REFUSED = {
     "delta": "TRL corrects the KL by the ratio before its delta cap, the contract by the capped one, an open question "
-    "of the contract: only logp_gradient[run=delta] runs it, at beta 0 (docs/gate.md)",
+    "of the contract: only the logp_gradient cases of run=delta run it, at beta 0 (docs/gate.md)",
     "top_entropy_quantile": "the entropy mask's threshold is each micro-batch's own quantile, so the objective depends "
     "on the cut and the partition checks would fail a right trainer: only logp_gradient[run=top_entropy] runs it "
     "(docs/gate.md)",

@@ -6,7 +6,8 @@ gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry
 in a run that stores no old log-probs. Version 4 (release 0.5.0) runs sequence-level importance sampling under grpo,
 truncated completions left out of the loss and clip bounds off the default; version 5 (release 0.6.0) runs the
 sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TRL's entropy mask of the policy loss
-(top_entropy_quantile).
+(top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
+weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -139,11 +140,32 @@ ENTROPY_MASK = Change(
     checks=("logp_gradient[[]run=top_entropy]",),
 )
 
+SEQUENCE_REGIMES = Change(
+    version=7,
+    release="0.7.0",
+    subject="the sequence level's remaining regimes",
+    old="delta's cap run at token level only; vespo's pooled weight and cispo's flag at the cap checked per token only",
+    new="also delta's cap on each completion's ratio (delta 0.95), vespo/phi_seq_mean with the other pooled metrics "
+    "at sequence level, and cispo on policy at its cap 1, where a completion whose ratio is the cap is not flagged",
+    checks=("logp_gradient[[]run=delta,importance_sampling_level=sequence]",
+            "extremes[[]run=sequence_level,loss_type=*"),
+)
+ENTROPY_MASK_REGIMES = Change(
+    version=7,
+    release="0.7.0",
+    subject="the entropy mask in bfloat16 and on two ranks",
+    old="the entropy mask run in float32 on one process",
+    new="also with the entropies held in bfloat16, and in verify-dist on two ranks whose micro-batches hold unequal "
+    "token counts: the threshold is the quantile of every rank's entropies together, no padding among them",
+    checks=("logp_gradient[[]run=top_entropy,dtype=bfloat16]", "logp_gradient[[]ranks=*,run=top_entropy]"),
+)
+
 CONTRACT = Contract(
-    version=6,
+    version=7,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
-             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK),
+             CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
+             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -5,8 +5,9 @@ A record is one micro-batch of the loss as the target saw it (a `LossRecord` of 
 calls the trainer: the ratio, the clip flags, k3 and the per-token loss are taken from
 their formulas (docs/grpo-metrics.md, sections 2 and 4; terms.py), then pooled once over the
 interval, or for kl and policy_loss over each of its optimizer windows where the target declares so
-(metric_pooling, definitions.py), the kl weighed as a token mean or as the loss (kl_population). What the records do not determine (no entropies, no reference log-probs while
-beta != 0) is an `Expectation` without a value, which fails the check that needed it.
+(metric_pooling, definitions.py), the kl weighed as a token mean or as the loss (kl_population). What
+the records do not determine (no entropies, no reference log-probs while beta != 0) is an
+`Expectation` without a value, which fails the check that needed it.
 """
 
 from __future__ import annotations

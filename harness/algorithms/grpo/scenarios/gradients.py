@@ -42,6 +42,11 @@ DELTA = 1.3
 tokens of negative advantage are capped (6 to 24 of the reference's at seeds 0-4, 2 to 12 of TRL 1.12.0's at seeds
 0-2; at 1.5, 4 of the reference's at seed 0). Beta 0: TRL corrects the KL by the ratio before the cap, the contract
 by the capped one (grpo-metrics.md section 7), an open question this case keeps out of."""
+SEQUENCE_DELTA = 0.95
+"""delta of the case at sequence level. A completion's ratio (the exp of its mean log-ratio) in the extremes run at
+sequence level stays at or below 1 at seeds 1 and 3 (the first pass lowers every completion's), so a cap above 1
+(1.3, 1.21) caps none there; at 0.95 it caps every first-pass completion of positive advantage (ratio exactly 1) and
+the later ones above it. TRL's GRPOConfig and the reference's take any positive delta."""
 RUNS = {
     "short_window": "windows of 3 and 1 micro-batches (dapo's window share 3/4 and 1/4)",
     "extremes": "two passes at LR 0.05: ratios off 1, tokens clipped",
@@ -65,8 +70,20 @@ CLIPPED = ("extremes", "beta0", "kl_uncorrected", "sequence_level")
 """Runs that exist to show clipped tokens: each must have some token whose gradient the clip zeroes."""
 
 
+OVERRIDES = ("dtype", "importance_sampling_level")
+"""Case parameters that set the spec field of their name on the case's run: `dtype=bfloat16` runs the entropy mask
+with entropies held in bfloat16 (the quantile is taken in float32 at least, TRL's `entropies.float()`), and
+`importance_sampling_level=sequence` runs delta's cap on each completion's ratio."""
+
+
 def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
-    """The run a case checks: the gate's own where it has one (the cache runs it once)."""
+    """The run a case checks: the gate's own where it has one (the cache runs it once), with the case's OVERRIDES."""
+    spec = base_spec(run, case)
+    return spec.with_(**{key: case.param(key) for key in OVERRIDES if case.param(key) is not None})
+
+
+def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
+    """The run of the case's `run` and `loss_type` parameters."""
     name = case.param("run")
     if name is None:
         return spec_for(UNEVEN, run).with_(loss_type=case.param("loss_type", run.loss_type))
@@ -95,7 +112,8 @@ def run_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         beta = run.beta or GRPOSpec().beta
         return spec.with_(name="logp_gradient", beta=beta, use_bias_correction_kl=False, loss_type="dr_grpo")
     if name == "delta":
-        return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo", delta=DELTA)
+        delta = SEQUENCE_DELTA if case.param("importance_sampling_level") == "sequence" else DELTA
+        return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo", delta=delta)
     return spec
 
 
@@ -131,13 +149,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
             check.fail(f"0 {what}: the run did not show what {spec.loss_type}'s sequence level changes")
             return check.finish()
         check.note(f"{count} {what}")
-    if case.param("run") == "top_entropy":
-        out, kept = entropy_masked(gap)
-        said = f"{out} tokens of non-zero advantage whose policy term the entropy mask leaves out, {kept} it keeps"
-        if not out or not kept:
-            check.fail(f"{said}: the run did not show the mask (top_entropy_quantile {spec.top_entropy_quantile:g})")
-            return check.finish()
-        check.note(said)
+    if case.param("run") == "top_entropy" and not shows_mask(check, gap, spec):
+        return check.finish()
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
         if not told:
@@ -147,10 +160,22 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         check.note(f"{told} tokens whose gradient changes with epsilon_low {spec.epsilon_low} and epsilon_high "
                    f"{spec.epsilon_high} swapped")  # fmt: skip
     if case.param("run") == "delta" and gap.capped == 0:
-        check.fail(f"no token's gradient was zeroed by delta's cap ({DELTA:g}): the run did not show the cap")
+        check.fail(f"no token's gradient was zeroed by delta's cap ({spec.delta:g}): the run did not show the cap")
         return check.finish()
     judge(check, gap, spec, f"{spec.split_label} {gap.where}")
     return check.finish()
+
+
+def shows_mask(check: Check, gap: gradients.Gaps, spec: GRPOSpec) -> bool:
+    """Whether the run left some policy terms of non-zero advantage out by the entropy mask and kept some (a note),
+    else a failure: a run without either cannot tell a threshold of every rank's tokens from another."""
+    out, kept = entropy_masked(gap)
+    said = f"{out} tokens of non-zero advantage whose policy term the entropy mask leaves out, {kept} it keeps"
+    if not out or not kept:
+        check.fail(f"{said}: the run did not show the mask (top_entropy_quantile {spec.top_entropy_quantile:g})")
+        return False
+    check.note(said)
+    return True
 
 
 def entropy_masked(gap: gradients.Gaps) -> tuple[int, int]:
@@ -292,12 +317,15 @@ LOGP_GRADIENT = Scenario(
     "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
     "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy, and "
     "at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the sequence ratio; the "
-    "policy term under the entropy mask of top_entropy_quantile)",
+    "policy term under the entropy mask of top_entropy_quantile, also with entropies in bfloat16; delta's cap on "
+    "each completion's ratio at sequence level)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),
         *((("run", "off_policy"), ("loss_type", t)) for t in SOFT),
         *((("run", "sequence_level"), ("loss_type", t)) for t in SOFT),
+        (("run", "top_entropy"), ("dtype", "bfloat16")),
+        (("run", "delta"), ("importance_sampling_level", "sequence")),
     ),
 )
 

@@ -131,11 +131,7 @@ def off_policy(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
                 free = [bool(((t.ratio <= spec.epsilon_high) & t.mask).any()) for t in terms]
                 if not (any(capped) and any(free)):
                     return f"interval {interval.index + 1}: no weight on both sides of epsilon_high {spec.epsilon_high}"
-            if spec.loss_type == "vespo":
-                phis = torch.cat([t.phi for t in terms])
-                if float((phis - 1).abs().max()) < 0.01:
-                    return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
-        return ""
+        return weighted(per_interval) if spec.loss_type == "vespo" else ""
 
     pooled_check(cache, obs, check, need)
     if spec.loss_type == "cispo":
@@ -156,7 +152,8 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     where they differ), which must hold a token whose flag differs from its flag at TRL's default epsilon 0.2: the
     flags' bounds are the settings', not a constant. `run=sequence_level,loss_type=cispo`: cispo's flag, one per
     completion there, in cispo_clip_ratio over completions (scenarios/sequence.py), with the other pooled metrics of
-    logp_gradient's run of it."""
+    logp_gradient's run of it, and on policy at its cap 1 (every completion's ratio the cap itself, flagged only above
+    it). `run=sequence_level,loss_type=vespo`: vespo/phi_seq_mean and the rest on logp_gradient's vespo run."""
     sequence_level = case.param("run") == "sequence_level"
     asymmetric = case.param("run") == "clip_asymmetric"
     check = Check(case.id)
@@ -181,6 +178,8 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
                 f"differs from its flag at {DEFAULT_EPSILON}: the run does not tell the settings from the default")
 
     def whole(per_interval):
+        if spec.loss_type == "vespo":
+            return weighted(per_interval)
         for interval in per_interval:
             flags = [flagged_completions(t, spec.loss_type) for t in interval.terms if t.mask.any()]
             flags = torch.cat(flags or [torch.zeros(0)])
@@ -202,7 +201,20 @@ def extremes(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
         return ""
 
     pooled_check(cache, obs, check, whole if sequence_level else off_default if asymmetric else need)
+    if sequence_level and spec.loss_type == "cispo":
+        at_cap = at_cap_spec(run).with_(importance_sampling_level="sequence")
+        pooled_check(cache, cache.get(at_cap, spy=False), check, at_the_cap)
     return check.finish()
+
+
+def weighted(per_interval) -> str:
+    """What a vespo run is for: in every interval, a sequence weight phi 0.01 or more off 1 (vespo/phi_seq_mean
+    tells then a mean over completions from one over tokens, and phi from 1)."""
+    for interval in per_interval:
+        phis = torch.cat([t.phi for t in interval.terms])
+        if float((phis - 1).abs().max()) < 0.01:
+            return f"interval {interval.index + 1}: every sequence weight phi within 0.01 of 1"
+    return ""
 
 
 def freshness(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
@@ -316,9 +328,10 @@ POOLED_SCENARIOS = (
     Scenario("extremes", extremes, (),
              "two passes at LR 0.05, tokens clipped: low_min / high_max true extremes, pooled == oracle (also at "
              "importance_sampling_level 'sequence' under grpo and cispo: flags per completion, pooled over "
-             "completions; and at epsilon_low 0.05, epsilon_high 0.6: flags at the settings' bounds, not 0.2)",
+             "completions, cispo's at its cap too; vespo's phi there; and at epsilon_low 0.05, epsilon_high 0.6: "
+             "flags at the settings' bounds, not 0.2)",
              ((), (("run", "sequence_level"),), (("run", "clip_asymmetric"),),
-              (("run", "sequence_level"), ("loss_type", "cispo")))),
+              *((("run", "sequence_level"), ("loss_type", t)) for t in ("cispo", "vespo")))),
     Scenario("freshness", freshness, (), "logged every step: each log == an oracle fed only its interval"),
     Scenario("all_masked", all_masked, (), "all-masked micro-batches add nothing: no NaN, no zero in the mean"),
     Scenario("empty_interval", empty_interval, (),

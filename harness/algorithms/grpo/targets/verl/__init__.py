@@ -316,7 +316,7 @@ NOT_APPLICABLE = {
     "loss_type=vespo": "verl 0.9.1 has no vespo policy loss (core_algos.POLICY_LOSS_REGISTRY)",
     "scale_rewards=batch": "verl's GRPO advantage divides by its group's std or by nothing "
     "(compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo), never by a batch-wide std",
-    "logp_gradient[run=delta]": "verl's vanilla policy loss has no upper bound delta on the ratio",
+    "run=delta": "verl's vanilla policy loss has no upper bound delta on the ratio",
     "reward_model": "verl scores with a reward-model worker of its own, which this target does not build",
     "short_window": WHOLE_MINI_BATCHES,
     "logp_gradient[run=short_window]": WHOLE_MINI_BATCHES,

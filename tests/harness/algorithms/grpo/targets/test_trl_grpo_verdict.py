@@ -42,10 +42,11 @@ TRL_GRPO_FAILS = {
     # the same poolings in the extremes geometry under sequence-level ratios and under clip bounds 0.05 and 0.6:
     # its flags, one per completion or at its own bounds, are right (classes 16, 18); cispo's at sequence level
     # too (each micro-batch's mean over its 4 rows: their flat mean is the mean over completions), its entropy and
-    # kl not (class 16)
+    # kl not (class 16); vespo's phi_seq_mean at sequence level is right, its entropy and kl are not (class 16)
     "extremes[run=sequence_level]",
     "extremes[run=clip_asymmetric]",
     "extremes[run=sequence_level,loss_type=cispo]",
+    "extremes[run=sequence_level,loss_type=vespo]",
 }
 TRL_GRPO_PASSES = {
     "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
@@ -71,6 +72,8 @@ TRL_GRPO_PASSES = {
     # top_entropy_quantile 0.2: the policy term at each micro-batch's tokens at or above its 0.8 entropy quantile
     # (gathered across processes, get_high_entropy_mask), the KL term added after the mask on every token
     "logp_gradient[run=top_entropy]",
+    "logp_gradient[run=top_entropy,dtype=bfloat16]",  # the same with its entropies in bfloat16 (its quantile float32)
+    "logp_gradient[run=delta,importance_sampling_level=sequence]",  # delta caps the completion's ratio, coef_1
     "completion_mask[mask_truncated_completions=True]",  # every truncated completion's mask empty
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
