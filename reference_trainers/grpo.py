@@ -141,6 +141,26 @@ def group_advantages(
     return torch.nan_to_num(advantages, nan=0.0), group_std.abs() <= ZERO_STD
 
 
+def decoupled_advantages(
+    scores: torch.Tensor, weights: torch.Tensor, num_generations: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, zero_std) under multi_objective_aggregation 'normalize_then_sum' (GDPO), from the (N, F) scores.
+
+    Each function's scores are normalised within each group (minus the group's mean, over its std + 1e-4; NaN where
+    the group holds fewer than two of its scores), summed weighted over the functions that give a number (0 where
+    none does, NaN for an unscorable completion), and that sum normalised over the whole generation batch: minus its
+    mean, over its std + 1e-4; 0 for an unscorable completion. zero_std: whether that batch std is 0.
+    """
+    functions = scores.shape[1]
+    grouped = scores.view(-1, num_generations, functions)
+    normalised = (grouped - grouped.nanmean(dim=1, keepdim=True)) / (nanstd(grouped, dim=1).unsqueeze(1) + STD_EPS)
+    summed = (normalised.view(-1, functions) * weights.unsqueeze(0)).nansum(dim=1)
+    summed = summed.masked_fill(scores.isnan().all(dim=1), float("nan"))
+    batch_std = nanstd(summed)
+    advantages = (summed - summed.nanmean()) / (batch_std + STD_EPS)
+    return torch.nan_to_num(advantages, nan=0.0), (batch_std.abs() <= ZERO_STD).expand_as(summed)
+
+
 # ---------------------------------------------------------------- the generation batch
 
 
@@ -611,6 +631,9 @@ class GRPOTrainer:
         )
         rewards = weighted_rewards(acc.gather(per_function), self.reward_weights)
         advantages, zero_std = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
+        if cfg.multi_objective_aggregation == "normalize_then_sum":
+            advantages, zero_std = decoupled_advantages(acc.gather(per_function), self.reward_weights,
+                                                        cfg.num_generations)  # fmt: skip
         local = slice(acc.process_index * len(queries), (acc.process_index + 1) * len(queries))
         if cfg.stop_token_id is None:
             terminated = torch.zeros(len(queries), dtype=torch.bool, device=queries.device)

@@ -11,6 +11,9 @@ CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 """The loss types with a hard clip of the ratio: they log the clip_ratio metrics (cispo logs its own)."""
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+"""TRL's `multi_objective_aggregation`: weight and sum the functions' scores, then normalise the sum; or normalise
+each function's scores within its group first, sum them weighted, and normalise that over the batch (GDPO)."""
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO, arXiv 2507.18071)."""
 
 
@@ -78,6 +81,9 @@ class GRPOConfig:
     """Divide advantages by the group's reward std ('group'), the generation batch's ('batch') or not ('none')."""
     reward_weights: tuple[float, ...] | None = None
     """One weight per reward function (None: all 1.0); the reward is the weighted sum."""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """How several reward functions make one advantage (MULTI_OBJECTIVE_AGGREGATIONS); with 'normalize_then_sum'
+    scale_rewards is not read (TRL's GRPOTrainer)."""
     seed: int = 0
     """Seeds torch, numpy and python (transformers.set_seed), the prompt order and the shuffles."""
     max_grad_norm: float | None = None
@@ -120,6 +126,11 @@ class GRPOConfig:
         if self.scale_rewards not in SCALE_REWARDS:
             raise ConfigError(  # pragma: no mutate - message
                 f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}"
+            )
+        if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+            raise ConfigError(  # pragma: no mutate - message
+                f"multi_objective_aggregation must be one of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}, "
+                f"got {self.multi_objective_aggregation!r}"
             )
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be positive, got {self.temperature}")  # pragma: no mutate - message

@@ -22,6 +22,7 @@ SUPPORT = ROOT / "tests" / "support"
 OLD_TARGET = "release_0_1_0.grpo010.target:factory"
 """Release 0.1.0's reference GRPO trainer and target, frozen (tests/support/release_0_1_0)."""
 NEW_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
+AGGREGATED = tuple(f"{name}[multi_objective_aggregation=normalize_then_sum]" for name in ("advantages", "reward_stats"))
 
 A = Change(2, "0.2.0", "a", "old a", "new a", ("alpha*",))
 B = Change(3, "0.3.0", "b", "old b", "new b", ("*beta*",))
@@ -162,9 +163,10 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
                "completion_mask[mask_truncated_completions=True]"}  # fmt: skip
     # and the option contract 6 runs (release 0.6.0): it keeps every token's policy term, whatever the entropy
     masked = {"logp_gradient[run=top_entropy]"}
-    # and the regimes contract 7 runs (release 0.7.0): delta's cap on the completion's ratio, the mask in bfloat16
+    # and the regimes contract 7 runs (release 0.7.0): delta's cap on the completion's ratio, the mask in bfloat16,
+    # the reward functions normalised one by one (it sums them first)
     regimes = {"logp_gradient[run=delta,importance_sampling_level=sequence]",
-               "logp_gradient[run=top_entropy,dtype=bfloat16]"}  # fmt: skip
+               "logp_gradient[run=top_entropy,dtype=bfloat16]", *AGGREGATED}  # fmt: skip
     assert set(failed) == duties | bnpo | options | masked | regimes, sorted(failed)
     contract = get("grpo").contract
     for check_id, check in failed.items():

@@ -73,6 +73,13 @@ def test_each_reward_scaling_is_accepted(scale):
     assert config(scale_rewards=scale).scale_rewards == scale
 
 
+def test_the_two_aggregations_are_accepted_and_another_is_refused():
+    for name in ("sum_then_normalize", "normalize_then_sum"):
+        assert config(multi_objective_aggregation=name).multi_objective_aggregation == name
+    with pytest.raises(ConfigError, match="multi_objective_aggregation must be one of .* got 'gdpo'"):
+        config(multi_objective_aggregation="gdpo")
+
+
 def test_a_boolean_reward_scaling_reads_as_trl_reads_it():
     assert (config(scale_rewards=True).scale_rewards, config(scale_rewards=False).scale_rewards) == ("group", "none")
 

@@ -34,6 +34,8 @@ SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", 
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO)."""
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+"""TRL's `multi_objective_aggregation` (docs/grpo-metrics.md, "Advantages")."""
 SETTINGS = (
     "temperature",
     "loss_type",
@@ -43,6 +45,7 @@ SETTINGS = (
     "epsilon_high",
     *SOFT_SETTINGS,
     "scale_rewards",
+    "multi_objective_aggregation",
     "max_grad_norm",
     "dropout",
 )
@@ -107,6 +110,10 @@ class GRPOSpec:
     """One weight per toy reward function. None or one weight: one function, which scores every completion; two:
     two functions, each of which cannot score some completions, and some completions neither can (the targets'
     toy rewards; the reward is the weighted sum over the functions that scored)."""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """How two reward functions make one advantage: their weighted sum normalised as `scale_rewards` says, or
+    ('normalize_then_sum', GDPO) each function's scores normalised in its group, summed weighted, and that sum
+    normalised over the generation batch (`scale_rewards` then not read)."""
     reward_model: bool = False
     """The second of two reward functions is the toy world's reward model (a sequence-classification model),
     handed to the trainer as a module and watched by the target's `RewardTap.watch`; the first scores every
@@ -209,6 +216,9 @@ class GRPOSpec:
             raise HarnessConfigError(
                 f"scale_rewards={self.scale_rewards!r}: expected one of {', '.join(SCALE_REWARDS)}"
             )
+        if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+            raise HarnessConfigError(f"multi_objective_aggregation={self.multi_objective_aggregation!r}: expected one "
+                                     f"of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}")  # fmt: skip
         if self.reward_weights is not None and len(self.reward_weights) not in (1, 2):
             raise HarnessConfigError(
                 f"reward_weights={self.reward_weights}: the toy world has one or two reward functions"

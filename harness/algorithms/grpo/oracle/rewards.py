@@ -9,7 +9,14 @@ each completion of a generation, on every rank. With the run's `reward_weights`,
                    whole generation batch on every rank ('batch'), or by nothing ('none')
 
 means and Bessel-corrected stds leave NaN rewards out, and an advantage that comes out NaN (an
-unscorable completion, a group with no two scored rewards) is 0. Groups are `num_generations`
+unscorable completion, a group with no two scored rewards) is 0. With `multi_objective_aggregation`
+'normalize_then_sum' (GDPO; TRL's `_generate_and_score_completions`) `scale_rewards` is not read:
+
+    z_fi     = (score_fi - mean of f's scores in i's group) / (their std + 1e-4)   (NaN: fewer than two)
+    R_i      = sum over the f whose z_fi is a number of weight_f * z_fi  (0 when none is; NaN, unscorable)
+    A_i      = (R_i - mean of R over the generation batch) / (its std + 1e-4), and zero_std is that std's
+
+The logged `reward` stays the weighted sum of the scores. Groups are `num_generations`
 consecutive rows of the generation batch, ranks concatenated in rank order (as the trainers
 gather them). The trainer's own functions are never called.
 """
@@ -91,6 +98,24 @@ def group_advantages(
     return torch.nan_to_num(advantages, nan=0.0), stds.abs() <= ZERO_STD
 
 
+def decoupled_advantages(scores: torch.Tensor, weights: Sequence[float], size: int,
+                         epsilon: float = STD_EPS) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(advantages, zero_std) under 'normalize_then_sum' (the module docstring), one function and one group at a
+    time."""
+    rows, functions = scores.shape
+    normalised = torch.full_like(scores, math.nan)
+    for first in range(0, rows, size):
+        for f in range(functions):
+            column = scores[first:first + size, f]
+            normalised[first:first + size, f] = (column - nan_mean(column)) / (nan_std(column) + epsilon)
+    summed = torch.tensor([sum(w * float(z) for w, z in zip(weights, row) if not math.isnan(z))
+                           for row in normalised], dtype=torch.float64)  # fmt: skip
+    summed = summed.masked_fill(scores.isnan().all(dim=1), math.nan)
+    spread = nan_std(summed)
+    advantages = torch.nan_to_num((summed - nan_mean(summed)) / (spread + epsilon), nan=0.0)
+    return advantages, torch.full((rows,), abs(spread) <= ZERO_STD)
+
+
 def generations(
     calls: Sequence[RewardCall] | None, spec: Any, epsilon: float = STD_EPS
 ) -> dict[int, Generation] | str:
@@ -135,7 +160,10 @@ def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any, e
         return (f"generation {generation}: {len(scores)} completions scored, not a whole number of groups of "
                 f"num_generations={spec.num_generations}")  # fmt: skip
     rewards = weighted_rewards(scores, weights)
-    advantages, zero_std = group_advantages(rewards, spec.num_generations, spec.scale_rewards, epsilon)
+    if getattr(spec, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
+        advantages, zero_std = decoupled_advantages(scores, weights, spec.num_generations, epsilon)
+    else:
+        advantages, zero_std = group_advantages(rewards, spec.num_generations, spec.scale_rewards, epsilon)
     return Generation(names, scores, offsets, rewards, advantages, zero_std)
 
 

@@ -16,6 +16,8 @@ win, and two different formulas that both do name nothing (harness/diagnose.py's
     a std scaling             scale_rewards='none' divided by the group's or the batch's std
     unscorable rewarded 0     a reward no function could give counted as 0    (class 50)
     weights not applied       the scores summed with weight 1                  (class 51)
+    the other aggregation     under multi_objective_aggregation 'normalize_then_sum', the weighted sum
+                              normalised as scale_rewards says, or the other way round  (class 80)
     a common factor           c times the oracle's advantage in every row (c fitted; the fallback)
 """
 
@@ -32,7 +34,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Diagnosis, MetricVerdict
 
 from ..definitions import ADVANTAGE_EPSILON, VOCABULARY
-from ..oracle.rewards import STD_EPS, Generation, nan_mean, nan_std, weighted_rewards
+from ..oracle.rewards import STD_EPS, Generation, decoupled_advantages, nan_mean, nan_std, weighted_rewards
 from ..tolerances import TOLERANCES
 
 SOURCE = "reward calls"
@@ -75,9 +77,28 @@ class Formula:
     advantages: Callable[[Generation], torch.Tensor]
 
 
-def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: float = STD_EPS) -> list[Formula]:
-    """The known wrong formulas under `scale_rewards` (those that differ from it), with the advantage epsilon the
-    target declares; and the epsilon of each other profile of definitions.py, where the target declares another."""
+def aggregation_formulas(weights: Sequence[float], size: int, scale_rewards: str, aggregation: str,
+                         epsilon: float = STD_EPS) -> list[Formula]:  # fmt: skip
+    """The other multi_objective_aggregation than the run's (class 80): with two or more reward functions only."""
+    if len(weights) < 2:
+        return []
+    if aggregation == "normalize_then_sum":
+        return [Formula((80,), f"the weighted sum of the scores normalised (scale_rewards={scale_rewards!r}), not "
+                        f"each function's scores normalised first (multi_objective_aggregation='sum_then_normalize')",
+                        lambda m: advantages_of(weighted_rewards(m.scores, weights), size, "group", scale_rewards,
+                                                epsilon=epsilon))]  # fmt: skip
+    return [Formula((80,), "each function's scores normalised in its group, then their weighted sum over the batch "
+                    "(multi_objective_aggregation='normalize_then_sum')",
+                    lambda m: decoupled_advantages(m.scores, weights, size, epsilon)[0])]  # fmt: skip
+
+
+def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: float = STD_EPS,
+             aggregation: str = "sum_then_normalize") -> list[Formula]:  # fmt: skip
+    """The known wrong formulas under `scale_rewards` and `aggregation` (those that differ from them), with the
+    advantage epsilon the target declares; and the epsilon of each other profile of definitions.py, where the target
+    declares another."""
+    if aggregation == "normalize_then_sum":
+        return aggregation_formulas(weights, size, scale_rewards, aggregation, epsilon)
     rewards = lambda m: weighted_rewards(m.scores, weights)  # noqa: E731
     def asked(center: str, scale: str, std=nan_std, eps: float = epsilon) -> Callable[[Generation], torch.Tensor]:
         return lambda m: advantages_of(rewards(m), size, center, scale, std, eps)
@@ -116,7 +137,7 @@ def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: f
         ones = lambda m: advantages_of(weighted_rewards(m.scores, [1.0] * len(weights)), size, "group", scale_rewards,  # noqa: E731
                                        epsilon=epsilon)
         out.append(Formula((51,), "the reward weights not applied (every weight 1)", ones))
-    return out
+    return out + aggregation_formulas(weights, size, scale_rewards, aggregation, epsilon)
 
 
 Row = tuple[int, int, float, float]
@@ -133,7 +154,8 @@ def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spe
         return None, "", worst
     weights = tuple(spec.reward_weights or (1.0,))
     found = []
-    for f in formulas(weights, spec.num_generations, spec.scale_rewards, epsilon):
+    aggregation = getattr(spec, "multi_objective_aggregation", "sum_then_normalize")
+    for f in formulas(weights, spec.num_generations, spec.scale_rewards, epsilon, aggregation):
         per_generation = {g: f.advantages(m) for g, m in made.items()}
         values = [float(per_generation[g][row]) for g, row, _, _ in rows]
         found.append((f.classes, f.formula, values, 1))

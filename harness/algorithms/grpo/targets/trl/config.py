@@ -58,6 +58,7 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         # sapo's and vespo's settings (TRL 1.12.0 and later have them all), when the spec has them
         **{name: getattr(spec, name) for name in SOFT_SETTINGS if hasattr(spec, name)},
         scale_rewards=getattr(spec, "scale_rewards", "group"),
+        multi_objective_aggregation=getattr(spec, "multi_objective_aggregation", "sum_then_normalize"),
         reward_weights=list(reward_weights) if reward_weights is not None else None,
         max_grad_norm=max_grad_norm if max_grad_norm is not None else 0.0,  # 0: no clipping
         seed=spec.seed,

@@ -164,6 +164,7 @@ class VerlGRPORun:
                     no_padding_2_padding(tu.get(out, "entropy"), td).float() if entropy else None)  # fmt: skip
 
         old, entropies = infer(self.worker, True)
+        self.recorder.old_pass(generation, entropies)  # ours: what actor/entropy aggregates, for the oracle
         metrics["actor/entropy"] = agg_loss(loss_mat=entropies, loss_mask=batch.batch["response_mask"],
                                             loss_agg_mode=actor.loss_agg_mode,
                                             loss_scale_factor=actor.loss_scale_factor).item()  # fmt: skip
@@ -327,6 +328,7 @@ NOT_APPLICABLE = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 

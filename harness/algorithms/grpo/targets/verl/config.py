@@ -37,6 +37,10 @@ ENTROPY_MASK = ("verl 0.9.1 has no entropy mask of the policy loss: its policy l
                 "every response token's term, and the entropy enters the loss only as a bonus (entropy_coeff)")
 
 
+AGGREGATION = ("verl 0.9.1 normalises one reward per completion (a reward manager's compute_score; "
+               "compute_grpo_outcome_advantage): it has no per-function normalisation (normalize_then_sum)")
+
+
 def refusal(spec) -> str | None:
     """Why verl's trainer cannot run `spec` (None: it can)."""
     if spec.loss_type not in LOSS_MODES:
@@ -53,6 +57,8 @@ def refusal(spec) -> str | None:
         return TRUNCATED
     if getattr(spec, "top_entropy_quantile", 1.0) < 1:
         return ENTROPY_MASK
+    if getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        return AGGREGATION
     if spec.generation_steps % spec.gradient_accumulation_steps:
         return (
             f"verl cuts a training step's {spec.generation_batch} completions into whole mini-batches of "

@@ -29,6 +29,22 @@ def call(generation, index, scores, name=None, rank=0):
 # ---------------------------------------------------------------- the formulas on hand-made scores
 
 
+def test_normalize_then_sum_normalises_each_function_in_its_group_then_the_sum_over_the_batch():
+    """Two groups of two, two functions weighted 1 and -0.5; the second group's last row is unscorable, so each
+    function has one score there and no z. By hand: f0's z in group 1 is (-1, 1) / (sqrt 2 + 1e-4), f1's (1, -1) /
+    (sqrt 2 + 1e-4); so R = (-1.5 z, 1.5 z, 0, NaN) with z = 1/(sqrt 2 + 1e-4), and A = (R - mean R) / (std R +
+    1e-4) over the three scorable rows, 0 for the unscorable one."""
+    scores = torch.tensor([[0.0, 3.0], [2.0, 1.0], [5.0, 7.0], [NAN, NAN]], dtype=torch.float64)
+    advantages, zero_std = rewards.decoupled_advantages(scores, (1.0, -0.5), 2)
+    z = 1 / (math.sqrt(2) + 1e-4)
+    r = torch.tensor([-1.5 * z, 1.5 * z, 0.0], dtype=torch.float64)
+    want = (r - r.mean()) / (r.std() + 1e-4)
+    assert torch.allclose(advantages[:3], want, rtol=1e-12, atol=0) and advantages[3] == 0
+    assert not zero_std.any()
+    same = torch.tensor([[1.0, 2.0], [1.0, 2.0]], dtype=torch.float64)  # every z 0: the batch's R has std 0
+    assert rewards.decoupled_advantages(same, (1.0, 1.0), 2)[1].all()
+
+
 def test_the_reward_is_the_weighted_sum_over_the_functions_that_scored():
     scores = torch.tensor([[1.0, 2.0], [NAN, 2.0], [NAN, NAN]], dtype=torch.float64)
     got = rewards.weighted_rewards(scores, (1.0, -0.5))

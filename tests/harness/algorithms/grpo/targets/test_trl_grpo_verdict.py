@@ -78,6 +78,9 @@ TRL_GRPO_PASSES = {
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics
     # where it tests each group's std
     *(f"advantages[scale_rewards={s}]" for s in ("group", "batch", "none")),
+    # under multi_objective_aggregation='normalize_then_sum' too: each function normalised in its group first
+    "advantages[multi_objective_aggregation=normalize_then_sum]",
+    "reward_stats[multi_objective_aggregation=normalize_then_sum]",
     "reward_stats[scale_rewards=group]",
     "reward_stats[scale_rewards=none]",
     # per group of four (its NaN statistics over too few scores dropped: noted) and with one function, no weights
