@@ -29,6 +29,10 @@ OPENRLHF = "0.11.2"
 OPENRLHF_KEEPS = ("transformers", "tokenizers", "accelerate")
 """constraints.txt pins that OpenRLHF 0.11.2's own pins overrule (transformers 5.15.0, and what it brings)."""
 OVERRULED = {"verl": VERL_KEEPS, "openrlhf": OPENRLHF_KEEPS}
+OPENRLHF_OPS = ("from deepspeed.accelerator import get_accelerator\n"
+                "for name in ('FusedAdamBuilder', 'ShareMemCommBuilder'):\n"
+                "    get_accelerator().create_op_builder(name).load()")
+"""DeepSpeed's CPU operations OpenRLHF's update loads (the AdamW its config asks for, the CPU collectives), built."""
 """An extra -> the constraints.txt pins its own pins overrule: an install with it leaves them out."""
 
 
@@ -652,12 +656,20 @@ def openrlhf(session: nox.Session) -> None:
     transformers 5.15.0, ray, peft, torchdata, pylatexenc, aiohttp) and the `test` extra (the test pinning its verdict,
     tests/harness/algorithms/grpo/targets/test_openrlhf_target.py, runs there), under constraints.txt less the pins
     OpenRLHF's own overrule (`OPENRLHF_KEEPS`), so that torch stays 2.13.0; then openrlhf itself with --no-deps (its
-    flash-attn 2.8.3 builds only with CUDA, its vllm is the rollout server the target does not use).
+    flash-attn 2.8.3 builds only with CUDA, its vllm is the rollout server the target does not use); then DeepSpeed's
+    CPU operations (`OPENRLHF_OPS`), once per machine, so that the gate's own time is the gate's.
     Arguments go to `python -m harness verify --target openrlhf`; without any, the run is held to its baseline
     (baselines/openrlhf-0.11.2-grpo.toml) and the session exits with the gate's code."""
     session.install("-c", constraints_without(session, OPENRLHF_KEEPS), "--no-compile", "-e", ".[openrlhf,test]")
     session.install("--no-deps", "--no-compile", f"openrlhf=={OPENRLHF}")
     session.env.update(WRITE_BYTECODE)
+    # DeepSpeed builds its CPU operations with the C++ compiler at first use (about 4 minutes on 2 cores), kept in
+    # torch's extension cache: built here, at install (--install-only too), through DeepSpeed's accelerator, in the
+    # environment the gate runs in (harness_code's: a build under another one is built again), so the gate never does
+    session.log("building DeepSpeed's CPU operations (once; torch's extension cache keeps them)")
+    python = os.path.join(session.bin, "python")
+    if subprocess.call([python, "-c", OPENRLHF_OPS], env={**os.environ, **CPU_THREADS, "DS_ACCELERATOR": "cpu"}):
+        session.error("DeepSpeed's CPU operations did not build")
     probe = ("import importlib.metadata as m, torch; print('openrlhf', m.version('openrlhf'), '| deepspeed',"
              " m.version('deepspeed'), '| transformers', m.version('transformers'), '| torch', torch.__version__)")
     if session.run("python", "-c", probe) is None:  # nox runs nothing: --install-only

@@ -83,6 +83,7 @@ COMMANDS: tuple[Command, ...] = (
     run("python -m harness --version", says=("ppo-stats-harness ", "contract ppo 3 (docs/metrics.md)",
                                              "contract grpo 7 (docs/grpo-metrics.md)")),  # fmt: skip
     run("python -m harness algorithms", says=("ppo reference", "grpo reference-grpo")),
+    run("python -m harness verify --target openrlhf", exit=2, says=("openrlhf is not installed", "nox -s openrlhf")),
     run("python -m harness checks", says=("uneven_split[epochs=1]",)),
     run("python -m harness checks --target reference-grpo", says=("short_window",)),
     run("python -m harness checks --target reference --markdown", says=("| `uneven_split[epochs=1]` |",)),
@@ -174,6 +175,11 @@ COMMANDS: tuple[Command, ...] = (
              "target's registration, refusals and one-line exit 2 run in the suite "
              "(tests/harness/algorithms/grpo/targets/test_verl_target.py), its verdict where verl is installed",
              "nox -s verl", "nox -s verl -- --check extremes"),
+    *not_run("a venv of its own with OpenRLHF 0.11.2 (--no-deps), DeepSpeed and ray (about 1.2 GB from the "
+             "registry) and its whole gate; the target's registration, refusals, placeholders and one-line exit 2 run "
+             "in the suite (tests/harness/algorithms/grpo/targets/test_openrlhf_target.py), its verdict where openrlhf "
+             "is installed", "nox -s openrlhf", "nox -s openrlhf -- --check extremes",
+             "nox -s openrlhf -- --set beta=0 --check \"logp_gradient[loss_type=grpo]\""),
     *not_run("copies TRL 1.12.0's trainer into a scratch folder for a reader's own patch; "
              "tests/harness/algorithms/ppo/targets/test_trl_module_target.py runs the same on its own copy",
              "mkdir -p scratch/my_trl && touch scratch/my_trl/__init__.py",
