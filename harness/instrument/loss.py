@@ -70,11 +70,15 @@ class LossRecord:
     """The dtype the trainer held each tensor field in, by name ('float32', 'bfloat16'), before the recorder's
     float64 copy: what the tolerances are derived from (harness/oracle/precision.py). None: the tensors' own
     dtypes say it (a record made from a target's dict keeps the target's tensors)."""
+    old_entropies: torch.Tensor | None = None
+    """(B, T): the same rows' per-token entropies from the forward pass that computed their generation's old
+    log-probs, before its first optimizer step, where the trainer computes them there (None: not recorded). What a
+    target whose logged entropy comes from that pass (GRPO's `entropy_pass`) is recomputed from."""
 
     DTYPES: ClassVar[Mapping[str, str]] = {
         "completion_mask": "bool", "logps": "float64", "old_logps": "float64", "ref_logps": "float64",
         "advantages": "float64", "entropies": "float64", "logp_grad": "float64", "completions": "int64",
-        "completion_ids": "int64",
+        "completion_ids": "int64", "old_entropies": "float64",
     }  # fmt: skip
     """The dtype of each tensor field in a record the harness's recorder makes."""
 

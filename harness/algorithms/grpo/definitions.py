@@ -5,7 +5,7 @@ is held to it. `verl` is verl's, where it defines an entry otherwise. docs/defin
 formula and sources; the entries are few today, and each is read by the oracle where its formula is. The oracle's
 `Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`; its pooled kl and policy_loss (oracle/expect.py)
-read `metric_pooling`.
+read `metric_pooling`; its token terms (oracle/terms.py) take the entropies of the pass `entropy_pass` names.
 """
 
 from __future__ import annotations
@@ -25,19 +25,23 @@ TOKEN_MEAN_SCOPE = "token_mean_scope"
 POLICY_LOSS_INCLUDES_KL = "policy_loss_includes_kl"
 METRIC_POOLING = "metric_pooling"
 KL_POPULATION = "kl_population"
+ENTROPY_PASS = "entropy_pass"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
 INTERVAL, WINDOW_MEAN = "interval", "window_mean"
 TOKEN_MEAN, AS_LOSS = "token_mean", "as_loss"
+UPDATE, BEFORE_UPDATE = "update", "before_update"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
 OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING, KL_POPULATION)
 """The entries the pooled kl reads: the loss's, how it pools its interval's windows, and how it weighs its tokens."""
 OF_THE_POLICY_LOSS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL, METRIC_POOLING)
 """The entries the pooled policy_loss reads: the loss's, whether it holds the KL term, how it is pooled."""
-IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS)))
-"""The entries the oracle's `Settings` carry: those of the pooled kl and policy_loss."""
+OF_THE_ENTROPY = (ENTROPY_PASS,)
+"""The entries the pooled entropy reads: which forward pass's entropies it pools."""
+IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS, *OF_THE_ENTROPY)))
+"""The entries the oracle's `Settings` carry: those of the pooled kl, policy_loss and entropy."""
 TOKEN_MEAN_LOSS_TYPES = ("dapo", "cispo", "vespo")
 """The loss types whose window loss is a token sum over a token count, the count `token_mean_scope` says."""
 
@@ -130,12 +134,19 @@ VOCABULARY = Vocabulary(
             "aggregates l_t ('as_loss'; bnpo's a token mean)",
             (TOKEN_MEAN, AS_LOSS),
         ),
+        Definition(
+            ENTROPY_PASS,
+            "the forward pass whose per-token entropies the logged entropy pools",
+            "entropy = the token mean of H_t from the update's own forward, the loss's logits ('update'); from the "
+            "pass that computed the generation's old log-probs, before its first optimizer step ('before_update')",
+            (UPDATE, BEFORE_UPDATE),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
                         POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL,
-                        KL_POPULATION: TOKEN_MEAN},
+                        KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -156,11 +167,14 @@ VOCABULARY = Vocabulary(
                  "interval (TRL GRPOTrainer itself logs a flat mean of micro-batch means, class 16, a finding: "
                  "docs/trl-grpo.md)",
                  KL_POPULATION: "TRL GRPOTrainer, _compute_loss: _metrics['kl'] gets global_masked_mean(per_token_kl),"
-                 " (per_token_kl * mask).sum() / mask.sum() over every process, whatever the loss type"}),
+                 " (per_token_kl * mask).sum() / mask.sum() over every process, whatever the loss type",
+                 ENTROPY_PASS: "TRL GRPOTrainer, _compute_loss: _metrics['entropy'] gets "
+                 "global_masked_mean(entropies), the entropies _get_per_token_logps_and_entropies(..., "
+                 "compute_entropy=True) returns on the loss's own forward"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
                          POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN,
-                         KL_POPULATION: AS_LOSS},
+                         KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -184,7 +198,10 @@ VOCABULARY = Vocabulary(
                  "logs their np.mean once per training step",
                  KL_POPULATION: "verl, workers/utils/losses.py, ppo_loss: kl_loss = agg_loss(kl_penalty(...), "
                  "response_mask, config.loss_agg_mode, **global_batch_info), the loss's own aggregation "
-                 "(trainer/ppo/core_algos.py, agg_loss)"}),
+                 "(trainer/ppo/core_algos.py, agg_loss)",
+                 ENTROPY_PASS: "verl, trainer/ppo/ray_trainer.py, RayPPOTrainer.fit: actor/entropy is agg_loss of "
+                 "the entropys _compute_old_log_prob returns (compute_log_prob with calculate_entropy=True), once "
+                 "per training step before _update_actor; the update computes none unless entropy_coeff != 0"}),
     ),  # fmt: skip
     default="trl",
 )

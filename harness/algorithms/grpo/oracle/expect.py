@@ -5,7 +5,8 @@ A record is one micro-batch of the loss as the target saw it (a `LossRecord` of 
 calls the trainer: the ratio, the clip flags, k3 and the per-token loss are taken from
 their formulas (docs/grpo-metrics.md, sections 2 and 4; terms.py), then pooled once over the
 interval, or for kl and policy_loss over each of its optimizer windows where the target declares so
-(metric_pooling, definitions.py), the kl weighed as a token mean or as the loss (kl_population). What
+(metric_pooling, definitions.py), the kl weighed as a token mean or as the loss (kl_population), the entropy
+that of the pass the target declares (entropy_pass: the update's own, or the old log-prob pass's). What
 the records do not determine (no entropies, no reference log-probs while beta != 0) is an
 `Expectation` without a value, which fails the check that needed it.
 """
@@ -23,7 +24,7 @@ from harness.oracle.pooling import Expectation, Pooled
 from harness.oracle.precision import Precision, coarsest
 
 from ..contract import CISPO_CLIP, CLIP_MEANS, ENTROPY, EXTREMES, KL, PHI_MEAN, POLICY_LOSS, pooled_names
-from ..definitions import INTERVAL, TOKEN_MEAN
+from ..definitions import INTERVAL, TOKEN_MEAN, UPDATE
 from ..spec import CLIPPED_LOSS_TYPES
 from .records import unusable
 from .settings import Settings, log_ratios
@@ -182,7 +183,10 @@ def expected_from_terms(terms: Sequence[TokenTerms], s: Settings) -> dict[str, E
     if all(t.entropy is not None for t in terms):
         out[ENTROPY] = _pooled_mean(ENTROPY, terms, "entropy", s)
     else:
-        out[ENTROPY] = Expectation.unknown(ENTROPY, "the loss records hold no per-token entropies")
+        out[ENTROPY] = Expectation.unknown(ENTROPY, "the loss records hold no per-token entropies" if s.entropy_pass
+                                           == UPDATE else "the loss records hold no entropies of the pass before "
+                                           "the update (old_entropies), which the target declares its entropy's "
+                                           "(entropy_pass before_update)")  # fmt: skip
     if s.loss_type in CLIPPED_LOSS_TYPES:
         for name, flag in zip(CLIP_MEANS, (lambda t: t.low, lambda t: t.high, lambda t: t.region)):
             out[name] = _flag_mean(name, terms, flag, s)

@@ -15,6 +15,7 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.precision import coarsest
 from harness.tolerances import margin_of
 
+from ..definitions import UPDATE
 from .declared import dual_clipped, k3, kl_weighted
 from .entropy_mask import EntropyMask, entropy_masks, of_record, policy_kept
 from .settings import Settings, log_ratios
@@ -133,9 +134,21 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
         if s.policy_loss_includes_kl:
             loss = loss + s.beta * kl
             operands["loss"] = loss_ops + abs(s.beta) * kl_ops
-    entropies = record.entropies.double() if record.entropies is not None else None
+    entropies = entropies_of(record, s)
     return TokenTerms(mask, low, high, kl, loss, entropies, uncertain, cispo, phi, raw, held, operands,
                       s.sequence_level, flips, int(record.window))  # fmt: skip
+
+
+def entropy_field(s: Settings) -> str:
+    """The record field holding the entropies the target's logged entropy pools (entropy_pass, definitions.py): the
+    update's own ('entropies') or those of the pass before it ('old_entropies')."""
+    return "entropies" if s.entropy_pass == UPDATE else "old_entropies"
+
+
+def entropies_of(record: LossRecord, s: Settings) -> torch.Tensor | None:
+    """(B, T) float64 the entropies of the pass `s.entropy_pass` names, None where the record holds none."""
+    values = getattr(record, entropy_field(s))
+    return None if values is None else values.double()
 
 
 def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
@@ -143,7 +156,8 @@ def held_dtypes(record: LossRecord, s: Settings) -> dict[str, str | None]:
     held = lambda *names: coarsest(*(record.held_dtype(n) for n in names if getattr(record, n) is not None))  # noqa: E731
     flags = held("logps", "old_logps")
     kl = held("logps", "ref_logps") if s.beta != 0 else None
-    return {"entropy": held("entropies"), "kl": kl, "flags": flags, "loss": coarsest(flags, kl, held("advantages"))}
+    return {"entropy": held(entropy_field(s)), "kl": kl, "flags": flags,
+            "loss": coarsest(flags, kl, held("advantages"))}  # fmt: skip
 
 
 def terms_of(records: Sequence[LossRecord], s: Settings) -> list[TokenTerms]:

@@ -10,12 +10,13 @@ oracle pooled) and returns what a trainer with that bug logs for a metric. An em
 mean is 0 (a denominator clamped to 1, as TRL 1.12.0's token means), and its extreme is none (a NaN,
 dropped when logged, as TRL's extremes). They name a failure's mechanism; the oracle never uses them.
 
-A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries and metric_pooling
-than the target declares, a failing policy_loss under its policy_loss_includes_kl too (profiles.py). With a KL term
-(beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of token terms whose
-KL is wrong: the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41: policy_loss only, where
-it holds the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1, times the same correcting
-ratio)."""
+A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries and
+metric_pooling than the target declares, a failing policy_loss under its policy_loss_includes_kl too, a failing entropy
+under its entropy_pass (profiles.py); a failing entropy also the entropy aggregated as the loss is (verl's finding).
+With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of
+token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41:
+policy_loss only, where it holds the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1,
+times the same correcting ratio)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ import torch
 from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
-from ..contract import KL, POLICY_LOSS
-from ..definitions import DUAL_CLIP_RATIO, METRIC_POOLING, OF_THE_KL, OF_THE_POLICY_LOSS
+from ..contract import ENTROPY, KL, POLICY_LOSS
+from ..definitions import DUAL_CLIP_RATIO, METRIC_POOLING, OF_THE_ENTROPY, OF_THE_KL, OF_THE_POLICY_LOSS
 from ..oracle.declared import k3, kl_weighted
-from ..oracle.expect import TokenTerms, expected_from_terms, terms_of
+from ..oracle.expect import TokenTerms, expected_from_terms, objective, terms_of
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 from ..view import IntervalView
@@ -132,17 +133,30 @@ def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
 
 
 def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
-    """What the oracle gives for `kl` or `policy_loss` under each other profile's entries than the interval's
-    settings declare (profiles.py): the loss's, how the metric pools the interval's windows, and for policy_loss
-    whether it holds the KL term."""
+    """What the oracle gives for `kl`, `policy_loss` or `entropy` under each other profile's entries than the
+    interval's settings declare (profiles.py): the loss's, how the metric pools the interval's windows, for policy_loss
+    whether it holds the KL term, for entropy the pass its entropies come from (None where the records hold none of
+    that pass: no candidate)."""
     if interval.unusable or not interval.records:
         return []
     out = []
-    names = OF_THE_POLICY_LOSS if metric == POLICY_LOSS else OF_THE_KL
+    names = {POLICY_LOSS: OF_THE_POLICY_LOSS, KL: OF_THE_KL, ENTROPY: OF_THE_ENTROPY}[metric]
     for words, other in other_profiles(interval.settings, names):
         value = expected_from_terms(terms_of(interval.records, other), other)[metric].value
         out.append(Candidate((), words, value, "loss records"))
     return out
+
+
+def entropy_as_loss(interval: IntervalView) -> list[Candidate]:
+    """The entropy aggregated as the loss type aggregates its loss (the oracle's objective of H_t in place of l_t):
+    what verl 0.9.1 logs (RayPPOTrainer.fit: agg_loss of the entropies with the actor's loss_agg_mode), a finding,
+    not a definition (verl issue 3986, open, labelled a bug). Only where that differs from a token mean."""
+    s, terms = interval.settings, interval.terms
+    if s.loss_type not in ("grpo", "sapo", "dr_grpo", "luspo") or not terms or any(t.entropy is None for t in terms):
+        return []
+    value = objective(terms, s, "entropy").value
+    return [Candidate((), "the entropy aggregated as the loss type aggregates its loss (verl's agg_loss with "
+                      "loss_agg_mode, verl issue 3986)", value, "loss records")]  # fmt: skip
 
 
 def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
@@ -161,6 +175,7 @@ def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
             Candidate((16,), flat, flat_mean_of_microbatch_means(terms, metric), "loss records"),
             Candidate((17,), windows, per_window, "loss records"),
             *(kl_candidates(interval, metric) + profile_candidates(interval, metric) if metric == KL else ()),
+            *(profile_candidates(interval, metric) + entropy_as_loss(interval) if metric == ENTROPY else ()),
         ]
     if metric in EXTREME_FLAGS:
         value = mean_of_microbatch_extremes(terms, metric)

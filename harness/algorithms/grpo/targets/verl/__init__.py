@@ -164,6 +164,7 @@ class VerlGRPORun:
                     no_padding_2_padding(tu.get(out, "entropy"), td).float() if entropy else None)  # fmt: skip
 
         old, entropies = infer(self.worker, True)
+        self.recorder.old_pass(generation, entropies)  # ours: what actor/entropy aggregates, for the oracle
         metrics["actor/entropy"] = agg_loss(loss_mat=entropies, loss_mask=batch.batch["response_mask"],
                                             loss_agg_mode=actor.loss_agg_mode,
                                             loss_scale_factor=actor.loss_scale_factor).item()  # fmt: skip

@@ -27,11 +27,11 @@ BASELINE = os.path.join(ROOT, "baselines", "verl-0.9.1-grpo.toml")
 
 # The verdict on verl 0.9.1 (docs/verl.md, "The verdict"): what fails, and what passes.
 VERL_FAILS = {
-    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
+    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "cispo", "sapo")),
     "off_policy[loss_type=cispo]", "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "extremes[run=clip_asymmetric]",  # the same, at clip bounds 0.05 and 0.6
-    "all_masked", "empty_interval", "no_kl", "logit_recompute",
+    "all_masked", "empty_interval", "no_kl",
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
     "completion_lengths",
@@ -40,6 +40,8 @@ VERL_PASSES = {
     # the step's gradient does not depend on the micro-batch cut
     *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
     "reward_inputs", "completion_mask", "forward_recompute", "sampling", "optimizer_step",
+    # the old log-prob pass's entropies, their token mean (declared: entropy_pass) and their float64 formula
+    "uneven_lengths[loss_type=dapo]", "logit_recompute",
     # the gradient at the log-probs, with verl's declared KL clamp, KL weighting, dual clip and token-mean scope
     *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
     *(f"logp_gradient[run=off_policy,loss_type={t}]" for t in ("cispo", "sapo")),
@@ -59,6 +61,7 @@ def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
     assert target.definition("policy_loss_includes_kl") is False  # ppo_loss logs pg_loss before it adds the KL
     assert target.definition("metric_pooling") == "window_mean"  # reduce_metrics' mean of each mini-batch's own
     assert target.definition("kl_population") == "as_loss"  # ppo_loss: agg_loss of k3 with the loss_agg_mode
+    assert target.definition("entropy_pass") == "before_update"  # fit: agg_loss of _compute_old_log_prob's entropys
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_min", "reward_std", "rewards/*/std"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == NOT_APPLICABLE
@@ -102,8 +105,9 @@ def test_without_verl_the_gate_exits_2_in_one_line():
 @pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1 (`nox -s verl`)")
 def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     """The gate on verl 0.9.1: exit 1, the failures and passes above, the rest not applicable with their reasons,
-    class 16 named on actor/pg_clipfrac, kl and policy_loss passing with verl's metric_pooling and kl_population;
-    with the baseline, exit 0."""
+    class 16 named on actor/pg_clipfrac, kl and policy_loss passing with verl's metric_pooling and kl_population,
+    the entropy with its entropy_pass where verl aggregates it as a token mean, and diagnosed as the loss type's
+    aggregate (the finding of verl issue 3986) where it does not; with the baseline, exit 0."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
                            "--report-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env,
@@ -124,6 +128,14 @@ def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
         (pooled,) = [c for c in report["checks"] if c["id"] == check]
         loss_metrics = [m["status"] for m in pooled["metrics"] if m["name"] in ("kl", "policy_loss")]
         assert loss_metrics and set(loss_metrics) == {"pass"}, check
+    entropy = {c["id"]: next(m for m in c["metrics"] if m["name"] == "entropy") for c in report["checks"]
+               if any(m["name"] == "entropy" for m in c.get("metrics") or ())}  # fmt: skip
+    for check in ("uneven_lengths[loss_type=dapo]", "uneven_lengths[loss_type=cispo]", "off_policy[loss_type=cispo]",
+                  "extremes", "extremes[run=clip_asymmetric]"):  # token-mean: agg_loss is the token mean
+        assert entropy[check]["status"] == "pass", check
+    seq_mean = (*(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "sapo")), "off_policy[loss_type=sapo]")
+    for check in seq_mean:
+        assert "verl issue 3986" in entropy[check]["diagnosis"]["formula"], check  # seq-mean: the finding
     pinned = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
                              "--report-dir", str(tmp_path / "pinned"), "--baseline", BASELINE], capture_output=True,
                             text=True, cwd=ROOT, env=env, timeout=1800)  # fmt: skip
