@@ -281,5 +281,6 @@ build.not_applicable = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
 }  # fmt: skip
 """The checks OpenRLHF cannot run, each with the reason (config.refusal raises for their specs)."""

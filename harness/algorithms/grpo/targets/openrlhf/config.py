@@ -36,6 +36,8 @@ TRUNCATED = "OpenRLHF 0.11.2 has no option that leaves truncated completions out
 ENTROPY_MASK = ("OpenRLHF 0.11.2 has no entropy mask of the policy loss: PolicyLoss keeps every action token's term, "
                 "the entropy enters the loss only as a bonus (--actor.entropy_coef)")
 DELTA = "OpenRLHF's ppo policy loss has no upper bound delta on the ratio (its --actor.dual_clip bounds negative ones)"
+AGGREGATION = ("OpenRLHF 0.11.2's reward is one number per completion and its advantage normalises that sum "
+               "(compute_advantages_and_returns): no option normalises each reward function's scores before summing")
 REWARD_MODEL = "OpenRLHF scores with a reward-model actor group of its own, which this target does not build"
 BATCH_STD = ("OpenRLHF's group advantage divides by its group's std (group_norm) or by nothing (dr_grpo); its "
              "batch-wide normalisation (reinforce_baseline) is a token-level whitening, not a batch std")
@@ -55,6 +57,7 @@ def refusal(spec) -> str | None:
         (getattr(spec, "importance_sampling_level", "token") != "token", SEQUENCE_LEVEL),
         (getattr(spec, "mask_truncated_completions", False), TRUNCATED),
         (getattr(spec, "top_entropy_quantile", 1.0) < 1, ENTROPY_MASK),
+        (getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize", AGGREGATION),
         (spec.generation_steps % spec.gradient_accumulation_steps != 0,
          f"{WHOLE_WINDOWS} ({spec.generation_steps} micro-batches, windows of {spec.gradient_accumulation_steps})"),
         (steps == 0 or spec.max_steps % steps != 0,

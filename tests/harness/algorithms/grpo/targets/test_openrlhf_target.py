@@ -81,6 +81,7 @@ def test_the_specs_openrlhf_cannot_run_are_refused_with_the_reason():
     assert "delta" in config.refusal(UNEVEN.with_(delta=2.0))
     assert "no entropy mask" in config.refusal(UNEVEN.with_(top_entropy_quantile=0.2))
     assert "gspo" in config.refusal(UNEVEN.with_(importance_sampling_level="sequence"))
+    assert "before summing" in config.refusal(UNEVEN.with_(multi_objective_aggregation="normalize_then_sum"))
 
 
 def test_the_arguments_are_openrlhfs_names_for_the_spec():
