@@ -24,8 +24,8 @@ def test_unknown_target_exits_2_with_one_line(tmp_path):
     code, _, output = verify(tmp_path, "--target", "nope")
     assert code == 2
     assert output.strip().splitlines() == [
-        "error: unknown target 'nope': use one of reference, reference-grpo, trl, trl-grpo, verl, trl:MODULE, "
-        "trl-grpo:MODULE or 'package.module:factory'"
+        "error: unknown target 'nope': use one of openrlhf, reference, reference-grpo, trl, trl-grpo, verl, "
+        "trl:MODULE, trl-grpo:MODULE or 'package.module:factory'"
     ]
 
 
