@@ -66,6 +66,8 @@ def test_openrlhf_is_a_grpo_target_with_its_extra_and_its_definitions():
     assert target.definition("policy_loss_includes_kl") is False  # PolicyLoss's term; kl logged apart
     assert target.definition("metric_pooling") == "interval"  # nothing declared: its pooling is a finding
     assert target.definition("dual_clip_ratio") is None  # no --actor.dual_clip
+    assert target.definition("kl_population") == "token_mean"  # aggregate_loss(kl, ...) at its token_level_loss default
+    assert target.definition("entropy_pass") == "update"  # entropy_loss from training_step's own forward
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_mean", "reward_std", "completions/max_length"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == build.not_applicable
