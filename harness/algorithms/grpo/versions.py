@@ -7,8 +7,8 @@ in a run that stores no old log-probs. Version 4 (release 0.5.0) runs sequence-l
 truncated completions left out of the loss and clip bounds off the default; version 5 (release 0.6.0) runs the
 sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TRL's entropy mask of the policy loss
 (top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
-weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks) and TRL's
-multi_objective_aggregation 'normalize_then_sum'.
+weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
+multi_objective_aggregation 'normalize_then_sum' and groups of another size.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -169,13 +169,21 @@ AGGREGATION = Change(
     "in its group, their weighted sum normalised over the generation batch, its zero std the batch's",
     checks=("*multi_objective_aggregation=normalize_then_sum*",),
 )
+GROUP_SIZE = Change(
+    version=7,
+    release="0.7.0",
+    subject="groups of another size",
+    old="every run in groups of 4 completions (num_generations never varied)",
+    new="also the reward run in groups of 8: its advantages and reward statistics over groups of num_generations",
+    checks=("*num_generations=8*",),
+)
 
 CONTRACT = Contract(
     version=7,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
-             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION),
+             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

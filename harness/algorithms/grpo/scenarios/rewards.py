@@ -46,6 +46,8 @@ SHOWN = 3
 
 AGGREGATED = (("multi_objective_aggregation", "normalize_then_sum"),)
 """The point of the reward checks under TRL's GDPO aggregation (its run: REWARDS, scale_rewards at the run's)."""
+GROUPS = (("num_generations", 8),)
+"""The point of the reward checks with groups of 8, not the default 4: two prompts per generation of 16."""
 REWARD_RUNS = {"small_groups": SMALL_GROUPS, "one_function": UNEVEN}
 """The `run` points of reward_stats: one group per interval (statistics over too few scores), and the uneven run's
 one reward function with no `reward_weights` (the default weight 1)."""
@@ -53,24 +55,28 @@ one reward function with no `reward_weights` (the default weight 1)."""
 
 def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observation:
     base = REWARD_RUNS.get(case.param("run", None), REWARDS)
-    aggregation = case.param("multi_objective_aggregation", run.multi_objective_aggregation)
-    return cache.get(spec_for(base, run).with_(scale_rewards=case.param("scale_rewards", run.scale_rewards),
-                                               multi_objective_aggregation=aggregation), spy=False)  # fmt: skip
+    moved = {key: case.param(key, getattr(run, key)) for key in ("scale_rewards", "multi_objective_aggregation")}
+    return cache.get(spec_for(base, run).with_(num_generations=case.param("num_generations", base.num_generations),
+                                               **moved), spy=False)  # fmt: skip
 
 
-def aggregations_told_apart(made, rows, spec: GRPOSpec, epsilon: float) -> str:
-    """Under 'normalize_then_sum', '' when some trained row's advantage differs from its advantage under
-    'sum_then_normalize' by more than the advantage's tolerance, else why the run cannot tell them apart."""
-    if spec.multi_objective_aggregation != "normalize_then_sum":
+def told_from_the_default(made, rows, spec: GRPOSpec, epsilon: float) -> str:
+    """Where the case moves the run off the default (groups of another size, or 'normalize_then_sum'): '' when some
+    trained row's advantage differs from its advantage at the default (sum_then_normalize, groups of
+    GRPOSpec's num_generations) by more than the advantage's tolerance, else why the run cannot tell them apart."""
+    default = GRPOSpec()
+    moved = [f"{name}={getattr(spec, name)!r}" for name in ("num_generations", "multi_objective_aggregation")
+             if getattr(spec, name) != getattr(default, name)]  # fmt: skip
+    if not moved:
         return ""
     tol = tolerance("advantage", spec.dtype, TOLERANCES)
     weights = tuple(spec.reward_weights or (1.0,))
-    other = {g: rewards.group_advantages(rewards.weighted_rewards(m.scores, weights), spec.num_generations,
+    other = {g: rewards.group_advantages(rewards.weighted_rewards(m.scores, weights), default.num_generations,
                                          spec.scale_rewards, epsilon)[0] for g, m in made.items()}  # fmt: skip
     told = sum(abs(float(other[g][row]) - float(made[g].advantages[row])) > tol.allowed(float(made[g].advantages[row]))
                for trained in rows for g, row, *_ in trained)  # fmt: skip
-    return "" if told else ("no trained row's advantage under 'normalize_then_sum' differs from its advantage under "
-                            "'sum_then_normalize': the run does not tell the two aggregations apart")
+    return "" if told else (f"no trained row's advantage at {', '.join(moved)} differs from its advantage at the "
+                            f"default: the run does not tell them apart")
 
 
 def advantage_epsilon(cache: ObservationCache) -> float:
@@ -156,8 +162,8 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
-    missing = what_is_missing(made, rows, obs.spec) or aggregations_told_apart(made, rows, obs.spec,
-                                                                               advantage_epsilon(cache))
+    missing = what_is_missing(made, rows, obs.spec) or told_from_the_default(made, rows, obs.spec,
+                                                                              advantage_epsilon(cache))
     if require(check, not missing, missing):
         judge_advantages(check, obs, per_interval, made, rows, advantage_epsilon(cache))
     return check.finish()
@@ -322,13 +328,14 @@ def _pad_explains(log, completions, dtype, names) -> bool:
 REWARD_SCENARIOS = (
     Scenario("advantages", advantages, (("scale_rewards", SCALE_REWARDS),),
              "two weighted reward functions, some completions unscored: every advantage == oracle's from the scores "
-             "(also each function normalised in its group first: multi_objective_aggregation='normalize_then_sum')",
-             points=(AGGREGATED,)),
+             "(also each function normalised in its group first: multi_objective_aggregation='normalize_then_sum'; "
+             "and groups of 8)",
+             points=(AGGREGATED, GROUPS)),
     Scenario("reward_stats", reward_stats, (("scale_rewards", SCALE_REWARDS),),
              "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's; "
              "also logged per group of 4 (statistics over too few scores: 0, or not a number), with one function "
-             "and no weights (the default 1), and under 'normalize_then_sum' (its zero std the batch's)",
-             points=((("run", "small_groups"),), (("run", "one_function"),), AGGREGATED)),
+             "and no weights (the default 1), under 'normalize_then_sum' (its zero std the batch's) and in groups of 8",
+             points=((("run", "small_groups"),), (("run", "one_function"),), AGGREGATED, GROUPS)),
     Scenario("reward_model", reward_model_check, (),
              "a reward model as the second function: its scores read from its head at each sequence's last token; "
              "advantages and reward statistics == oracle's"),

@@ -16,6 +16,8 @@ win, and two different formulas that both do name nothing (harness/diagnose.py's
     a std scaling             scale_rewards='none' divided by the group's or the batch's std
     unscorable rewarded 0     a reward no function could give counted as 0    (class 50)
     weights not applied       the scores summed with weight 1                  (class 51)
+    a fixed group size        the advantages in groups of 4 (the gate's default num_generations), not of
+                              num_generations rows                             (class 81)
     the other aggregation     under multi_objective_aggregation 'normalize_then_sum', the weighted sum
                               normalised as scale_rewards says, or the other way round  (class 80)
     a common factor           c times the oracle's advantage in every row (c fitted; the fallback)
@@ -35,9 +37,13 @@ from harness.verdict import Diagnosis, MetricVerdict
 
 from ..definitions import ADVANTAGE_EPSILON, VOCABULARY
 from ..oracle.rewards import STD_EPS, Generation, decoupled_advantages, nan_mean, nan_std, weighted_rewards
+from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
 
 SOURCE = "reward calls"
+DEFAULT_GROUP = GRPOSpec().num_generations
+"""The gate's default num_generations (4; TRL's is 8): the group size of every other run, so the one a trainer that
+holds a constant group size passes them with."""
 
 
 def nan_pstd(values: torch.Tensor) -> float:
@@ -137,6 +143,14 @@ def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: f
         ones = lambda m: advantages_of(weighted_rewards(m.scores, [1.0] * len(weights)), size, "group", scale_rewards,  # noqa: E731
                                        epsilon=epsilon)
         out.append(Formula((51,), "the reward weights not applied (every weight 1)", ones))
+    if size != DEFAULT_GROUP:
+        def fours(m: Generation) -> torch.Tensor:
+            if len(m.scores) % DEFAULT_GROUP:
+                return torch.full((len(m.scores),), math.nan, dtype=torch.float64)
+            return advantages_of(rewards(m), DEFAULT_GROUP, "group", scale_rewards, epsilon=epsilon)
+
+        out.append(Formula((81,), f"grouped in {DEFAULT_GROUP}s (a constant group size), not in groups of "
+                           f"{size}", fours))  # fmt: skip
     return out + aggregation_formulas(weights, size, scale_rewards, aggregation, epsilon)
 
 

@@ -37,6 +37,7 @@ OPENRLHF_FAILS = {
     "all_masked",  # no all-masked micro-batch under this target's action mask
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",  # this target's reward (class 50)
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
+    "advantages[num_generations=8]", "reward_stats[num_generations=8]",  # the same, in groups of 8
 }  # fmt: skip
 OPENRLHF_PASSES = {
     *(f"gradient_partition[loss_type={t}]" for t in ("grpo", "dapo")),

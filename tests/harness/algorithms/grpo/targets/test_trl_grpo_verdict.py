@@ -81,6 +81,8 @@ TRL_GRPO_PASSES = {
     # under multi_objective_aggregation='normalize_then_sum' too: each function normalised in its group first
     "advantages[multi_objective_aggregation=normalize_then_sum]",
     "reward_stats[multi_objective_aggregation=normalize_then_sum]",
+    "advantages[num_generations=8]",  # and in groups of 8
+    "reward_stats[num_generations=8]",
     "reward_stats[scale_rewards=group]",
     "reward_stats[scale_rewards=none]",
     # per group of four (its NaN statistics over too few scores dropped: noted) and with one function, no weights

@@ -34,6 +34,7 @@ VERL_FAILS = {
     "all_masked", "empty_interval", "no_kl",
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
+    "advantages[num_generations=8]", "reward_stats[num_generations=8]",
     "completion_lengths",
 }  # fmt: skip
 VERL_PASSES = {
