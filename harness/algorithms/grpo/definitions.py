@@ -6,6 +6,8 @@ formula and sources; the entries are few today, and each is read by the oracle w
 `Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`; its pooled kl and policy_loss (oracle/expect.py)
 read `metric_pooling`; its token terms (oracle/terms.py) take the entropies of the pass `entropy_pass` names.
+`logging_cadence` is read by the judge, not the oracle: the scenarios cut a run into the intervals it declares it
+logs (scenarios/preconditions.py, `per_cadence`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ POLICY_LOSS_INCLUDES_KL = "policy_loss_includes_kl"
 METRIC_POOLING = "metric_pooling"
 KL_POPULATION = "kl_population"
 ENTROPY_PASS = "entropy_pass"
+LOGGING_CADENCE = "logging_cadence"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
 INTERVAL, WINDOW_MEAN = "interval", "window_mean"
 TOKEN_MEAN, AS_LOSS = "token_mean", "as_loss"
 UPDATE, BEFORE_UPDATE = "update", "before_update"
+CONFIGURED = "configured"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
 OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING, KL_POPULATION)
@@ -141,12 +145,19 @@ VOCABULARY = Vocabulary(
             "pass that computed the generation's old log-probs, before its first optimizer step ('before_update')",
             (UPDATE, BEFORE_UPDATE),
         ),
+        Definition(
+            LOGGING_CADENCE,
+            "how many optimizer steps one log covers",
+            "one log every logging_steps optimizer steps ('configured'); one log per generation, its "
+            "steps_per_generation / gradient_accumulation_steps * num_iterations optimizer steps ('generation')",
+            (CONFIGURED, GENERATION),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
                         POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL,
-                        KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE},
+                        KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE, LOGGING_CADENCE: CONFIGURED},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -170,11 +181,13 @@ VOCABULARY = Vocabulary(
                  " (per_token_kl * mask).sum() / mask.sum() over every process, whatever the loss type",
                  ENTROPY_PASS: "TRL GRPOTrainer, _compute_loss: _metrics['entropy'] gets "
                  "global_masked_mean(entropies), the entropies _get_per_token_logps_and_entropies(..., "
-                 "compute_entropy=True) returns on the loss's own forward"}),
+                 "compute_entropy=True) returns on the loss's own forward",
+                 LOGGING_CADENCE: "transformers' Trainer, which TRL's GRPOTrainer logs through: DefaultFlowCallback "
+                 "sets should_log when global_step % logging_steps == 0 (TrainingArguments.logging_steps)"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
                          POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN,
-                         KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE},
+                         KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE, LOGGING_CADENCE: GENERATION},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -201,7 +214,10 @@ VOCABULARY = Vocabulary(
                  "(trainer/ppo/core_algos.py, agg_loss)",
                  ENTROPY_PASS: "verl, trainer/ppo/ray_trainer.py, RayPPOTrainer.fit: actor/entropy is agg_loss of "
                  "the entropys _compute_old_log_prob returns (compute_log_prob with calculate_entropy=True), once "
-                 "per training step before _update_actor; the update computes none unless entropy_coeff != 0"}),
+                 "per training step before _update_actor; the update computes none unless entropy_coeff != 0",
+                 LOGGING_CADENCE: "verl, trainer/ppo/ray_trainer.py, RayPPOTrainer.fit: logger.log(data=metrics, "
+                 "step=self.global_steps) once per training step, one batch of the dataloader (a generation) and "
+                 "its ppo_epochs passes of mini-batches (_update_actor); no option logs within it"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -71,6 +71,13 @@ def spec_for(base: GRPOSpec, run: GRPOSpec) -> GRPOSpec:
     return base.with_(seed=run.seed, device=run.device, dtype=run.dtype, **{k: getattr(run, k) for k in SETTINGS})
 
 
+def per_generation(spec: GRPOSpec) -> GRPOSpec:
+    """`spec` logged once per generation (`logging_cadence` 'generation', definitions.py): logging_steps a
+    generation's optimizer steps, its windows over num_iterations passes. Only the judge reads it: the trainer runs
+    `spec` as configured, so a run is never repeated for its cadence."""
+    return spec.with_(logging_steps=len(spec.window_sizes))
+
+
 def clipping(run: GRPOSpec) -> GRPOSpec:
     """The extremes geometry under the run's loss type if it clips, else under the default one: the clip
     extremes exist only for the loss types with a hard clip (`--set loss_type=sapo` runs them as dapo)."""

@@ -44,6 +44,7 @@ from .preconditions import (
     declared,
     definitions,
     logged_names,
+    per_cadence,
     require_logs,
     require_records,
     run_logs,
@@ -53,12 +54,14 @@ from .sequence import flagged_completions
 
 
 def pooled_check(cache, obs, check: Check, need=None, empty_may_lack=()) -> None:
-    """Every interval's pooled metrics against the oracle fed that interval's records; `need(intervals)` says
+    """Every interval's pooled metrics against the oracle fed that interval's records, the intervals those the
+    target's `logging_cadence` logs (`per_cadence`); `need(intervals)` says
     whether the run showed what the scenario is for (a string naming what is missing, or ''); the optional metrics
     the cache's target declares it logs are held to; `empty_may_lack`: the names an interval with no completion
     token may leave out (a note, not a failure). A metric not logged as a finite number fails the check, named, and
     every other is still compared, each with its own verdict; those the target declares its trainer does not log are
     left out (harness/unlogged.py)."""
+    obs = per_cadence(obs, check, definitions(cache))
     names = logged_names(run_logs(obs), pooled_names(obs.spec.beta, obs.spec.loss_type), check, declared(cache),
                          obs.spec.split_label, declared_unlogged(cache))  # fmt: skip
     per_interval = require_records(obs, check, definitions(cache))

@@ -6,6 +6,7 @@ run did not show what the scenario needs, so that a check that saw nothing never
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,10 +18,13 @@ from harness.unlogged import leave_out
 from harness.verdict import Check
 
 from ..contract import OPTIONAL, POLICY_LOSS
+from ..definitions import CONFIGURED, GENERATION, LOGGING_CADENCE
 from ..instruments import recorded
+from ..runs import per_generation
 from ..tolerances import TOLERANCES
 from ..view import IntervalView, view_of
 from ..wrong.poolings import diagnose_interval
+from ..wrong.profiles import other_values
 
 
 def require_logs(obs: Observation, names: Sequence[str], check: Check,
@@ -43,6 +47,24 @@ def require_logs(obs: Observation, names: Sequence[str], check: Check,
                        f"not checked there")  # fmt: skip
     require_logged(check, ran.logs, names, obs.spec.split_label, "log", lacking)
     return True
+
+
+def per_cadence(obs: Observation, check: Check, definitions: Sequence[tuple[str, Any]] = ()) -> Observation:
+    """`obs` cut into the intervals its target declares it logs (`logging_cadence`, definitions.py): one every
+    logging_steps optimizer steps ('configured', the default: `obs` itself), or one per generation ('generation': the
+    spec's logging_steps made a generation's optimizer steps, `runs.per_generation`). Where the run logged as many
+    times as the other cadence gives, and not as the declared one, a note names that profile (`require_logs` fails
+    the count)."""
+    declared = dict(definitions).get(LOGGING_CADENCE, CONFIGURED)
+    cadenced = {CONFIGURED: obs.spec, GENERATION: per_generation(obs.spec)}
+    judged = obs if declared == CONFIGURED else dataclasses.replace(obs, spec=cadenced[declared])
+    logs = len(obs.ran.logs) if obs.ran is not None else None
+    for words, theirs in other_values({LOGGING_CADENCE: declared}):
+        other = cadenced[theirs[LOGGING_CADENCE]]
+        if logs == other.total_logs != judged.spec.total_logs:
+            check.note(f"{logs} log(s), one every {other.logging_steps} optimizer step(s): {words}")
+            break
+    return judged
 
 
 def require_records(obs: Observation, check: Check,

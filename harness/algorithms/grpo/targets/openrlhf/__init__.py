@@ -251,6 +251,9 @@ build.definitions = {
     "kl_importance_weighting": "never",  # compute_approx_kl: no ratio without --algo.kl.unbiased_gradient
     "token_mean_scope": "window",  # loss_utils.py, iter_grad_accum_global_norm: the window's tokens
     "policy_loss_includes_kl": False,  # ppo_actor.py, training_step: policy_loss is PolicyLoss's, kl logged apart
+    # ppo_trainer.py, save_logs_and_checkpoints: logs when global_step, its training steps (rollout batches), is a
+    # multiple of --logger.logging_steps (default 1): one log per generation, whatever its optimizer steps
+    "logging_cadence": "generation",
 }
 """OpenRLHF 0.11.2's definitions (docs/openrlhf.md, "Its declared profile"); the rest are the contract's."""
 build.optional_metrics = ("policy_loss",)

@@ -33,8 +33,7 @@ OPENRLHF_FAILS = {
     # policy_loss, kl and entropy_loss logged as window shares weighted by tokens (class 19): a finding
     "uneven_lengths[loss_type=grpo]", "uneven_lengths[loss_type=dapo]", "extremes", "extremes[run=clip_asymmetric]",
     "logp_gradient[loss_type=grpo]",  # the KL term a token mean under seq-mean-token-mean: not yet declarable
-    "empty_interval", "no_kl",  # one log per training step: not yet declarable
-    "all_masked",  # no all-masked micro-batch under this target's action mask
+    "all_masked", "empty_interval",  # no all-masked micro-batch, no empty generation under this target's mask
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",  # this target's reward (class 50)
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
     "advantages[num_generations=8]", "reward_stats[num_generations=8]",  # the same, in groups of 8
@@ -45,6 +44,7 @@ OPENRLHF_PASSES = {
                                           "run=on_the_fly", "run=single_completion,loss_type=grpo")),
     "reward_inputs", "completion_mask", "completion_lengths", "forward_recompute", "logit_recompute", "sampling",
     "optimizer_step", "reward_stats[run=one_function]",
+    "no_kl",  # beta 0, four optimizer steps logged once, per training step (declared: logging_cadence generation)
 }  # fmt: skip
 
 
@@ -69,6 +69,7 @@ def test_openrlhf_is_a_grpo_target_with_its_extra_and_its_definitions():
     assert target.definition("dual_clip_ratio") is None  # no --actor.dual_clip
     assert target.definition("kl_population") == "token_mean"  # aggregate_loss(kl, ...) at its token_level_loss default
     assert target.definition("entropy_pass") == "update"  # entropy_loss from training_step's own forward
+    assert target.definition("logging_cadence") == "generation"  # save_logs_and_checkpoints per global_step
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_mean", "reward_std", "completions/max_length"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == build.not_applicable

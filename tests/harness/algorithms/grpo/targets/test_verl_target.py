@@ -31,7 +31,7 @@ VERL_FAILS = {
     "off_policy[loss_type=cispo]", "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "extremes[run=clip_asymmetric]",  # the same, at clip bounds 0.05 and 0.6
-    "all_masked", "empty_interval", "no_kl",
+    "all_masked", "empty_interval",  # verl's response mask empties no completion, so neither has what it needs
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
     "advantages[num_generations=8]", "reward_stats[num_generations=8]",
@@ -43,6 +43,8 @@ VERL_PASSES = {
     "reward_inputs", "completion_mask", "forward_recompute", "sampling", "optimizer_step",
     # the old log-prob pass's entropies, their token mean (declared: entropy_pass) and their float64 formula
     "uneven_lengths[loss_type=dapo]", "logit_recompute",
+    # beta 0, four optimizer steps logged once, per generation (declared: logging_cadence)
+    "no_kl",
     # the gradient at the log-probs, with verl's declared KL clamp, KL weighting, dual clip and token-mean scope
     *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
     *(f"logp_gradient[run=off_policy,loss_type={t}]" for t in ("cispo", "sapo")),
@@ -63,6 +65,7 @@ def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
     assert target.definition("metric_pooling") == "window_mean"  # reduce_metrics' mean of each mini-batch's own
     assert target.definition("kl_population") == "as_loss"  # ppo_loss: agg_loss of k3 with the loss_agg_mode
     assert target.definition("entropy_pass") == "before_update"  # fit: agg_loss of _compute_old_log_prob's entropys
+    assert target.definition("logging_cadence") == "generation"  # fit: logger.log once per training step
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_min", "reward_std", "rewards/*/std"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == NOT_APPLICABLE
