@@ -6,8 +6,9 @@ formula and sources; the entries are few today, and each is read by the oracle w
 `Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`; its pooled kl and policy_loss (oracle/expect.py)
 read `metric_pooling`; its token terms (oracle/terms.py) take the entropies of the pass `entropy_pass` names.
-`logging_cadence` is read by the judge, not the oracle: the scenarios cut a run into the intervals it declares it
-logs (scenarios/preconditions.py, `per_cadence`).
+`cispo_clip_population` is read by cispo's token flags (oracle/terms.py). `logging_cadence` is read by the judge,
+not the oracle: the pooled checks cut a run into the intervals it declares it logs (scenarios/preconditions.py,
+`per_cadence`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ METRIC_POOLING = "metric_pooling"
 KL_POPULATION = "kl_population"
 ENTROPY_PASS = "entropy_pass"
 LOGGING_CADENCE = "logging_cadence"
+CISPO_CLIP_POPULATION = "cispo_clip_population"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
@@ -36,6 +38,7 @@ INTERVAL, WINDOW_MEAN = "interval", "window_mean"
 TOKEN_MEAN, AS_LOSS = "token_mean", "as_loss"
 UPDATE, BEFORE_UPDATE = "update", "before_update"
 CONFIGURED = "configured"
+POSITIVE_ADVANTAGE, ANY_ADVANTAGE = "positive_advantage", "any_advantage"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
 OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING, KL_POPULATION)
@@ -44,8 +47,10 @@ OF_THE_POLICY_LOSS = (*IN_THE_LOSS, POLICY_LOSS_INCLUDES_KL, METRIC_POOLING)
 """The entries the pooled policy_loss reads: the loss's, whether it holds the KL term, how it is pooled."""
 OF_THE_ENTROPY = (ENTROPY_PASS,)
 """The entries the pooled entropy reads: which forward pass's entropies it pools."""
-IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS, *OF_THE_ENTROPY)))
-"""The entries the oracle's `Settings` carry: those of the pooled kl, policy_loss and entropy."""
+OF_THE_CISPO_CLIP = (CISPO_CLIP_POPULATION,)
+"""The entries the pooled cispo_clip_ratio reads: which capped tokens it counts."""
+IN_THE_SETTINGS = tuple(dict.fromkeys((*OF_THE_KL, *OF_THE_POLICY_LOSS, *OF_THE_ENTROPY, *OF_THE_CISPO_CLIP)))
+"""The entries the oracle's `Settings` carry: those of the pooled kl, policy_loss, entropy and cispo_clip_ratio."""
 TOKEN_MEAN_LOSS_TYPES = ("dapo", "cispo", "vespo")
 """The loss types whose window loss is a token sum over a token count, the count `token_mean_scope` says."""
 
@@ -152,12 +157,20 @@ VOCABULARY = Vocabulary(
             "steps_per_generation / gradient_accumulation_steps * num_iterations optimizer steps ('generation')",
             (CONFIGURED, GENERATION),
         ),
+        Definition(
+            CISPO_CLIP_POPULATION,
+            "the tokens cispo's logged clip fraction counts as clipped",
+            "cispo_clip_ratio = the token mean of [r_t > epsilon_high and A_t > 0] ('positive_advantage'); of "
+            "[r_t > epsilon_high], whatever A_t's sign ('any_advantage')",
+            (POSITIVE_ADVANTAGE, ANY_ADVANTAGE),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
                         POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL,
-                        KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE, LOGGING_CADENCE: CONFIGURED},
+                        KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE, LOGGING_CADENCE: CONFIGURED,
+                        CISPO_CLIP_POPULATION: POSITIVE_ADVANTAGE},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -183,11 +196,14 @@ VOCABULARY = Vocabulary(
                  "global_masked_mean(entropies), the entropies _get_per_token_logps_and_entropies(..., "
                  "compute_entropy=True) returns on the loss's own forward",
                  LOGGING_CADENCE: "transformers' Trainer, which TRL's GRPOTrainer logs through: DefaultFlowCallback "
-                 "sets should_log when global_step % logging_steps == 0 (TrainingArguments.logging_steps)"}),
+                 "sets should_log when global_step % logging_steps == 0 (TrainingArguments.logging_steps)",
+                 CISPO_CLIP_POPULATION: "TRL GRPOTrainer, _compute_loss: is_cispo_clipped = (coef_1 > epsilon_high) "
+                 "& (advantages > 0), _metrics['cispo_clip_ratio'] its global_masked_mean"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
                          POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN,
-                         KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE, LOGGING_CADENCE: GENERATION},
+                         KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE, LOGGING_CADENCE: GENERATION,
+                         CISPO_CLIP_POPULATION: ANY_ADVANTAGE},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -217,7 +233,11 @@ VOCABULARY = Vocabulary(
                  "per training step before _update_actor; the update computes none unless entropy_coeff != 0",
                  LOGGING_CADENCE: "verl, trainer/ppo/ray_trainer.py, RayPPOTrainer.fit: logger.log(data=metrics, "
                  "step=self.global_steps) once per training step, one batch of the dataloader (a generation) and "
-                 "its ppo_epochs passes of mini-batches (_update_actor); no option logs within it"}),
+                 "its ppo_epochs passes of mini-batches (_update_actor); no option logs within it",
+                 CISPO_CLIP_POPULATION: "verl, trainer/ppo/core_algos.py, compute_policy_loss_cispo: actor/pg_clipfrac "
+                 "= masked_mean(ratio != clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)), every token whose "
+                 "importance weight the clamp moved, whatever the advantage's sign (the weight multiplies A of "
+                 "either sign)"}),
     ),  # fmt: skip
     default="trl",
 )

@@ -12,7 +12,7 @@ import torch
 
 from harness.tolerances import margin_of
 
-from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS, INTERVAL, TOKEN_MEAN, UPDATE
+from ..definitions import AS_CONFIGURED, IN_THE_SETTINGS, INTERVAL, POSITIVE_ADVANTAGE, TOKEN_MEAN, UPDATE
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,11 @@ class Settings:
     metric_pooling: str = INTERVAL
     kl_population: str = TOKEN_MEAN
     entropy_pass: str = UPDATE
+    cispo_clip_population: str = POSITIVE_ADVANTAGE
     """The target's definitions of the KL term, the clipped surrogate (definitions.py, IN_THE_LOSS; declared.py), the
     KL term in the pooled policy_loss, how the pooled kl and policy_loss pool an interval's optimizer steps, how
-    the pooled kl weighs its tokens (IN_THE_SETTINGS; expect.py) and the pass the pooled entropy's entropies come
-    from (terms.py); the defaults are the default profile's."""
+    the pooled kl weighs its tokens (IN_THE_SETTINGS; expect.py), the pass the pooled entropy's entropies come
+    from and the tokens cispo's clip flag counts (terms.py); the defaults are the default profile's."""
     top_entropy_quantile: float = 1.0
     """Below 1, each token keeps its policy term only where its entropy is at or above its micro-batch's
     (1 - top_entropy_quantile) quantile (entropy_mask.py); the KL term stays on every token."""

@@ -15,7 +15,7 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.precision import coarsest
 from harness.tolerances import margin_of
 
-from ..definitions import UPDATE
+from ..definitions import POSITIVE_ADVANTAGE, UPDATE
 from .declared import dual_clipped, k3, kl_weighted
 from .entropy_mask import EntropyMask, entropy_masks, of_record, policy_kept
 from .settings import Settings, log_ratios
@@ -39,7 +39,7 @@ class TokenTerms:
     uncertain: torch.Tensor
     """1.0 where a clip flag could round either way in the trainer's dtype (the ratio within the margin of a bound)."""
     cispo: torch.Tensor | None = None
-    """cispo's flag r > epsilon_high where A > 0 (cispo only)."""
+    """cispo's flag r > epsilon_high where A > 0, or at every token (cispo_clip_population; cispo only)."""
     phi: torch.Tensor | None = None
     """(B,) vespo's sequence weights (vespo only)."""
     ratio: torch.Tensor | None = None
@@ -92,8 +92,9 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
     if s.loss_type == "cispo":
         loss = -ratio.clamp(max=s.epsilon_high) * adv * logps
         loss_ops = 2 * adv.abs() * logps.abs() * ratio_ops
-        cispo = ((ratio > s.epsilon_high) & (adv > 0)).double()
-        uncertain = (((ratio - s.epsilon_high).abs() <= margin * s.epsilon_high) & (adv > 0) & inexact).double()
+        counted = adv > 0 if s.cispo_clip_population == POSITIVE_ADVANTAGE else torch.ones_like(adv, dtype=torch.bool)
+        cispo = ((ratio > s.epsilon_high) & counted).double()
+        uncertain = (((ratio - s.epsilon_high).abs() <= margin * s.epsilon_high) & counted & inexact).double()
     elif s.loss_type == "sapo":
         tau = torch.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
         loss = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv

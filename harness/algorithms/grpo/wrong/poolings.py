@@ -12,7 +12,8 @@ dropped when logged, as TRL's extremes). They name a failure's mechanism; the or
 
 A failing `kl` or `policy_loss` also has the oracle's value under each other profile's loss entries and
 metric_pooling than the target declares, a failing policy_loss under its policy_loss_includes_kl too, a failing entropy
-under its entropy_pass (profiles.py); a failing entropy also the entropy aggregated as the loss is (verl's finding).
+under its entropy_pass, a failing cispo_clip_ratio under its cispo_clip_population (profiles.py); a failing entropy
+also the entropy aggregated as the loss is (verl's finding).
 With a KL term (beta != 0) the logged `kl` and `policy_loss` have three more: the oracle's own pooling (expect.py) of
 token terms whose KL is wrong: the logged kl's sign flipped (-k3), the KL term subtracted from the loss (class 41:
 policy_loss only, where it holds the KL term), k3 the wrong way round (class 21: exp(logp - ref) - (logp - ref) - 1,
@@ -28,8 +29,15 @@ import torch
 from harness.diagnose import Candidate, diagnosed
 from harness.verdict import MetricVerdict
 
-from ..contract import ENTROPY, KL, POLICY_LOSS
-from ..definitions import DUAL_CLIP_RATIO, METRIC_POOLING, OF_THE_ENTROPY, OF_THE_KL, OF_THE_POLICY_LOSS
+from ..contract import CISPO_CLIP, ENTROPY, KL, POLICY_LOSS
+from ..definitions import (
+    DUAL_CLIP_RATIO,
+    METRIC_POOLING,
+    OF_THE_CISPO_CLIP,
+    OF_THE_ENTROPY,
+    OF_THE_KL,
+    OF_THE_POLICY_LOSS,
+)
 from ..oracle.declared import k3, kl_weighted
 from ..oracle.expect import TokenTerms, expected_from_terms, objective, terms_of
 from ..spec import CLIPPED_LOSS_TYPES
@@ -133,14 +141,15 @@ def bnpo_of_contract_1(interval: IntervalView) -> list[Candidate]:
 
 
 def profile_candidates(interval: IntervalView, metric: str) -> list[Candidate]:
-    """What the oracle gives for `kl`, `policy_loss` or `entropy` under each other profile's entries than the
-    interval's settings declare (profiles.py): the loss's, how the metric pools the interval's windows, for policy_loss
-    whether it holds the KL term, for entropy the pass its entropies come from (None where the records hold none of
-    that pass: no candidate)."""
+    """What the oracle gives for `kl`, `policy_loss`, `entropy` or `cispo_clip_ratio` under each other profile's
+    entries than the interval's settings declare (profiles.py): the loss's, how the metric pools the interval's
+    windows, for policy_loss whether it holds the KL term, for entropy the pass its entropies come from (None where the
+    records hold none of that pass: no candidate), for cispo_clip_ratio the capped tokens it counts."""
     if interval.unusable or not interval.records:
         return []
     out = []
-    names = {POLICY_LOSS: OF_THE_POLICY_LOSS, KL: OF_THE_KL, ENTROPY: OF_THE_ENTROPY}[metric]
+    read = {POLICY_LOSS: OF_THE_POLICY_LOSS, KL: OF_THE_KL, ENTROPY: OF_THE_ENTROPY, CISPO_CLIP: OF_THE_CISPO_CLIP}
+    names = read[metric]
     for words, other in other_profiles(interval.settings, names):
         value = expected_from_terms(terms_of(interval.records, other), other)[metric].value
         out.append(Candidate((), words, value, "loss records"))
@@ -176,6 +185,7 @@ def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
             Candidate((17,), windows, per_window, "loss records"),
             *(kl_candidates(interval, metric) + profile_candidates(interval, metric) if metric == KL else ()),
             *(profile_candidates(interval, metric) + entropy_as_loss(interval) if metric == ENTROPY else ()),
+            *(profile_candidates(interval, metric) if metric == CISPO_CLIP else ()),
         ]
     if metric in EXTREME_FLAGS:
         value = mean_of_microbatch_extremes(terms, metric)

@@ -27,8 +27,9 @@ BASELINE = os.path.join(ROOT, "baselines", "verl-0.9.1-grpo.toml")
 
 # The verdict on verl 0.9.1 (docs/verl.md, "The verdict"): what fails, and what passes.
 VERL_FAILS = {
-    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "cispo", "sapo")),
-    "off_policy[loss_type=cispo]", "off_policy[loss_type=sapo]",
+    *(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "sapo")),
+    "off_policy[loss_type=cispo]",  # actor/pg_clipfrac under cispo, a flat mean of micro-batch means (class 16)
+    "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "extremes[run=clip_asymmetric]",  # the same, at clip bounds 0.05 and 0.6
     "all_masked", "empty_interval",  # verl's response mask empties no completion, so neither has what it needs
@@ -43,6 +44,8 @@ VERL_PASSES = {
     "reward_inputs", "completion_mask", "forward_recompute", "sampling", "optimizer_step",
     # the old log-prob pass's entropies, their token mean (declared: entropy_pass) and their float64 formula
     "uneven_lengths[loss_type=dapo]", "logit_recompute",
+    # every token capped at epsilon_high 0.2, counted whatever its advantage's sign (declared: cispo_clip_population)
+    "uneven_lengths[loss_type=cispo]",
     # beta 0, four optimizer steps logged once, per generation (declared: logging_cadence)
     "no_kl",
     # the gradient at the log-probs, with verl's declared KL clamp, KL weighting, dual clip and token-mean scope
@@ -66,6 +69,7 @@ def test_verl_is_a_grpo_target_with_its_extra_and_verls_definitions():
     assert target.definition("kl_population") == "as_loss"  # ppo_loss: agg_loss of k3 with the loss_agg_mode
     assert target.definition("entropy_pass") == "before_update"  # fit: agg_loss of _compute_old_log_prob's entropys
     assert target.definition("logging_cadence") == "generation"  # fit: logger.log once per training step
+    assert target.definition("cispo_clip_population") == "any_advantage"  # ratio != clamp(ratio), either sign
     assert target.optional_metrics == ("policy_loss",)
     assert {"clip_ratio/low_min", "reward_std", "rewards/*/std"} <= set(target.unlogged_metrics)
     assert dict(target.not_applicable) == NOT_APPLICABLE
@@ -109,9 +113,10 @@ def test_without_verl_the_gate_exits_2_in_one_line():
 @pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1 (`nox -s verl`)")
 def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     """The gate on verl 0.9.1: exit 1, the failures and passes above, the rest not applicable with their reasons,
-    class 16 named on actor/pg_clipfrac, kl and policy_loss passing with verl's metric_pooling and kl_population,
-    the entropy with its entropy_pass where verl aggregates it as a token mean, and diagnosed as the loss type's
-    aggregate (the finding of verl issue 3986) where it does not; with the baseline, exit 0."""
+    class 16 named on actor/pg_clipfrac (under cispo too, its population declared), kl and policy_loss passing with
+    verl's metric_pooling and kl_population, the entropy with its entropy_pass where verl aggregates it as a token
+    mean, and diagnosed as the loss type's aggregate (the finding of verl issue 3986) where it does not; with the
+    baseline, exit 0."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-W", "ignore", "-m", "harness", "verify", "--target", "verl",
                            "--report-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env,
@@ -126,6 +131,10 @@ def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     (extremes,) = [c for c in report["checks"] if c["id"] == "extremes"]
     (clipfrac,) = [m for m in extremes["metrics"] if m["name"] == "clip_ratio/region_mean"]
     assert clipfrac["diagnosis"]["class"] == 16
+    # under cispo, every capped token counted (declared: cispo_clip_population), pooled as a flat mean: class 16 still
+    (cispo,) = [c for c in report["checks"] if c["id"] == "off_policy[loss_type=cispo]"]
+    cispo_clip = [m for m in cispo["metrics"] if m["name"] == "cispo_clip_ratio" and m["status"] == "fail"]
+    assert cispo_clip and all(m["diagnosis"]["class"] == 16 for m in cispo_clip)
     # kl_loss and pg_loss: the mean over mini-batches of each one's aggregate, kl_loss the loss's, as declared
     for check in (*(f"uneven_lengths[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
                   "off_policy[loss_type=sapo]", "extremes"):  # fmt: skip
