@@ -39,7 +39,7 @@ from ..definitions import (
     OF_THE_POLICY_LOSS,
 )
 from ..oracle.declared import k3, kl_weighted
-from ..oracle.expect import TokenTerms, expected_from_terms, objective, terms_of
+from ..oracle.expect import TokenTerms, expected_from_terms, kl_pooled, objective, terms_of
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 from ..view import IntervalView
@@ -96,6 +96,40 @@ def mean_of_microbatch_extremes(terms: Sequence[TokenTerms], metric: str) -> flo
         if has.any():
             extremes.append(float(pick(t.per_completion(flag(t))[has])))
     return _mean(extremes)
+
+
+SHARED: dict[str, str] = {POLICY_LOSS: "loss", KL: "kl", ENTROPY: "entropy"}
+"""The per-token quantity of each metric a trainer may log as its micro-batches' shares of their window's loss."""
+
+
+def window_shares_by_tokens(terms: Sequence[TokenTerms], s, metric: str) -> float | None:
+    """Class 19, weighted by tokens (OpenRLHF 0.11.2: training_step logs aggregate_loss's result, a micro-batch's share
+    of its optimizer window's aggregate times the window's micro-batches, and ppo_train averages those weighted by
+    each micro-batch's tokens): each micro-batch's share is the window's aggregate of the metric with every other
+    micro-batch's values set to 0, times the window's micro-batches on every rank; the interval's value is the mean of
+    the shares weighted by tokens. The aggregate is the metric's own: the loss type's objective for policy_loss, the
+    declared kl_population's for kl, the token mean for entropy. It equals the token mean where every micro-batch of
+    a window holds as many tokens."""
+    quantity = SHARED[metric]
+    if not terms or any(getattr(t, quantity) is None for t in terms):
+        return None
+    aggregate = {POLICY_LOSS: lambda inside: objective(inside, s).value, KL: lambda inside: kl_pooled(inside, s).value,
+                 ENTROPY: lambda inside: _token_mean(torch.cat([(t.entropy * t.mask).flatten() for t in inside]),
+                                                     torch.cat([t.mask.double().flatten() for t in inside]))}[metric]
+    windows: dict[int, list[int]] = {}
+    for i, t in enumerate(terms):
+        windows.setdefault(int(t.window), []).append(i)
+    total, tokens = 0.0, 0
+    for members in windows.values():
+        for i in members:
+            alone = [terms[j] if j == i else dataclasses.replace(terms[j], **{quantity: torch.zeros_like(
+                getattr(terms[j], quantity))}) for j in members]  # fmt: skip
+            share = aggregate(alone)
+            if share is None:
+                return None
+            n = int(terms[i].mask.sum())
+            total, tokens = total + share * len(members) * n, tokens + n
+    return total / tokens if tokens else None
 
 
 def reversed_k3(interval: IntervalView) -> list[TokenTerms]:
@@ -168,13 +202,21 @@ def entropy_as_loss(interval: IntervalView) -> list[Candidate]:
                       "loss_agg_mode, verl issue 3986)", value, "loss records")]  # fmt: skip
 
 
+def shares(interval: IntervalView, metric: str) -> list[Candidate]:
+    """Class 19's token-weighted form for `metric` (`window_shares_by_tokens`), where the interval's windows hold
+    micro-batches of unequal tokens (elsewhere it is the token mean, no diagnosis)."""
+    value = window_shares_by_tokens(interval.terms, interval.settings, metric)
+    said = "each micro-batch's share of its window's loss times the window's micro-batches, averaged weighted by tokens"
+    return [] if value is None else [Candidate((19,), said, value, "loss records")]
+
+
 def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
     """What each known wrong pooling (or KL term, or another profile's loss) gives for `metric` over one interval
     (none for other metrics)."""
     terms = interval.terms
     if metric == POLICY_LOSS:
         kl = kl_candidates(interval, metric) if interval.settings.policy_loss_includes_kl else []
-        return kl + bnpo_of_contract_1(interval) + profile_candidates(interval, metric)
+        return kl + bnpo_of_contract_1(interval) + profile_candidates(interval, metric) + shares(interval, metric)
     if metric in PER_TOKEN:
         empty = any(not r.completion_mask.any() for r in interval.records)
         flat = "flat mean of per-micro-batch token means" + (" (an empty one's as 0)" if empty else "")
@@ -185,6 +227,7 @@ def candidates(interval: IntervalView, metric: str) -> list[Candidate]:
             Candidate((17,), windows, per_window, "loss records"),
             *(kl_candidates(interval, metric) + profile_candidates(interval, metric) if metric == KL else ()),
             *(profile_candidates(interval, metric) + entropy_as_loss(interval) if metric == ENTROPY else ()),
+            *(shares(interval, metric) if metric in SHARED else ()),
             *(profile_candidates(interval, metric) if metric == CISPO_CLIP else ()),
         ]
     if metric in EXTREME_FLAGS:

@@ -136,7 +136,8 @@ def test_without_openrlhf_the_gate_exits_2_in_one_line(tmp_path):
 @pytest.mark.skipif(not HAS_OPENRLHF, reason="needs openrlhf 0.11.2 and deepspeed (`nox -s openrlhf`)")
 def test_openrlhfs_verdict_is_pinned_by_its_baseline(tmp_path):
     """The gate on OpenRLHF 0.11.2: exit 1, the failures and passes above, the rest not applicable with their reasons,
-    its clip fraction passing where its loss metrics fail; with the baseline, exit 0."""
+    its clip fraction passing where its loss metrics fail, named class 19 (window shares weighted by tokens); with the
+    baseline, exit 0."""
     code, report, output = verify(tmp_path, "--target", "openrlhf")
     assert code == 1, output[-3000:]
     status = {c["id"]: c["status"] for c in report["checks"]}
@@ -147,6 +148,10 @@ def test_openrlhfs_verdict_is_pinned_by_its_baseline(tmp_path):
     (dapo,) = [c for c in report["checks"] if c["id"] == "uneven_lengths[loss_type=dapo]"]
     by_name = {m["name"]: m["status"] for m in dapo["metrics"]}
     assert {by_name[n] for n in ("policy_loss", "kl", "entropy")} == {"fail"}  # the window shares (class 19)
+    for check in ("uneven_lengths[loss_type=grpo]", "uneven_lengths[loss_type=dapo]", "extremes"):
+        (pooled,) = [c for c in report["checks"] if c["id"] == check]
+        shares = [m for m in pooled["metrics"] if m["name"] in ("policy_loss", "kl", "entropy")]
+        assert shares and all((m["diagnosis"] or {}).get("class") == 19 for m in shares), check  # named, by tokens
     assert by_name["clip_ratio/region_mean"] == "pass"  # ppo_clip_ratio, a masked_mean per micro-batch: a token mean
     code, _, output = verify(tmp_path / "pinned", "--target", "openrlhf", "--baseline", BASELINE)
     assert code == 0, output[-3000:]
