@@ -333,6 +333,23 @@ def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: flo
     return (entropies.to(gathered.dtype) >= threshold) & mask
 
 
+class EntropyBonus(torch.autograd.Function):
+    """The entropy bonus -entropy_coef * H, H the mean per-token entropy of the optimizer step's window (its tokens on
+    every rank), carried by the backward pass alone: the identity on a micro-batch's per-token loss whose backward
+    also hands each of its entropies dL/dH_t = -weight_t (`GRPOTrainer.with_entropy_bonus`). The loss's value, and every
+    statistic logged from it, stays the policy objective's (TRL logs policy_loss before its bonus too)."""
+
+    @staticmethod
+    def forward(ctx, per_token_loss: torch.Tensor, entropies: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weights)
+        return per_token_loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (weights,) = ctx.saved_tensors
+        return grad, -weights, None
+
+
 # ---------------------------------------------------------------- the loss types' normalisations
 
 
@@ -559,6 +576,8 @@ class GRPOTrainer:
         self.model, self.optimizer = self.accelerator.prepare(policy, optimizer)
         self.step = 0
         self.generations = 0
+        self.bonus_window: tuple[float, int] = (0.0, 0)
+        """The entropy bonus's window: (its tokens on every rank, its micro-batches here), set by window_step."""
         self.interval = Interval()
         self.history: list[dict[str, float]] = []
         self.prompt_order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(config.seed))
@@ -661,6 +680,8 @@ class GRPOTrainer:
         else:
             old_per_token_logps = batch.old_per_token_logps[rows]
         per_token_loss, coef_1, flags = token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask)
+        if cfg.entropy_coef != 0:  # the bonus's gradient, at this micro-batch's entropies (EntropyBonus)
+            per_token_loss = self.with_entropy_bonus(per_token_loss, logits, mask)
         if cfg.top_entropy_quantile < 1:  # the policy term of the high-entropy tokens alone; the KL on every token
             kept = high_entropy_mask(entropy_from_logits(logits.detach()), mask, cfg.top_entropy_quantile,
                                      self.accelerator)  # fmt: skip
@@ -704,6 +725,7 @@ class GRPOTrainer:
     def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:
         """All micro-batches of one accumulation window, then exactly one optimizer step."""
         cfg, acc = self.config, self.accelerator
+        self.bonus_window = self.entropy_bonus_window(batch, micro_batches)
         counts = WindowCounts(
             completions=float(sum(len(rows) for rows in micro_batches) * acc.num_processes),
             generation_tokens=batch.generation_tokens,
@@ -732,6 +754,44 @@ class GRPOTrainer:
         step = cfg.per_device_train_batch_size
         one_pass = [order[start : start + step] for start in range(0, cfg.local_generation_batch_size, step)]
         return one_pass * cfg.num_iterations
+
+    def entropy_bonus_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool: the tokens the entropy bonus acts on, those of the policy term (TRL's mask * entropy_mask):
+        `mask`, or its high-entropy tokens where top_entropy_quantile < 1."""
+        cfg = self.config
+        if cfg.top_entropy_quantile < 1:
+            return high_entropy_mask(entropies.detach(), mask, cfg.top_entropy_quantile, self.accelerator)
+        return mask
+
+    def entropy_bonus_window(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> tuple[float, int]:
+        """(tokens the entropy bonus acts on in this window on every rank, micro-batches of the window on this rank);
+        (0, n) without a bonus. Under the entropy mask each micro-batch's tokens are known from its entropies only, so
+        they are computed here first, from the window's weights (no step runs before its last micro-batch)."""
+        cfg, acc = self.config, self.accelerator
+        if cfg.entropy_coef == 0:
+            return 0.0, len(micro_batches)
+        counts = torch.zeros((), dtype=torch.float64, device=acc.device)
+        for rows in micro_batches:
+            mask = batch.completion_mask[rows]
+            if cfg.top_entropy_quantile < 1:
+                with torch.no_grad():
+                    logits = policy_logits(acc.unwrap_model(self.model), batch.prompt_completion_ids[rows],
+                                           batch.context_length, self.pad_token_id, cfg.temperature)  # fmt: skip
+                    mask = self.entropy_bonus_mask(entropy_from_logits(logits), mask)
+            counts = counts + mask.sum()
+        return acc.reduce(counts.reshape(1), reduction="sum").item(), len(micro_batches)
+
+    def with_entropy_bonus(self, per_token_loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor
+                           ) -> torch.Tensor:  # fmt: skip
+        """`per_token_loss`, its backward also bringing the entropy bonus's gradient to this micro-batch's entropies:
+        dL/dH_t = -entropy_coef * world / (the window's bonus tokens on every rank) at each token the bonus acts on,
+        0 elsewhere, so that data parallelism's mean over the ranks makes it the window mean's."""
+        cfg = self.config
+        entropies = entropy_from_logits(logits)
+        acting = self.entropy_bonus_mask(entropies, mask)
+        tokens, _ = self.bonus_window
+        weight = cfg.entropy_coef * self.accelerator.num_processes / max(tokens, 1.0)
+        return EntropyBonus.apply(per_token_loss, entropies, acting.to(entropies.dtype) * weight)
 
     def train_one_generation(self) -> None:
         """Generate, then one optimizer step per window of the generation (stopping at max_steps); log on time.

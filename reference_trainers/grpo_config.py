@@ -65,6 +65,10 @@ class GRPOConfig:
     """Keep the policy term of the loss only at the tokens whose entropy is at or above the (1 - this) quantile of
     the micro-batch's completion tokens, every rank's (TRL's option, "Beyond the 80/20 Rule"); the KL term stays on
     every token. 1.0 (the default) keeps every token's."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (TRL's option): the loss is the policy objective minus entropy_coef times the mean
+    per-token entropy of the optimizer step's window, its completion tokens on every rank (those of the policy term
+    under the entropy mask), so the micro-batch cut never moves it. 0.0 (the default): no bonus."""
     sapo_temperature_pos: float = 1.0
     """sapo's gate temperature for tokens of positive advantage (TRL's default)."""
     sapo_temperature_neg: float = 1.05
@@ -154,6 +158,10 @@ class GRPOConfig:
         if not 0 <= self.top_entropy_quantile <= 1:
             raise ConfigError(  # pragma: no mutate - message
                 f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}"
+            )
+        if not 0 <= self.entropy_coef < float("inf"):
+            raise ConfigError(  # pragma: no mutate - message
+                f"entropy_coef must be finite and >= 0, got {self.entropy_coef}"
             )
         if self.delta is not None and self.delta <= 0:
             raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
