@@ -74,11 +74,14 @@ class LossRecord:
     """(B, T): the same rows' per-token entropies from the forward pass that computed their generation's old
     log-probs, before its first optimizer step, where the trainer computes them there (None: not recorded). What a
     target whose logged entropy comes from that pass (GRPO's `entropy_pass`) is recomputed from."""
+    entropy_grad: torch.Tensor | None = None
+    """(B, T): the gradient the micro-batch's backward pass delivered to `entropies`, where the loss was built from
+    them (an entropy bonus; None: not recorded, or no gradient reached them)."""
 
     DTYPES: ClassVar[Mapping[str, str]] = {
         "completion_mask": "bool", "logps": "float64", "old_logps": "float64", "ref_logps": "float64",
         "advantages": "float64", "entropies": "float64", "logp_grad": "float64", "completions": "int64",
-        "completion_ids": "int64", "old_entropies": "float64",
+        "completion_ids": "int64", "old_entropies": "float64", "entropy_grad": "float64",
     }  # fmt: skip
     """The dtype of each tensor field in a record the harness's recorder makes."""
 

@@ -21,7 +21,8 @@ always puts back:
 - whatever the target adds with `around` (counters of its generations and windows).
 
 A hook on the log-probs tensor keeps the gradient the micro-batch's backward pass delivers to it
-(`logp_grad`), which may arrive after the loss call returns: `records` freezes the micro-batches seen
+(`logp_grad`), and one on the entropies, where the loss was built from them, the gradient at them (`entropy_grad`),
+which may arrive after the loss call returns: `records` freezes the micro-batches seen
 so far when asked, after the run. Every wrapper returns what the wrapped function returned.
 """
 
@@ -50,6 +51,7 @@ class _Draft:
     outputs_calls: int = 0
     logit_gaps: LogitGapRecord | None = None
     logp_grad: torch.Tensor | None = None
+    entropy_grad: torch.Tensor | None = None
     fields: dict[str, Any] = field(default_factory=dict)
     held: dict[str, str] = field(default_factory=dict)
     """The dtype of each tensor as the trainer held it, before its float64 copy (`LossRecord.held`)."""
@@ -63,13 +65,13 @@ class _Draft:
         if logps.requires_grad:
             logps.register_hook(self._keep_grad)
 
-    def _keep_grad(self, grad: torch.Tensor) -> None:
+    def _keep_grad(self, grad: torch.Tensor, name: str = "logp_grad", what: str = "the log-probs") -> None:
         try:
-            self.logp_grad = _copy(grad, torch.float64)
+            setattr(self, name, _copy(grad, torch.float64))
         except Exception as why:
             if self.faults is None:
                 raise
-            self.faults.append(f"copying the gradient at the log-probs: {type(why).__name__}: {why}")
+            self.faults.append(f"copying the gradient at {what}: {type(why).__name__}: {why}")
 
     def hold(self, name: str, value: Any) -> None:
         """Note the dtype `value` (a field `name` of the record) was held in, when it is a tensor."""
@@ -78,13 +80,15 @@ class _Draft:
             self.held[name] = dtype
 
     def keep_entropies(self, entropies: Any) -> None:
-        """Copy the per-token entropies of the loss."""
+        """Copy the per-token entropies of the loss, and hook the gradient that will reach them (an entropy bonus)."""
         self.hold("entropies", entropies)
         self.entropies = _copy(entropies, torch.float64)
+        if getattr(entropies, "requires_grad", False):
+            entropies.register_hook(lambda grad: self._keep_grad(grad, "entropy_grad", "the entropies"))
 
     def frozen(self) -> LossRecord:
         return LossRecord(**self.fields, logps=self.logps, entropies=self.entropies, logit_gaps=self.logit_gaps,
-                          logp_grad=self.logp_grad, held=dict(self.held))  # fmt: skip
+                          logp_grad=self.logp_grad, entropy_grad=self.entropy_grad, held=dict(self.held))  # fmt: skip
 
 
 KINDS = ("log_softmax", "entropy", "joint", "head")

@@ -99,6 +99,9 @@ class GRPOSpec:
     """TRL's option: only the tokens whose entropy is at or above the (1 - top_entropy_quantile) quantile of their
     micro-batch's tokens (every rank's) keep their policy term in the loss; the KL term stays on every token. 1.0:
     every token keeps it (docs/grpo-metrics.md, section 4)."""
+    entropy_coef: float = 0.0
+    """TRL's option: the loss less entropy_coef times the mean per-token entropy of the optimizer step's window, its
+    tokens on every rank (docs/grpo-metrics.md, section 4). 0.0: no entropy bonus."""
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
     vespo_k_pos: float = 2.0
@@ -242,6 +245,8 @@ class GRPOSpec:
             raise HarnessConfigError(f"{', '.join(positive)}: must be positive")
         if not 0 <= self.top_entropy_quantile <= 1:
             raise HarnessConfigError(f"top_entropy_quantile={self.top_entropy_quantile}: must be in [0, 1]")
+        if not 0 <= self.entropy_coef < float("inf"):
+            raise HarnessConfigError(f"entropy_coef={self.entropy_coef}: must be finite and >= 0")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 

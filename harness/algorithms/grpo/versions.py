@@ -177,13 +177,22 @@ GROUP_SIZE = Change(
     new="also the reward run in groups of 8: its advantages and reward statistics over groups of num_generations",
     checks=("*num_generations=8*",),
 )
+ENTROPY_BONUS = Change(
+    version=7,
+    release="0.7.0",
+    subject="the entropy bonus",
+    old="no run with an entropy bonus (entropy_coef never set)",
+    new="also entropy_coef 0.01 on the uneven lengths: dL/dH of each token -entropy_coef * world over the tokens of "
+    "its optimizer step on every rank, whatever the micro-batch cut, and the log-probs' gradient still the policy's",
+    checks=("entropy_gradient",),
+)
 
 CONTRACT = Contract(
     version=7,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
-             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE),
+             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

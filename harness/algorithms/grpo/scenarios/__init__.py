@@ -1,6 +1,7 @@
 """The GRPO gate's scenarios, one module per family, and the one registry of them: SCENARIOS.
 
 pooled (the logged statistics, interval by interval), gradients (the gradient at the log-probs and the step's),
+entropy (the gradient at the entropies under an entropy bonus),
 rewards (advantages, reward and length statistics, the reward model), reward_inputs (what each reward function
 was handed), masks (the completion mask), forward (the log-probs and the sampling recomputed from the networks,
 and from the loss's logits),
@@ -16,6 +17,7 @@ from harness.checks.optimizer import optimizer_scenario
 from harness.scenario import Scenario
 
 from ..runs import UNEVEN, spec_for
+from .entropy import ENTROPY_SCENARIOS
 from .forward import FORWARD_SCENARIOS
 from .gradients import GRADIENT_SCENARIOS
 from .masks import MASK_SCENARIOS
@@ -30,6 +32,7 @@ OPTIMIZER = optimizer_scenario(lambda run: spec_for(UNEVEN, run), "the uneven le
 SCENARIOS: tuple[Scenario, ...] = (
     *POOLED_SCENARIOS,
     *GRADIENT_SCENARIOS,
+    *ENTROPY_SCENARIOS,
     *REWARD_SCENARIOS,
     *REWARD_INPUT_SCENARIOS,
     *MASK_SCENARIOS,

@@ -47,15 +47,16 @@ from .profiles import other_values
 SOURCE = "loss records"
 
 
-def worded(gap: Gaps, dtype: str) -> str:
+def worded(gap: Gaps, dtype: str, metric: str = METRIC, at: str = "dL/dlogp", formula: str = "the formula") -> str:
     """What the largest gap compared, in words: 'dL/dlogp recorded at window 1 micro-batch 2, row 1, token 3 is 3
-    where the formula gives 0 (...)'."""
-    worst, allowed = gap.worst, tolerance(METRIC, dtype, TOLERANCES).allowed(0.0, 1.0)
+    where the formula gives 0 (...)' (`at` the gradient, `formula` what gives the expected value, `metric` the
+    tolerance's row)."""
+    worst, allowed = gap.worst, tolerance(metric, dtype, TOLERANCES).allowed(0.0, 1.0)
     if worst is None:
         return ""
     label = worst.label.replace(" micro-batch", ", micro-batch")
-    return (f"dL/dlogp recorded at {label}, row {worst.row + 1}, token {worst.token + 1} is {fmt(worst.recorded)} "
-            f"where the formula gives {fmt(worst.formula)}: a gap of {fmt(gap.largest)} times the token's |formula| "
+    return (f"{at} recorded at {label}, row {worst.row + 1}, token {worst.token + 1} is {fmt(worst.recorded)} "
+            f"where {formula} gives {fmt(worst.formula)}: a gap of {fmt(gap.largest)} times the token's |formula| "
             f"(floored at the mean |formula| {fmt(gap.scale)}), tolerance {fmt(allowed)}")  # fmt: skip
 
 

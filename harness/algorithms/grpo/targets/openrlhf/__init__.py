@@ -284,6 +284,7 @@ build.not_applicable = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "entropy_gradient": "the target leaves --actor.entropy_coef unset and keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
 }  # fmt: skip
 """The checks OpenRLHF cannot run, each with the reason (config.refusal raises for their specs)."""

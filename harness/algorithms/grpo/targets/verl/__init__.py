@@ -328,6 +328,7 @@ NOT_APPLICABLE = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "entropy_gradient": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""

@@ -47,6 +47,10 @@ TRL_GRPO_FAILS = {
     "extremes[run=clip_asymmetric]",
     "extremes[run=sequence_level,loss_type=cispo]",
     "extremes[run=sequence_level,loss_type=vespo]",
+    # its entropy bonus is each micro-batch's own mean entropy over the accumulation steps (_compute_loss), not the
+    # window's mean its docs define: off where a window's micro-batches hold unequal token counts (class 82); its
+    # gradient at the log-probs, in the same run, is right
+    "entropy_gradient",
 }
 TRL_GRPO_PASSES = {
     "optimizer_step",  # torch's AdamW, each step its own update of the recorded weights and gradient
@@ -184,10 +188,24 @@ def test_each_trl_grpo_failure_is_one_line_with_logged_and_expected_values(trl_g
     _, _, output = trl_grpo_verdict
     lines = {line.split()[1]: line for line in output.splitlines() if line.startswith("FAIL  ")}
     assert set(lines) == TRL_GRPO_FAILS
-    for line in lines.values():
-        assert re.search(r"logged=\S+ expected=\S+", line), line
+    for check_id, line in lines.items():
+        if check_id == "entropy_gradient":  # a token's gradient, in words: what was recorded, what the formula gives
+            assert re.search(r"dL/dH recorded at .* is \S+ where the window mean's gives \S+", line), line
+        else:
+            assert re.search(r"logged=\S+ expected=\S+", line), line
     for check_id in ("uneven_lengths[loss_type=dapo]", "partition", "all_masked"):
         assert "entropy" in lines[check_id], lines[check_id]  # the first failure is a pooled token mean
+
+
+@pytest.mark.slow
+def test_trl_grpo_entropy_bonus_is_each_micro_batch_mean_over_the_steps(trl_grpo_verdict):
+    """TRL documents its bonus as the mean per-token entropy; _compute_loss takes each micro-batch's own mean over
+    the accumulation steps, so where a window's micro-batches hold unequal token counts its gradient at the
+    entropies is not the window mean's, and that form reproduces it (class 82); its log-probs' gradient is right."""
+    check = next(c for c in trl_grpo_verdict[1]["checks"] if c["id"] == "entropy_gradient")
+    assert diagnoses(trl_grpo_verdict[1])["entropy_gradient"] == {("gradient/entropy_relative", (82,))}
+    assert {m["name"]: m["failed"] for m in check["metrics"]} == {"gradient/entropy_relative": True,
+                                                                   "gradient/logp_relative": False}
 
 
 @pytest.mark.slow

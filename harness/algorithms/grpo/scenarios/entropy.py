@@ -1,0 +1,93 @@
+"""The GRPO gate's entropy-bonus scenario: `entropy_gradient`, the gradient at each token's entropy against the
+bonus's formula (TRL's `entropy_coef`: the loss less coef times the mean per-token entropy of the optimizer step's
+window, every rank's tokens; docs/grpo-metrics.md section 4, oracle/entropy_bonus.py).
+
+Its run is uneven_lengths' geometry (two generations of 16 completions that end at the stop token, two windows of
+two micro-batches of 4 each) with an entropy bonus: the micro-batches of a window hold unequal numbers of tokens,
+where a mean of micro-batch means (TRL's per-micro-batch bonus, class 82) differs from the window's mean, and the
+check fails a run that shows no such window. The same run's gradient at the log-probs must still be the policy
+objective's (`logp_gradient`'s formula): the bonus adds to the loss and takes nothing from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.compare import compare
+from harness.errors import NotRecomputable
+from harness.instrument.observe import ObservationCache
+from harness.oracle.pooling import Expectation
+from harness.require import require_ran
+from harness.scenario import Case, Scenario
+from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wording
+
+from ..instruments import recorded
+from ..oracle import entropy_bonus, gradients
+from ..runs import UNEVEN, spec_for
+from ..spec import GRPOSpec
+from ..tolerances import TOLERANCES
+from ..wrong import entropy_bonus as wrong
+from .gradients import judge
+from .preconditions import definitions, require_records
+
+ENTROPY_COEF = 0.01
+"""entropy_coef of the run: a small bonus, as used in practice (Skywork-OR1's adaptive control starts near it); the
+gradient at the entropies is linear in it, so any non-zero value tells the window's mean from a micro-batch's."""
+
+
+def bonus_spec(run: GRPOSpec) -> GRPOSpec:
+    """uneven_lengths' run with the entropy bonus at ENTROPY_COEF (the run's other settings its own)."""
+    return spec_for(UNEVEN, run).with_(name="entropy_bonus", entropy_coef=ENTROPY_COEF)
+
+
+def entropy_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """dL/dH of every token of every micro-batch equals -entropy_coef * world / (its window's tokens on every rank),
+    0 off the mask; the gradient at the log-probs is the policy objective's (logp_gradient's formula)."""
+    check = Check(case.id)
+    obs = cache.get(bonus_spec(run), spy=False)
+    declared = definitions(cache)
+    if require_ran(obs, check) is None or require_records(obs, check, declared) is None:
+        return check.finish()
+    spec, records = obs.spec, recorded(obs.ran).loss_inputs
+    world = len({int(r.rank) for r in records}) or 1
+    try:
+        gap = entropy_bonus.gaps(records, spec.entropy_coef, world, spec.top_entropy_quantile)
+        policy = gradients.gaps(records, gradients.WindowWeights.of(spec, world, definitions=declared))
+    except NotRecomputable as why:
+        check.fail(f"not recomputable: {why}")
+        return check.finish()
+    if gap.compared == 0 or policy.compared == 0:
+        check.fail(f"no token's gradient to compare ({gap.compared} at the entropies, {policy.compared} at the "
+                   f"log-probs)")  # fmt: skip
+        return check.finish()
+    if gap.uneven == 0:
+        check.fail("no window whose micro-batches hold unequal token counts: the run cannot tell the window's mean "
+                   "entropy from a mean of micro-batch means")  # fmt: skip
+        return check.finish()
+    check.note(f"{gap.uneven} windows whose micro-batches hold unequal token counts; {gap.compared} tokens' dL/dH "
+               f"compared")  # fmt: skip
+    logged = {entropy_bonus.METRIC: gap.largest}
+    expected = {entropy_bonus.METRIC: Expectation(entropy_bonus.METRIC, 0.0, scale=1.0)}
+    where = f"{spec.split_label} {gap.where}"
+    verdicts = compare(logged, expected, spec.dtype, TOLERANCES, kind="formula", where=where)
+    check.absorb([explained(v, gap, spec) for v in verdicts])
+    judge(check, policy, spec, f"{spec.split_label} {policy.where}")
+    return check.finish()
+
+
+def explained(verdict: MetricVerdict, gap: entropy_bonus.BonusGaps, spec: GRPOSpec) -> MetricVerdict:
+    """A failing verdict with its token in words and the known wrong form that reproduces it; any other as it is."""
+    if verdict.status is not MetricStatus.FAIL:
+        return verdict
+    diagnosis, why = wrong.diagnose(gap, spec.entropy_coef, spec.dtype)
+    words = wrong.worded(gap, spec.dtype)
+    said = {"reason": words, "wording": Wording.CHECK} if words else {}
+    return dataclasses.replace(verdict, where=spec.split_label, diagnosis=diagnosis, diagnosis_reason=why, **said)
+
+
+ENTROPY_SCENARIOS = (
+    Scenario("entropy_gradient", entropy_gradient, (),
+             f"dL/dH per token == -entropy_coef * world / (the window's tokens, every rank), 0 off the mask, and "
+             f"dL/dlogp the policy objective's (uneven lengths with entropy_coef {ENTROPY_COEF:g}: the micro-batches "
+             f"of a window hold unequal token counts)"),
+)  # fmt: skip
