@@ -22,7 +22,8 @@ def test_a_target_that_declares_nothing_is_held_to_the_default_profile():
     loss = (("kl_clamp", None), ("kl_importance_weighting", "as_configured"), ("dual_clip_ratio", None),
             ("token_mean_scope", "generation"), ("policy_loss_includes_kl", True),
             ("metric_pooling", "interval"), ("kl_population", "token_mean"), ("entropy_pass", "update"),
-            ("logging_cadence", "configured"), ("cispo_clip_population", "positive_advantage"))  # fmt: skip
+            ("logging_cadence", "configured"), ("cispo_clip_population", "positive_advantage"),
+            ("truncation", "no_stop"))  # fmt: skip
     declared = resolve("tests.support.no_vespo:refusing").definitions
     assert declared == ((ADVANTAGE_EPSILON, 1e-4), (PARTIAL_LAST_INTERVAL, "optional"), *loss)
     # the reference declares that it logs a partial last interval, and keeps TRL's epsilon and loss

@@ -6,7 +6,8 @@ formula and sources; the entries are few today, and each is read by the oracle w
 `Settings` (oracle/settings.py) carry the entries of `IN_THE_SETTINGS` under the same names; its window weights
 (oracle/gradients.py, `WindowWeights`) carry `token_mean_scope`; its pooled kl and policy_loss (oracle/expect.py)
 read `metric_pooling`; its token terms (oracle/terms.py) take the entropies of the pass `entropy_pass` names.
-`cispo_clip_population` is read by cispo's token flags (oracle/terms.py). `logging_cadence` is read by the judge,
+`cispo_clip_population` is read by cispo's token flags (oracle/terms.py), `truncation` by the length statistics
+(oracle/lengths.py). `logging_cadence` is read by the judge,
 not the oracle: the pooled checks cut a run into the intervals it declares it logs (scenarios/preconditions.py,
 `per_cadence`).
 """
@@ -31,6 +32,7 @@ KL_POPULATION = "kl_population"
 ENTROPY_PASS = "entropy_pass"
 LOGGING_CADENCE = "logging_cadence"
 CISPO_CLIP_POPULATION = "cispo_clip_population"
+TRUNCATION = "truncation"
 LOGGED, OPTIONAL = "logged", "optional"
 AS_CONFIGURED, NEVER = "as_configured", "never"
 GENERATION, WINDOW = "generation", "window"
@@ -39,6 +41,7 @@ TOKEN_MEAN, AS_LOSS = "token_mean", "as_loss"
 UPDATE, BEFORE_UPDATE = "update", "before_update"
 CONFIGURED = "configured"
 POSITIVE_ADVANTAGE, ANY_ADVANTAGE = "positive_advantage", "any_advantage"
+NO_STOP, AT_LIMIT = "no_stop", "at_limit"
 IN_THE_LOSS = (KL_CLAMP, KL_IMPORTANCE_WEIGHTING, DUAL_CLIP_RATIO)
 """The entries the per-token loss and its gradient read (the oracle's `Settings` fields of the same names)."""
 OF_THE_KL = (*IN_THE_LOSS, METRIC_POOLING, KL_POPULATION)
@@ -164,13 +167,21 @@ VOCABULARY = Vocabulary(
             "[r_t > epsilon_high], whatever A_t's sign ('any_advantage')",
             (POSITIVE_ADVANTAGE, ANY_ADVANTAGE),
         ),
+        Definition(
+            TRUNCATION,
+            "the completions the logged clipped ratio counts as truncated",
+            "completions/clipped_ratio = the share of completions without the stop token in their mask ('no_stop'); "
+            "of those of max_completion_length tokens, one that ends with the stop token at the limit included "
+            "('at_limit')",
+            (NO_STOP, AT_LIMIT),
+        ),
     ),
     profiles=(
         Profile("trl", {ADVANTAGE_EPSILON: 1e-4, PARTIAL_LAST_INTERVAL: OPTIONAL, KL_CLAMP: None,
                         KL_IMPORTANCE_WEIGHTING: AS_CONFIGURED, DUAL_CLIP_RATIO: None, TOKEN_MEAN_SCOPE: GENERATION,
                         POLICY_LOSS_INCLUDES_KL: True, METRIC_POOLING: INTERVAL,
                         KL_POPULATION: TOKEN_MEAN, ENTROPY_PASS: UPDATE, LOGGING_CADENCE: CONFIGURED,
-                        CISPO_CLIP_POPULATION: POSITIVE_ADVANTAGE},
+                        CISPO_CLIP_POPULATION: POSITIVE_ADVANTAGE, TRUNCATION: NO_STOP},
                 {ADVANTAGE_EPSILON: "TRL GRPOTrainer, _generate_and_score_completions: advantages / (std_rewards "
                  "+ 1e-4)",
                  PARTIAL_LAST_INTERVAL: "transformers' Trainer, which TRL's GRPOTrainer logs through: "
@@ -198,12 +209,14 @@ VOCABULARY = Vocabulary(
                  LOGGING_CADENCE: "transformers' Trainer, which TRL's GRPOTrainer logs through: DefaultFlowCallback "
                  "sets should_log when global_step % logging_steps == 0 (TrainingArguments.logging_steps)",
                  CISPO_CLIP_POPULATION: "TRL GRPOTrainer, _compute_loss: is_cispo_clipped = (coef_1 > epsilon_high) "
-                 "& (advantages > 0), _metrics['cispo_clip_ratio'] its global_masked_mean"}),
+                 "& (advantages > 0), _metrics['cispo_clip_ratio'] its global_masked_mean",
+                 TRUNCATION: "TRL GRPOTrainer, _generate_and_score_completions: is_truncated = the last id neither "
+                 "an EOS nor the pad, _metrics['completions/clipped_ratio'] its mean over every process"}),
         Profile("verl", {ADVANTAGE_EPSILON: 1e-6, PARTIAL_LAST_INTERVAL: LOGGED, KL_CLAMP: 10.0,
                          KL_IMPORTANCE_WEIGHTING: NEVER, DUAL_CLIP_RATIO: 3.0, TOKEN_MEAN_SCOPE: WINDOW,
                          POLICY_LOSS_INCLUDES_KL: False, METRIC_POOLING: WINDOW_MEAN,
                          KL_POPULATION: AS_LOSS, ENTROPY_PASS: BEFORE_UPDATE, LOGGING_CADENCE: GENERATION,
-                         CISPO_CLIP_POPULATION: ANY_ADVANTAGE},
+                         CISPO_CLIP_POPULATION: ANY_ADVANTAGE, TRUNCATION: AT_LIMIT},
                 {ADVANTAGE_EPSILON: "verl, trainer/ppo/core_algos.py, compute_grpo_outcome_advantage(..., "
                  "epsilon=1e-6): scores / (std + epsilon)",
                  PARTIAL_LAST_INTERVAL: "verl's trainer logs the metrics of every training step: no step is left "
@@ -237,7 +250,10 @@ VOCABULARY = Vocabulary(
                  CISPO_CLIP_POPULATION: "verl, trainer/ppo/core_algos.py, compute_policy_loss_cispo: actor/pg_clipfrac "
                  "= masked_mean(ratio != clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)), every token whose "
                  "importance weight the clamp moved, whatever the advantage's sign (the weight multiplies A of "
-                 "either sign)"}),
+                 "either sign)",
+                 TRUNCATION: "verl, trainer/ppo/metric_utils.py, compute_data_metrics: response_length/clip_ratio = "
+                 "mean(response_length == max_response_length), a completion that ends with the stop token at the "
+                 "limit included"}),
     ),  # fmt: skip
     default="trl",
 )

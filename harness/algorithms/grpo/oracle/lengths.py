@@ -25,6 +25,8 @@ import torch
 from harness.instrument.loss import LossRecord
 from harness.oracle.pooling import Expectation
 
+from ..definitions import AT_LIMIT, NO_STOP
+
 LENGTH_NAMES = (
     "completions/mean_length",
     "completions/min_length",
@@ -85,15 +87,21 @@ def trained_completions(records: Iterable[LossRecord], stop_token_id: int | None
     return list(seen.values())
 
 
-def length_stats(completions: Iterable[Completion]) -> dict[str, Expectation]:
+def length_stats(completions: Iterable[Completion], cap: int | None = None,
+                 truncation: str = NO_STOP) -> dict[str, Expectation]:  # fmt: skip
     """The length statistics over `completions` (each once); {} when there is none. The terminated ones over no
-    terminated completion are 0 (`count` 0), as the contract and TRL log them."""
+    terminated completion are 0 (`count` 0), as the contract and TRL log them. The clipped ratio counts the
+    completions without the stop token, or, under the declared `truncation` 'at_limit', those of `cap` tokens
+    (definitions.py)."""
     rows = list(completions)
     if not rows:
         return {}
     lengths = torch.tensor([c.length for c in rows], dtype=torch.float64)
     ended = torch.tensor([c.length for c in rows if c.terminated], dtype=torch.float64)
-    clipped = sum(not c.terminated for c in rows) / len(rows)
+    if truncation == AT_LIMIT:
+        clipped = sum(c.length == cap for c in rows) / len(rows)
+    else:
+        clipped = sum(not c.terminated for c in rows) / len(rows)
     out = {
         "completions/mean_length": _exp("completions/mean_length", float(lengths.mean()), lengths),
         "completions/min_length": _exp("completions/min_length", float(lengths.min()), lengths),

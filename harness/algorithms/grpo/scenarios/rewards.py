@@ -31,17 +31,19 @@ from harness.tolerances import tolerance
 from harness.unlogged import declared_unlogged, leave_out
 from harness.verdict import Check, CheckResult, MetricStatus
 
-from ..definitions import ADVANTAGE_EPSILON
+from ..definitions import ADVANTAGE_EPSILON, NO_STOP, TRUNCATION
 from ..instruments import recorded
 from ..oracle import lengths, reward_model, rewards
 from ..runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
 from ..spec import SCALE_REWARDS, GRPOSpec
 from ..tolerances import TOLERANCES
 from ..wrong import formulas
-from .preconditions import require_logs, require_records
+from ..wrong.profiles import other_values
+from .preconditions import definitions, require_logs, require_records
 
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
+CLIPPED = "completions/clipped_ratio"
 
 
 AGGREGATED = (("multi_objective_aggregation", "normalize_then_sum"),)
@@ -290,31 +292,32 @@ def completion_lengths(cache: ObservationCache, run: GRPOSpec, case: Case) -> Ch
     if not require(check, stopped and full, f"of the {len(every)} trained completions {stopped} ended with the stop "
                    f"token and {full} ran to max_completion_length={cap} (at least one of each)"):  # fmt: skip
         return check.finish()
+    truncation = dict(definitions(cache)).get(TRUNCATION, NO_STOP)
     names = leave_out(check, obs.ran.logs, lengths.LENGTH_NAMES, declared_unlogged(cache), obs.spec.split_label)
     if not require_logs(obs, names, check):
         return check.finish()
     for index, completions in enumerate(trained):
         where = f"log {index + 1}" if len(trained) > 1 else None
         logged = usable(obs.ran.logs[index], names)  # require_logs named the others
-        stats = {n: e for n, e in lengths.length_stats(completions).items() if n in logged}
+        stats = {n: e for n, e in lengths.length_stats(completions, cap, truncation).items() if n in logged}
         verdicts = compare(obs.ran.logs[index], stats, obs.spec.dtype, TOLERANCES, where=where)
-        check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype))
+        check.absorb(pad_diagnosed(verdicts, completions, obs.spec.dtype, cap, truncation))
         if any(v.failed for v in verdicts) and _pad_explains(obs.ran.logs[index], completions, obs.spec.dtype, logged):
             check.note(f"{where or 'the log'}: the logged values are those of a trainer that counts a completion "
                        f"whose last token is the pad as ended with the stop token")  # fmt: skip
     return check.finish()
 
 
-def pad_diagnosed(verdicts, completions, dtype) -> list:
+def pad_diagnosed(verdicts, completions, dtype, cap=None, truncation=NO_STOP) -> list:
     """`verdicts` with each failing statistic diagnosed when a trainer that takes a final pad for the stop token
-    (class 54) logs it."""
-    padded = lengths.pad_as_stop(completions)
-    if padded == completions:
-        return list(verdicts)
-    wrong = lengths.length_stats(padded)
-    said = "a completion whose last token is the pad counted as ended with the stop token"
-    make = {n: (lambda n=n: [Candidate((54,), said, wrong[n].value, "loss records")]) for n in wrong}
-    return diagnosed(verdicts, make, dtype, TOLERANCES)
+    (class 54) logs it, or, for the clipped ratio, another profile's `truncation` (wrong/profiles.py)."""
+    padded, said = lengths.pad_as_stop(completions), "a completion whose last token is the pad counted as ended"
+    wrong = lengths.length_stats(padded, cap, truncation) if padded != completions else {}
+    make = {n: [Candidate((54,), f"{said} with the stop token", wrong[n].value, "loss records")] for n in wrong}
+    for words, theirs in other_values({TRUNCATION: truncation}):
+        value = lengths.length_stats(completions, cap, theirs[TRUNCATION])[CLIPPED].value
+        make.setdefault(CLIPPED, []).append(Candidate((), words, value, "loss records"))
+    return diagnosed(verdicts, {n: (lambda c=c: c) for n, c in make.items()}, dtype, TOLERANCES)
 
 
 def _pad_explains(log, completions, dtype, names) -> bool:

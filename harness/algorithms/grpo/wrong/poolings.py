@@ -204,7 +204,11 @@ def entropy_as_loss(interval: IntervalView) -> list[Candidate]:
 
 def shares(interval: IntervalView, metric: str) -> list[Candidate]:
     """Class 19's token-weighted form for `metric` (`window_shares_by_tokens`), where the interval's windows hold
-    micro-batches of unequal tokens (elsewhere it is the token mean, no diagnosis)."""
+    micro-batches of unequal tokens (elsewhere it is the token mean, no diagnosis). Not for bnpo's policy_loss: a
+    bnpo micro-batch's share times the window's micro-batches is its own token mean, so the form is the interval's
+    token mean there, which bnpo_of_contract_1 names (two names for one number would name neither)."""
+    if metric == POLICY_LOSS and interval.settings.loss_type == "bnpo":
+        return []
     value = window_shares_by_tokens(interval.terms, interval.settings, metric)
     said = "each micro-batch's share of its window's loss times the window's micro-batches, averaged weighted by tokens"
     return [] if value is None else [Candidate((19,), said, value, "loss records")]

@@ -36,7 +36,6 @@ VERL_FAILS = {
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
     "advantages[num_generations=8]", "reward_stats[num_generations=8]",
-    "completion_lengths",
 }  # fmt: skip
 VERL_PASSES = {
     # the step's gradient does not depend on the micro-batch cut
@@ -48,6 +47,8 @@ VERL_PASSES = {
     "uneven_lengths[loss_type=cispo]",
     # beta 0, four optimizer steps logged once, per generation (declared: logging_cadence)
     "no_kl",
+    # response_length/clip_ratio counts the completions at max_response_length (declared: truncation)
+    "completion_lengths",
     # the gradient at the log-probs, with verl's declared KL clamp, KL weighting, dual clip and token-mean scope
     *(f"logp_gradient[loss_type={t}]" for t in ("grpo", "dr_grpo", "dapo", "cispo", "sapo")),
     *(f"logp_gradient[run=off_policy,loss_type={t}]" for t in ("cispo", "sapo")),
