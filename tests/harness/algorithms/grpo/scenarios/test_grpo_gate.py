@@ -355,8 +355,11 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # and logp_gradient without stored old log-probs and with unequal clip bounds; under sequence-level ratios the
     # gradient and the extremes run's statistics, the clip statistics of the unequal bounds' run, and the mask with
     # truncated completions left out; at sequence level the gradient under the 3 soft loss types and cispo's clip
-    # statistic; the gradient under TRL's entropy mask
-    assert len(cases("grpo")) == 16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 + 4 + 1 == 74
+    # statistic; the gradient under TRL's entropy mask; contract 7's delta at sequence level, the mask in
+    # bfloat16, vespo's extremes at sequence level, the two reward checks under normalize_then_sum and in groups of
+    # 8, and the entropy bonus's gradient
+    assert len(cases("grpo")) == (16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 + 4 + 1
+                                  + 3 + 2 + 2 + 1) == 82  # fmt: skip
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

@@ -61,8 +61,10 @@ def test_the_reference_passes_and_says_what_its_run_showed(sequence_runs, loss_t
     assert result.passed, result.message
     shown = {"cispo": "above epsilon_high 0.5", "sapo": "sapo's gate bent", "vespo": "the KL's correction"}
     assert any(shown[loss_type] in note for note in result.notes), result.notes
-    if loss_type == "cispo":
-        pooled = case(POOLED, "grpo").run(FixedCache.of(sequence_runs["cispo"]), GRPOSpec())
+    if loss_type == "cispo":  # its other run, on policy at cap 1 (every ratio the cap), from the reference too
+        obs = sequence_runs["cispo"]
+        served = FixedCache(lambda spec: obs if spec == obs.spec else reference("grpo").get(spec, spy=False))
+        pooled = case(POOLED, "grpo").run(served, GRPOSpec())
         assert pooled.passed, pooled.message
 
 

@@ -37,8 +37,12 @@ KEYS = {
     "logp_grad",
     "completions",
     "completion_ids",
+    "old_entropies",  # the pass before the update's (a target that logs that pass's entropy fills it; TRL's: None)
+    "entropy_grad",  # dL/dH per token, where the loss differentiates the entropies (an entropy bonus)
 }
-TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies", "logp_grad")
+OPTIONAL = ("old_entropies", "entropy_grad")
+"""Filled only where they apply: neither in these runs (TRL's entropy is the update's; no entropy bonus)."""
+TENSORS = ("logps", "old_logps", "ref_logps", "advantages", "entropies", "logp_grad", "old_entropies", "entropy_grad")
 TOKEN_MEANS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
@@ -221,7 +225,7 @@ def test_loss_inputs_are_complete_and_consistent(which, request):
     assert micro_batches == spec.steps_per_generation * spec.num_iterations  # one generation in each of these runs
     for entry in run.loss_inputs:
         assert {f.name for f in dataclasses.fields(entry)} == KEYS
-        assert all(getattr(entry, name) is not None for name in KEYS - {"old_logps"}), entry  # every field filled
+        assert all(getattr(entry, name) is not None for name in KEYS - {"old_logps", *OPTIONAL}), entry  # all filled
         assert entry.held["logps"] == entry.held["entropies"] == str(spec.dtype)  # as TRL held them, before the copy
         mask = entry.completion_mask
         assert mask.dtype == torch.bool and mask.shape[0] == spec.per_device_train_batch_size
