@@ -322,8 +322,8 @@ class Check:
         """The frozen result: FAIL with any problem, else NOT_APPLICABLE when it compared no metric and was told it has
         none to compare (`not_applicable`), else PASS."""
         status = CheckStatus.FAIL if self.problems else CheckStatus.PASS
+        notes = tuple(self.notes)
         if status is CheckStatus.PASS and self.inapplicable and not self.metrics:
             status = CheckStatus.NOT_APPLICABLE
-        return CheckResult(
-            self.id, status, tuple(self.problems), tuple(self.notes), tuple(self.metrics), tuple(self.diagnoses)
-        )
+            notes = notes if self.inapplicable in notes else (self.inapplicable, *notes)  # its reason, first
+        return CheckResult(self.id, status, tuple(self.problems), notes, tuple(self.metrics), tuple(self.diagnoses))
