@@ -56,3 +56,29 @@ def test_trl_ppo_means_depend_on_the_micro_batch_size():
     check = next(c for c in gate("trl", checks=("partition_invariance",))["checks"])
     said = [d["formula"] for d in check["diagnoses"]]
     assert any(s.startswith("policy/entropy_avg depends on the micro-batch size (4 -> ") for s in said), said
+
+
+@pytest.mark.slow  # two gates' partition[run=clipping], TRL's among them
+def test_trl_clip_fractions_depend_on_the_micro_batch_size_with_the_weights_moving_and_the_reference_on_nothing():
+    """Two passes at LR 0.05 in windows of 8 completions, cut into micro-batches of 4, 2 and 8: the step does not
+    depend on that cut, so neither may what is logged over the update's tokens. TRL's clip fractions, flat means of
+    micro-batch means (class 16), move with the micro-batch size alone; the reference trainer's do not, and the run
+    clips tokens (the point requires one)."""
+    point = "partition[run=clipping]"
+    trl = next(c for c in gate("trl-grpo", checks=(point,))["checks"] if c["id"] == point)
+    said = [d["formula"] for d in trl["diagnoses"]]
+    for name in ("clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean"):
+        assert f"{name} depends on the micro-batch size (4 -> 2)" in said, said
+    reference = next(c for c in gate("reference-grpo", checks=(point,))["checks"] if c["id"] == point)
+    assert reference["status"] == "pass" and reference["diagnoses"] == []
+
+
+@pytest.mark.parametrize("setting", [{"dtype": "bfloat16"}, {"settings": ("loss_type=bnpo",)}])
+def test_the_clipping_cuts_are_not_applicable_where_the_update_itself_depends_on_the_cut(setting):
+    """In half precision the update's rounding follows the micro-batch's shape; under bnpo its step gradient is a
+    mean of micro-batch means by definition: either moves the weights with the cut, so the point says it cannot
+    judge, with its reason, and does not run."""
+    point = "partition[run=clipping]"
+    check = next(c for c in gate("reference-grpo", checks=(point,), **setting)["checks"] if c["id"] == point)
+    assert check["status"] == "not_applicable", check
+    assert ("half precision" if "dtype" in setting else "bnpo") in check["message"], check

@@ -13,7 +13,8 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
     g15 = ["every_microbatch_applied", "every_microbatch_applied[max_grad_norm=0.05]"]
     assert by_id["g15_global_accumulation_counter"]["named_failed"] == g15
     assert by_id["g23_clipped_every_microbatch"]["named_failed"] == ["every_microbatch_applied[max_grad_norm=0.05]"]
-    assert by_id["g44_reward_at_last_padded_position"]["named_failed"] == ["reward_model"]
+    g44 = ["reward_model", "reward_model[multi_objective_aggregation=normalize_then_sum]"]  # both read the model
+    assert by_id["g44_reward_at_last_padded_position"]["named_failed"] == g44
     assert by_id["g49_batch_std_for_group"]["named_failed"] == ["advantages[scale_rewards=group]"]
     for empty in ("g12_empty_microbatch_counts", "g24_nan_gradient_finite_stats"):
         assert by_id[empty]["named_failed"] == ["all_masked"], by_id[empty]

@@ -8,7 +8,8 @@ truncated completions left out of the loss and clip bounds off the default; vers
 sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TRL's entropy mask of the policy loss
 (top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
 weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
-multi_objective_aggregation 'normalize_then_sum' and groups of another size.
+multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
+generation batch with the weights moving, and the reward weights under 'normalize_then_sum'.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -186,13 +187,33 @@ ENTROPY_BONUS = Change(
     "its optimizer step on every rank, whatever the micro-batch cut, and the log-probs' gradient still the policy's",
     checks=("entropy_gradient",),
 )
+CUTS_WITH_THE_WEIGHTS_MOVING = Change(
+    version=8,
+    release="0.8.0",
+    subject="the micro-batch size with the weights moving",
+    old="a generation batch's cuts compared at learning rate 0 only, where no token is clipped",
+    new="also two passes at LR 0.05 in windows of 8 completions cut into micro-batches of 4, 2 and 8: the logged "
+    "statistics the same, a clip fraction among them (not applicable under bnpo and in half precision)",
+    checks=("partition[[]run=clipping]",),
+)
+WEIGHTS_NORMALISED_FIRST = Change(
+    version=8,
+    release="0.8.0",
+    subject="the reward weights under normalize_then_sum",
+    old="'normalize_then_sum' run only where the second function scores too few completions of a group to show its "
+    "weight",
+    new="also the reward model run under 'normalize_then_sum': both functions score every completion, so each weight "
+    "meets a normalised score",
+    checks=("reward_model[[]multi_objective_aggregation=normalize_then_sum]",),
+)
 
 CONTRACT = Contract(
-    version=7,
+    version=8,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
-             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS),
+             SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
+             CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

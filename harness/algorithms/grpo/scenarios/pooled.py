@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from harness.compare import compare
 from harness.instrument.observe import ObservationCache
-from harness.invariance import CutRun, Knob, knob_findings
-from harness.require import require, usable
+from harness.require import require
 from harness.scenario import Case, Scenario
 from harness.unlogged import declared_unlogged
 from harness.verdict import Check, CheckResult
 
-from ..contract import EXTREMES, KL, lr0_identities, partition_names, pooled_names
+from ..contract import EXTREMES, KL, pooled_names
 from ..runs import (
     ALL_MASKED,
-    CUTS,
     EMPTY,
     FRESH,
-    LR0,
     NO_KL,
     SHORT,
     SOFT,
@@ -38,7 +34,7 @@ from ..runs import (
     spec_for,
 )
 from ..spec import LOSS_TYPES, GRPOSpec
-from ..tolerances import TOLERANCES
+from .cuts import PARTITION
 from .preconditions import (
     compare_interval,
     declared,
@@ -270,59 +266,6 @@ def no_kl(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     return check.finish()
 
 
-def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """At LR 0, one generation batch cut into other micro-batches, windows and passes logs the same metrics;
-    no token is clipped. No records needed. `dropout=0.1`: the same with attention dropout in the models, where
-    a trainer that lets dropout act clips tokens (old and new log-probs are two draws) and logs cut-dependent
-    means."""
-    check = Check(case.id)
-    base = spec_for(LR0, run)
-    base = base.with_(dropout=case.param("dropout", base.dropout))
-    specs = []
-    for bs, gas, spg, iters in CUTS:
-        spec = base.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=gas,
-                          steps_per_generation=spg, num_iterations=iters)  # fmt: skip
-        windows = len(spec.window_sizes)
-        specs.append(spec.with_(max_steps=windows, logging_steps=windows))
-    observed = [cache.get(spec, spy=False) for spec in specs]
-    names = logged_names(run_logs(observed[0]), partition_names(base.beta, base.loss_type), check, declared(cache),
-                         observed[0].spec.split_label, declared_unlogged(cache))  # fmt: skip
-    if not all([require_logs(o, names, check) for o in observed]):
-        return check.finish()
-    first = observed[0].ran.logs[0]
-    cuts = []
-    for obs in observed:
-        log = obs.ran.logs[0]
-        where = obs.spec.split_label
-        identities = lr0_identities(base.loss_type)
-        identities = {n: v for n, v in identities.items() if n in usable(log, names)}
-        check.absorb(compare(log, identities, obs.spec.dtype, TOLERANCES, kind="identity", where=where))
-        if obs is not observed[0]:
-            both = usable(first, usable(log, names))
-            verdicts = compare({n: log[n] for n in both}, {n: first[n] for n in both}, obs.spec.dtype, TOLERANCES,
-                               kind="partition", where=where)  # fmt: skip
-            check.absorb(verdicts)
-            changed = {m.name: (float(first[m.name]), float(log[m.name])) for m in verdicts if m.failed}
-            cuts.append(CutRun(knobs_of(obs.spec), where, changed))
-    for finding in knob_findings(knobs_of(observed[0].spec), cuts, KNOBS):
-        check.diagnose(finding)
-    if check.failed:
-        check.note(f"reference cut {observed[0].spec.split_label}")
-    return check.finish()
-
-
-KNOBS = (Knob("per_device_train_batch_size", "the micro-batch size"),
-         Knob("gradient_accumulation_steps", "the accumulation steps"),
-         Knob("num_iterations", "the passes over a generation"))  # fmt: skip
-"""The systems knobs `partition` varies, as its findings name them (at a fixed generation batch the micro-batches per
-generation follow from the micro-batch size)."""
-
-
-def knobs_of(spec: GRPOSpec) -> dict[str, int]:
-    """A run's settings of the systems knobs."""
-    return {knob.key: getattr(spec, knob.key) for knob in KNOBS}
-
-
 POOLED_SCENARIOS = (
     Scenario("uneven_lengths", uneven_lengths, (("loss_type", LOSS_TYPES),),
              "micro-batches of uneven token counts, LR 1e-3, beta 0.04: each interval pooled == oracle"),
@@ -341,9 +284,7 @@ POOLED_SCENARIOS = (
              "logged every one-row micro-batch, pad bias 3.5: an interval with no token logs 0 (vespo's phi 1), "
              "never NaN or another interval's value; its extremes may be left out (a note)"),
     Scenario("no_kl", no_kl, (), "beta 0, one micro-batch per interval: no `kl` logged, the rest pooled == oracle"),
-    Scenario("partition", partition, (),
-             "LR 0: one generation batch cut 7 ways logs the same metrics; no token clipped (also with dropout)",
-             ((), (("dropout", 0.1),))),
+    PARTITION,
     Scenario("off_policy", off_policy, (("loss_type", SOFT),),
              "two passes at LR 0.05 under cispo (epsilon_high 1), sapo, vespo: ratios far from 1, pooled == oracle"),
 )  # fmt: skip

@@ -1,17 +1,16 @@
 """The GRPO gate's reward scenarios: advantages and reward statistics recomputed from the recorded scores.
 
-Two reward functions with weights (1, -0.5), each unable to score some completions, and some
-completions neither can score; two generations of four groups, one per logging interval; under
-each `scale_rewards`. `advantages` holds the advantage of every row the loss saw to the oracle's
-(harness/algorithms/grpo/oracle/rewards.py), `reward_stats` each interval's `reward`, `reward_std`,
-`frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the completions trained
-in it. A target that records no scores, or does not say which completion a loss row is, fails
-both as not recomputable; one whose reward functions score every completion fails them as the
-target's to fix. `completion_lengths` holds each interval's length statistics, clipped ratio and
-terminated lengths to the oracle's (harness/algorithms/grpo/oracle/lengths.py) from the same run's masks
-and token ids; a target that keeps no ids, or names no stop token, fails it so, and a trainer
-whose masks leave out the stop token fails it as the trainer's. A failure names the known wrong
-formula that reproduces the logged numbers when one does (formulas.py; class 54 for the lengths).
+Two reward functions with weights (1, -0.5), each unable to score some completions, and some completions neither can
+score; two generations of four groups, one per logging interval; under each `scale_rewards`. `advantages` holds the
+advantage of every row the loss saw to the oracle's (harness/algorithms/grpo/oracle/rewards.py), `reward_stats` each
+interval's `reward`, `reward_std`, `frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the
+completions trained in it. A target that records no scores, or does not say which completion a loss row is, fails both
+as not recomputable; one whose reward functions score every completion fails them as the target's to fix.
+`completion_lengths` holds each interval's length statistics, clipped ratio and terminated lengths to the oracle's
+(harness/algorithms/grpo/oracle/lengths.py) from the same run's masks and token ids; a target that keeps no ids, or
+names no stop token, fails it so, and a trainer whose masks leave out the stop token fails it as the trainer's. A
+failure names the known wrong formula that reproduces the logged numbers when one does (formulas.py; class 54 for the
+lengths).
 """
 
 from __future__ import annotations
@@ -44,10 +43,8 @@ from .preconditions import definitions, require_logs, require_records
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
 CLIPPED = "completions/clipped_ratio"
-
-
 AGGREGATED = (("multi_objective_aggregation", "normalize_then_sum"),)
-"""The point of the reward checks under TRL's GDPO aggregation (its run: REWARDS, scale_rewards at the run's)."""
+"""The point of the reward checks under TRL's GDPO aggregation (their runs, scale_rewards at the run's)."""
 GROUPS = (("num_generations", 8),)
 """The point of the reward checks with groups of 8, not the default 4: two prompts per generation of 16."""
 REWARD_RUNS = {"small_groups": SMALL_GROUPS, "one_function": UNEVEN}
@@ -237,10 +234,12 @@ def judge_reward_stats(check: Check, obs: Observation, made, rows, unlogged: Seq
 
 
 def reward_model_check(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """With a reward model among the reward functions: each of its scores read from its head at the scored
-    sequence's last token (reward_model.py), every row it scored is its prompt and completion, and every
-    advantage and each interval's reward statistics equal the oracle's from those scores."""
-    check, obs = Check(case.id), cache.get(spec_for(MODEL, run), spy=False)
+    """With a reward model among the reward functions: each of its scores read from its head at the scored sequence's
+    last token (reward_model.py), every row it scored is its prompt and completion, and every advantage and each
+    interval's reward statistics equal the oracle's from those scores; also under 'normalize_then_sum' (both
+    functions score every completion, so the weights meet two normalised scores)."""
+    aggregation = case.param("multi_objective_aggregation", run.multi_objective_aggregation)
+    check, obs = Check(case.id), cache.get(spec_for(MODEL, run).with_(multi_objective_aggregation=aggregation), False)
     seen = recomputed(obs, check, advantage_epsilon(cache))
     if seen is None:
         return check.finish()
@@ -341,7 +340,9 @@ REWARD_SCENARIOS = (
              points=((("run", "small_groups"),), (("run", "one_function"),), AGGREGATED, GROUPS)),
     Scenario("reward_model", reward_model_check, (),
              "a reward model as the second function: its scores read from its head at each sequence's last token; "
-             "advantages and reward statistics == oracle's"),
+             "advantages and reward statistics == oracle's (also under 'normalize_then_sum', where both functions "
+             "score every completion and the weights meet each one's normalised scores)",
+             points=((), AGGREGATED)),
     Scenario("completion_lengths", completion_lengths, (),
              "the same run: completions/*_length, clipped_ratio, *_terminated_length per interval == oracle's "
              "from the masks and ids"),

@@ -20,6 +20,8 @@ win, and two different formulas that both do name nothing (harness/diagnose.py's
                               num_generations rows                             (class 81)
     the other aggregation     under multi_objective_aggregation 'normalize_then_sum', the weighted sum
                               normalised as scale_rewards says, or the other way round  (class 80)
+    weights before normalising  under 'normalize_then_sum', each function's scores weighted before it is
+                              normalised in its group: only each weight's sign is left  (class 83)
     a common factor           c times the oracle's advantage in every row (c fitted; the fallback)
 """
 
@@ -89,10 +91,15 @@ def aggregation_formulas(weights: Sequence[float], size: int, scale_rewards: str
     if len(weights) < 2:
         return []
     if aggregation == "normalize_then_sum":
+        ones = [1.0] * len(weights)
         return [Formula((80,), f"the weighted sum of the scores normalised (scale_rewards={scale_rewards!r}), not "
                         f"each function's scores normalised first (multi_objective_aggregation='sum_then_normalize')",
                         lambda m: advantages_of(weighted_rewards(m.scores, weights), size, "group", scale_rewards,
-                                                epsilon=epsilon))]  # fmt: skip
+                                                epsilon=epsilon)),
+                Formula((83,), "the weights applied to the raw scores, before each function is normalised in its "
+                        "group (which cancels their size: only their signs are left)",
+                        lambda m: decoupled_advantages(m.scores * m.scores.new_tensor(weights), ones, size,
+                                                       epsilon)[0])]  # fmt: skip
     return [Formula((80,), "each function's scores normalised in its group, then their weighted sum over the batch "
                     "(multi_objective_aggregation='normalize_then_sum')",
                     lambda m: decoupled_advantages(m.scores, weights, size, epsilon)[0])]  # fmt: skip

@@ -357,9 +357,10 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # truncated completions left out; at sequence level the gradient under the 3 soft loss types and cispo's clip
     # statistic; the gradient under TRL's entropy mask; contract 7's delta at sequence level, the mask in
     # bfloat16, vespo's extremes at sequence level, the two reward checks under normalize_then_sum and in groups of
-    # 8, and the entropy bonus's gradient
+    # 8, and the entropy bonus's gradient; contract 8's partition with the weights moving and the reward model's
+    # run under normalize_then_sum
     assert len(cases("grpo")) == (16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 + 4 + 1
-                                  + 3 + 2 + 2 + 1) == 82  # fmt: skip
+                                  + 3 + 2 + 2 + 1 + 2) == 84  # fmt: skip
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

@@ -41,6 +41,7 @@ TRL_NEWEST_FAILS = {
     "all_masked",
     "partition",
     "partition[dropout=0.1]",
+    "partition[run=clipping]",
     "reward_stats[scale_rewards=batch]",
     "schedule",
     "extremes[run=sequence_level]",

@@ -32,6 +32,7 @@ VERL_FAILS = {
     "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "extremes[run=clip_asymmetric]",  # the same, at clip bounds 0.05 and 0.6
+    "partition[run=clipping]",  # the same clip fraction moves with ppo_micro_batch_size_per_gpu alone: a finding
     "all_masked", "empty_interval",  # verl's response mask empties no completion, so neither has what it needs
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
     "reward_stats[scale_rewards=group]", "reward_stats[scale_rewards=none]", "reward_stats[run=small_groups]",
@@ -114,7 +115,8 @@ def test_without_verl_the_gate_exits_2_in_one_line():
 @pytest.mark.skipif(not HAS_VERL, reason="needs verl 0.9.1 (`nox -s verl`)")
 def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     """The gate on verl 0.9.1: exit 1, the failures and passes above, the rest not applicable with their reasons,
-    class 16 named on actor/pg_clipfrac (under cispo too, its population declared), kl and policy_loss passing with
+    class 16 named on actor/pg_clipfrac (under cispo too, its population declared) and that it depends on the
+    micro-batch size (the entropy, kl and policy loss not), kl and policy_loss passing with
     verl's metric_pooling and kl_population, the entropy with its entropy_pass where verl aggregates it as a token
     mean, and diagnosed as the loss type's aggregate (the finding of verl issue 3986) where it does not; with the
     baseline, exit 0."""
@@ -132,6 +134,10 @@ def test_verls_verdict_is_pinned_by_its_baseline(tmp_path):
     (extremes,) = [c for c in report["checks"] if c["id"] == "extremes"]
     (clipfrac,) = [m for m in extremes["metrics"] if m["name"] == "clip_ratio/region_mean"]
     assert clipfrac["diagnosis"]["class"] == 16
+    # with the weights moving, at one mini-batch size, the micro-batch size alone moves it
+    (clipping,) = [c for c in report["checks"] if c["id"] == "partition[run=clipping]"]
+    said = [d["formula"] for d in clipping["diagnoses"]]
+    assert said == ["clip_ratio/region_mean depends on the micro-batch size (4 -> 2)"], said
     # under cispo, every capped token counted (declared: cispo_clip_population), pooled as a flat mean: class 16 still
     (cispo,) = [c for c in report["checks"] if c["id"] == "off_policy[loss_type=cispo]"]
     cispo_clip = [m for m in cispo["metrics"] if m["name"] == "cispo_clip_ratio" and m["status"] == "fail"]
