@@ -18,6 +18,7 @@ from harness.instrument.observe import ObservationCache
 from harness.invariance import CutRun, Knob, knob_findings
 from harness.report.format import check_failure_lines
 from harness.require import usable
+from harness.unlogged import leave_out
 from harness.verdict import Check, CheckId, CheckResult, CheckStatus, Diagnosis
 
 from ..spec import ScenarioSpec
@@ -41,16 +42,19 @@ def splits(draw) -> tuple[int, int, int, int]:
 
 def compare_splits(
     cache: ObservationCache, reference: ScenarioSpec, other: ScenarioSpec, check_id: CheckId,
-    means: Sequence[str], variance: str, cuts: list[CutRun] | None = None,
+    means: Sequence[str], variance: str, cuts: list[CutRun] | None = None, unlogged: Sequence[str] = (),
 ) -> CheckResult:  # fmt: skip
     """One drawn split against the reference split: the same pooled means, and a zero variance at both; `cuts` gets
-    the split's knobs and the means it changed (harness/invariance.py)."""
+    the split's knobs and the means it changed (harness/invariance.py). The metrics of `unlogged`, which the target
+    declares its trainer does not log, are left out (harness/unlogged.py), the variance too."""
     check = Check(check_id)
     observed = [cache.get(spec, spy=False) for spec in (reference, other)]
-    if not all([require_logs(o, means, check) for o in observed]):
+    if not all([require_logs(o, means, check, unlogged) for o in observed]):
         return check.finish()
     first, second = observed
     for obs in observed:  # the LR-0 identity holds at every split, one micro-batch or many
+        if leave_out(check, obs.ran.logs, (variance,), unlogged, obs.spec.split_label) != (variance,):
+            break  # not logged, as declared (a note says so)
         logged = {variance: obs.ran.logs[0].get(variance, math.nan)}
         check.absorb(compare(logged, {variance: 0.0}, obs.spec.dtype, TOLERANCES, kind="identity",
                              where=obs.spec.split_label))  # fmt: skip
@@ -68,9 +72,11 @@ def compare_splits(
 
 
 def partition_invariance(
-    cache: ObservationCache, base: ScenarioSpec, check_id: CheckId, means: Sequence[str], variance: str
-) -> CheckResult:
-    """Hypothesis draws splits (10 examples, seeded); a failure names every split that failed."""
+    cache: ObservationCache, base: ScenarioSpec, check_id: CheckId, means: Sequence[str], variance: str,
+    unlogged: Sequence[str] = (),
+) -> CheckResult:  # fmt: skip
+    """Hypothesis draws splits (10 examples, seeded); a failure names every split that failed. `unlogged`: the
+    metrics the target declares its trainer does not log, left out of every comparison."""
     reference = base.with_(**REFERENCE_SPLIT)
     verdicts: list[CheckResult] = []
     cuts: list[CutRun] = []
@@ -86,7 +92,7 @@ def partition_invariance(
         bs, gas, mb, epochs = split
         other = base.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=gas, num_mini_batches=mb,
                            num_ppo_epochs=epochs)  # fmt: skip
-        result = compare_splits(cache, reference, other, check_id, means, variance, cuts)
+        result = compare_splits(cache, reference, other, check_id, means, variance, cuts, unlogged)
         verdicts.append(result)
         assert result.passed, "\n".join(check_failure_lines(result))  # Hypothesis shrinks on AssertionError
 

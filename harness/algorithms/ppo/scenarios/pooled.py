@@ -211,9 +211,10 @@ def sampling(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckRes
 
 
 def partition(cache: ObservationCache, run: ScenarioSpec, case: Case) -> CheckResult:
-    """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means."""
+    """At LR 0, the same rollout cut into different splits (and epochs) logs the same seven pooled means (those the
+    target declares its trainer does not log left out, harness/unlogged.py)."""
     base = spec_for(LR0, run).with_(name="partition_invariance")
-    return partition_invariance(cache, base, case.id, POOLED_NAMES, RATIO_VAR)
+    return partition_invariance(cache, base, case.id, POOLED_NAMES, RATIO_VAR, declared_unlogged(cache))
 
 
 SWEPT = {

@@ -33,3 +33,20 @@ def test_a_check_whose_every_metric_is_declared_not_logged_is_not_applicable():
     result = verdict(f"{HERE}:no_identities", "lr0_ratio[epochs=1]")
     assert result["status"] == "not_applicable" and not result["metrics"], result["message"]
     assert NOTE + ", ".join(IDENTITIES) in result["message"]
+
+
+no_policy_avg = without(factory, "loss/policy_avg", RATIO_VAR, algorithm="ppo")
+declared_no_policy_avg = without(factory, "loss/policy_avg", RATIO_VAR, algorithm="ppo",
+                                 unlogged_metrics=("loss/policy_avg", RATIO_VAR))  # fmt: skip
+
+
+def test_partition_invariance_leaves_out_what_the_target_declares_and_still_compares_the_rest():
+    """The splits' comparison reads the declaration too: a pooled mean and the variance the trainer does not log
+    fail it undeclared, and declared they are left out with the note while the other means are compared."""
+    said = verdict(f"{HERE}:no_policy_avg", "partition_invariance")
+    assert said["status"] == "fail" and "loss/policy_avg" in said["message"], said["message"]
+    passed = verdict(f"{HERE}:declared_no_policy_avg", "partition_invariance")
+    assert passed["status"] == "pass", passed
+    assert NOTE + "loss/policy_avg" in passed["message"] and NOTE + RATIO_VAR in passed["message"], passed
+    compared = {m["name"] for m in passed["metrics"]}
+    assert "loss/policy_avg" not in compared and RATIO_VAR not in compared and "val/ratio" in compared, compared
