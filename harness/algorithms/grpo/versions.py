@@ -9,7 +9,8 @@ sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TR
 (top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
 weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
-generation batch with the weights moving, and the reward weights under 'normalize_then_sum'.
+generation batch with the weights moving, the reward weights under 'normalize_then_sum' and the short windows' gradient
+under every loss type.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -206,6 +207,15 @@ WEIGHTS_NORMALISED_FIRST = Change(
     "meets a normalised score",
     checks=("reward_model[[]multi_objective_aggregation=normalize_then_sum]",),
 )
+SHORT_WINDOWS = Change(
+    version=8,
+    release="0.8.0",
+    subject="short windows under every loss type",
+    old="the gradient of windows 3+1 compared under the default loss type (dapo) only",
+    new="also under grpo, bnpo, dr_grpo, cispo, sapo, luspo and vespo: each window's loss divided by its own "
+    "completions, micro-batches or tokens, the short one's too",
+    checks=("logp_gradient[[]run=short_window,loss_type=*]",),
+)
 
 CONTRACT = Contract(
     version=8,
@@ -213,7 +223,7 @@ CONTRACT = Contract(
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
-             CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST),
+             CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -93,8 +93,8 @@ def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return spec_for(UNEVEN, run).with_(name="logp_gradient", loss_type=case.param("loss_type"),
                                            per_device_train_batch_size=1, gradient_accumulation_steps=1,
                                            steps_per_generation=8, max_steps=16, logging_steps=8)  # fmt: skip
-    if name == "short_window":
-        return spec_for(SHORT, run)
+    if name == "short_window":  # under the run's loss type, or the case's
+        return spec_for(SHORT, run).with_(loss_type=case.param("loss_type", run.loss_type))
     if name == "on_the_fly":
         return spec_for(ON_THE_FLY, run)
     if name == "off_policy":
@@ -313,15 +313,16 @@ LOGP_GRADIENT = Scenario(
     "logp_gradient",
     logp_gradient,
     (("loss_type", LOSS_TYPES),),
-    "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss "
-    "type; windows 3+1; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds that differ; "
-    "old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo off policy, and "
-    "at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the sequence ratio; the "
-    "policy term under the entropy mask of top_entropy_quantile, also with entropies in bfloat16; delta's cap on "
-    "each completion's ratio at sequence level)",
+    "dL/dlogp per token == world * window weight of the loss type * d l_t/dlogp (uneven lengths, every loss type; "
+    "windows 3+1 under every loss type; clipped tokens; beta 0; KL not bias-corrected; delta's cap; clip bounds "
+    "that differ; old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo "
+    "off policy, and at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the "
+    "sequence ratio; the policy term under the entropy mask of top_entropy_quantile, also with entropies in "
+    "bfloat16; delta's cap on each completion's ratio at sequence level)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),
+        *((("run", "short_window"), ("loss_type", t)) for t in LOSS_TYPES if t != GRPOSpec().loss_type),
         *((("run", "off_policy"), ("loss_type", t)) for t in SOFT),
         *((("run", "sequence_level"), ("loss_type", t)) for t in SOFT),
         (("run", "top_entropy"), ("dtype", "bfloat16")),

@@ -276,7 +276,7 @@ build.not_applicable = {
     "logp_gradient[run=kl_uncorrected]": "its run is dr_grpo's: " + config.NO_LOSS.format("'dr_grpo'"),
     "reward_model": config.REWARD_MODEL,
     "short_window": config.WHOLE_WINDOWS,
-    "logp_gradient[run=short_window]": config.WHOLE_WINDOWS,
+    "run=short_window": config.WHOLE_WINDOWS,  # logp_gradient's windows 3+1, under every loss type
     "every_microbatch_applied*": config.WHOLE_WINDOWS,
     "partition": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {config.WHOLE_WINDOWS}",
     "partition[dropout=0.1]": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {config.WHOLE_WINDOWS}",

@@ -320,7 +320,7 @@ NOT_APPLICABLE = {
     "run=delta": "verl's vanilla policy loss has no upper bound delta on the ratio",
     "reward_model": "verl scores with a reward-model worker of its own, which this target does not build",
     "short_window": WHOLE_MINI_BATCHES,
-    "logp_gradient[run=short_window]": WHOLE_MINI_BATCHES,
+    "run=short_window": WHOLE_MINI_BATCHES,  # logp_gradient's windows 3+1, under every loss type
     "every_microbatch_applied*": WHOLE_MINI_BATCHES,
     "partition": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}",
     "partition[dropout=0.1]": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}",

@@ -72,6 +72,8 @@ TRL_GRPO_PASSES = {
     *(f"logp_gradient[run=off_policy,loss_type={t}]" for t in ("cispo", "sapo", "vespo")),
     *(f"logp_gradient[run={r}]" for r in ("short_window", "extremes", "beta0", "kl_uncorrected", "delta")),
     *(f"logp_gradient[run=single_completion,loss_type={t}]" for t in ("grpo", "dr_grpo")),
+    # windows 3+1 under every loss type: each window divided by its own count (the short one's too)
+    *(f"logp_gradient[run=short_window,loss_type={t}]" for t in LOSS_TYPES if t != "dapo"),
     "logp_gradient[run=on_the_fly]",  # its old log-probs, where it stores none, are the current ones detached
     "logp_gradient[run=clip_asymmetric]",  # its clamp takes [1 - epsilon, 1 + epsilon_high], each bound on its side
     "logp_gradient[run=sequence_level]",  # GSPO: each token's gradient through its completion's mean log-ratio
