@@ -126,6 +126,8 @@ class GRPOSpec:
     vocab_size: int = 32
     prompt_length: int = 6
     num_prompts: int = 48
+    prompt_pads: int = 0
+    """Left padding of the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens (PPO's field)."""
     pad_logit_bias: float = 0.0
     """Added to the policy's pad-token logit, so that some completions are empty (all-masked rows)."""
     dropout: float = 0.0
@@ -229,6 +231,8 @@ class GRPOSpec:
         if self.reward_model and len(self.reward_weights or ()) != 2:
             raise HarnessConfigError(f"reward_model needs two reward_weights (a function's, the model's), got "
                                      f"{self.reward_weights}")  # fmt: skip
+        if not 0 <= self.prompt_pads < self.prompt_length:
+            raise HarnessConfigError(f"prompt_pads={self.prompt_pads}: must be at least 0 and below prompt_length")
         if self.temperature <= 0:
             raise HarnessConfigError(f"temperature={self.temperature}: must be positive")
         if not 0 <= self.dropout < 1:

@@ -216,5 +216,7 @@ factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level import
                           "run=top_entropy": "tinygrpo keeps every token's policy term: it has no entropy mask",
                           "entropy_gradient": "tinygrpo's loss has no entropy bonus",
                           "multi_objective_aggregation=normalize_then_sum": "tinygrpo normalises the weighted sum "
-                          "of its rewards: it has no per-function normalisation"}
+                          "of its rewards: it has no per-function normalisation",
+                          "prompt_pads=3": "the example builds its toy world's prompts unpadded (it does not read "
+                          "prompt_pads)"}
 factory.contract_version = 2  # written for GRPO contract 2 (`python -m harness --version`): a later change is named

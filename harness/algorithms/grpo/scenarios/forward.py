@@ -1,6 +1,6 @@
 """GRPO's forward recompute and sampling check: the log-probs the loss used, and the tokens the rollout drew,
-against float64 copies of the run's own networks; and `logit_recompute`: the loss's own log-probs and entropies
-against their float64 formulas from the logits it computed them from.
+against float64 copies of the run's own networks (`logit_recompute`, the log-probs against the loss's own logits,
+is logits.py's).
 
 Every other GRPO check starts from the log-probs the trainer computed, so a trainer that feeds its
 networks the wrong inputs (logits at the wrong positions, not shifted by one; an attention mask over
@@ -26,6 +26,17 @@ at the positions compared: the record's mask, up to the completion's first pad o
 positions whose context is all real tokens; a trainer that attends to a pad drawn mid-completion is
 not judged there, since the contract does not say how a pad in the middle is attended to).
 
+Every other GRPO run's prompts are all of one length (prompt_length real tokens), where a trainer that attends
+to a prompt's pads, counts positions from a padded start or reads a completion's logits at an offset taken from
+the real tokens computes the same numbers as a right one. `forward_recompute[prompt_pads=3]` runs the same
+geometry with prompt i left-padded by i % 4 pads (prompts of 6, 5, 4 and 3 real tokens), each target's trainer
+padding them as it does (the reference is handed them padded; TRL is handed their real tokens and pads them
+itself), and holds every row to the networks on the padded prompt that explains it. The run must hold a compared
+row explained by a padded prompt, or it fails: a target that ignores `prompt_pads` shows nothing. The toy
+policy's rotary positions are relative, so position ids counted from the padded start (a constant shift of a
+row's positions) give the same logits to rounding: what the point shows is the attention to the pads and the
+offset of the completion's logits.
+
 `sampling` reads the same run: each completion's drawn tokens (every position up to and including
 its first stop token or pad) against the distribution the policy network gives there, with the Z
 statistic of harness/checks/sampling.py. A trainer that samples greedily, at another temperature than
@@ -35,7 +46,6 @@ it scores at, or from a filtered distribution fails it; one whose log-probs alon
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,9 +63,10 @@ from harness.tolerances import tolerance
 from harness.verdict import Check, CheckResult
 
 from ..instruments import recorded
-from ..runs import LOGITS, LR0, spec_for
+from ..runs import LR0, spec_for
 from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
+from .logits import logit_recompute
 from .preconditions import require_records
 
 FORWARD = LR0.with_(name="forward_recompute", num_iterations=2, temperature=0.5)
@@ -73,9 +84,16 @@ SHOWN = 3
 """Rows named one by one when no prompt explains them; the rest are counted."""
 
 
-def forward_spec(run: GRPOSpec) -> GRPOSpec:
-    """The forward run under the run-wide settings, at temperature 0.5 unless the run sets another."""
-    spec = spec_for(FORWARD, run)
+PROMPT_PADS = 3
+"""prompt_pads of the padded point: prompt i starts with i % 4 pads, so the run's prompts have 6, 5, 4 or 3 real
+tokens, three in four of them padded (at seed 0, 6 of the reference's 14 compared rows, 16 of TRL's 32)."""
+
+
+def forward_spec(run: GRPOSpec, pads: int = 0) -> GRPOSpec:
+    """The forward run under the run-wide settings, its prompts left-padded by up to `pads` pads, at temperature
+    0.5 unless the run sets another."""
+    spec = spec_for(FORWARD, run).with_(prompt_pads=pads)
+    spec = spec.with_(name="forward_left_padded") if pads else spec
     return spec.with_(temperature=FORWARD.temperature) if run.temperature == GRPOSpec().temperature else spec
 
 
@@ -136,10 +154,11 @@ def networks_forward(obs: Observation) -> tuple[tuple[RowForward, ...] | None, t
     return tuple(out), tuple(problems)
 
 
-def forward_rows(cache: ObservationCache, run: GRPOSpec, check: Check) -> tuple[Observation, tuple | None]:
-    """The forward run and its rows (computed once, however many checks read them), after failing `check` with
-    what is wrong; None for the rows when there is nothing to compare."""
-    obs = cache.get(forward_spec(run), spy=False)
+def forward_rows(cache: ObservationCache, run: GRPOSpec, check: Check,
+                 pads: int = 0) -> tuple[Observation, tuple | None]:  # fmt: skip
+    """The forward run (its prompts padded by up to `pads`) and its rows (computed once, however many checks read
+    them), after failing `check` with what is wrong; None for the rows when there is nothing to compare."""
+    obs = cache.get(forward_spec(run, pads), spy=False)
     if require_records(obs, check) is None or not require(check, obs.spec.learning_rate == 0, "the run's "
                                                           "learning rate is not 0"):  # fmt: skip
         return obs, None
@@ -153,9 +172,12 @@ def forward_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Che
     """At LR 0, every loss record's log-probs (the loss's, the old and the reference's) and entropies equal the
     networks' own, recomputed in float64 with the harness's attention mask and positions."""
     check = Check(case.id)
-    obs, rows = forward_rows(cache, run, check)
+    pads = int(case.param("prompt_pads", 0))
+    obs, rows = forward_rows(cache, run, check, pads)
     if rows is None:
         return check.finish()
+    if pads:
+        padded_rows(obs, rows, check)
     gaps = Gaps()
     for k, row in enumerate(rows):
         places = _places(row.record)
@@ -188,6 +210,24 @@ def forward_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> Che
         elif quantity != "policy, loss" and not check.failed:
             check.note(f"{quantity}: the trainer kept none (`{name}`): not compared")
     return check.finish()
+
+
+def padded_rows(obs: Observation, rows: Sequence[RowForward], check: Check) -> None:
+    """Fail `check` unless some compared row is explained by a left-padded prompt (the padded point's reason to
+    be); note how many are."""
+    prompts, pad = torch.as_tensor(obs.ran.prompts), obs.ran.pad_token_id
+    if not bool((prompts == pad).any()):
+        check.fail(f"prompt_pads={obs.spec.prompt_pads}, and none of the run's {len(prompts)} prompts holds a pad: "
+                   f"the target does not honour prompt_pads (or declares the point not applicable)")  # fmt: skip
+        return
+    padded = total = 0
+    for row in rows:
+        shown = row.known & row.compared.any(dim=1)
+        total += int(shown.sum())
+        padded += int((prompts[row.prompt[shown]] == pad).any(dim=1).sum())
+    if require(check, padded, f"prompt_pads={obs.spec.prompt_pads}, and none of the {total} compared rows is "
+                              f"explained by a left-padded prompt: nothing of the padding was compared"):  # fmt: skip
+        check.note(f"{padded} of {total} compared rows (each pass's) explained by a left-padded prompt")
 
 
 def group_problems(rows: Sequence[RowForward], group_size: int, explains) -> list[str]:
@@ -266,42 +306,13 @@ def _places(record: LossRecord) -> list[int]:
     return [int(i) for i in torch.as_tensor(record.completions).reshape(-1).tolist()]
 
 
-def logit_recompute(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Each micro-batch's log-probs and entropies equal their float64 formulas from the loss's logits
-    (the target's `logit_gaps`), at temperature 0.7 unless the run sets another."""
-    check = Check(case.id)
-    spec = spec_for(LOGITS, run)
-    if run.temperature == GRPOSpec().temperature:
-        spec = spec.with_(temperature=LOGITS.temperature)
-    obs = cache.get(spec, spy=False)
-    if require_records(obs, check) is None:
-        return check.finish()
-    worst: dict[str, tuple[float, str]] = {}
-    for i, record in enumerate(recorded(obs.ran).loss_inputs):
-        gaps = record.logit_gaps
-        if gaps is None:
-            check.fail(f"loss record {i + 1} has no logit_gaps: the target does not compare its per-token values")
-            return check.finish()
-        for key in ("logps", "entropies"):
-            gap = getattr(gaps, key)
-            if gap is None:
-                check.fail(f"loss record {i + 1}: the trainer's {key} function was not called in its loss")
-                return check.finish()
-            gap, current = float(gap), worst.get(key)
-            if current is None or math.isnan(gap) or (not math.isnan(current[0]) and gap > current[0]):
-                worst[key] = (gap, f"micro-batch {i + 1}")  # a NaN stays
-    for key, (gap, where) in worst.items():
-        check.absorb(compare({f"logit_gap/{key}": gap}, {f"logit_gap/{key}": 0.0}, spec.dtype, TOLERANCES,
-                             kind="recompute", where=where))  # fmt: skip
-    return check.finish()
-
-
 FORWARD_SCENARIOS = (
     Scenario("logit_recompute", logit_recompute, (),
              "temperature 0.7: each micro-batch's log-probs and entropies == float64 formulas from its logits"),
     Scenario("forward_recompute", forward_recompute, (),
              "LR 0, two passes, temperature 0.5: every log-prob (loss, old, reference) and entropy == float64 "
-             "forwards of the run's own networks"),
+             "forwards of the run's own networks (also with prompts left-padded by 0 to 3 pads)",
+             points=((), (("prompt_pads", PROMPT_PADS),))),
     Scenario("sampling", sampling, (),
              "the same run: the drawn completion tokens look like draws from the policy network at the temperature"),
 )  # fmt: skip

@@ -139,7 +139,7 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     from harness.targets.toy import toy_world
     from reference_trainers import ConfigError, grpo, toy
 
-    world = toy_world(spec)
+    world = toy_world(spec, prompt_pads=spec.prompt_pads)  # prompt i starts with i % (prompt_pads + 1) pads
     try:
         config = grpo.GRPOConfig(stop_token_id=world.stop_token_id,
                                  **{name: getattr(spec, name) for name in config_fields(grpo.GRPOConfig)})  # fmt: skip

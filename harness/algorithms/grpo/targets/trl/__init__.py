@@ -69,7 +69,8 @@ class TrlGRPORun:
     """TRL's policy and reference model ("policy", "ref_policy" when beta is not 0), unwrapped: the forward
     recompute calls float64 copies of them, taken before training."""
     prompts: torch.Tensor | None = None
-    """The (N, P) token ids of the dataset's prompts, as the toy tokenizer encodes them."""
+    """The (N, P) token ids of the dataset's prompts, as the toy tokenizer encodes them, left-padded to the toy
+    world's prompt length (the dataset holds each prompt's real tokens alone; TRL pads a batch's prompts itself)."""
     _metrics: list[dict[str, float]] = field(default_factory=list)
     _workdir: tempfile.TemporaryDirectory | None = None
     _trained: bool = False
@@ -137,7 +138,7 @@ def build(
     stop = getattr(spec, "stop_token_id", None)
     world_spec = world.world_spec(spec, generations_per_epoch)
     transformers.set_seed(spec.seed)
-    toy = toy_world(world_spec)  # validates device and dtype
+    toy = toy_world(world_spec, prompt_pads=world_spec.prompt_pads)  # validates device and dtype
     if stop is not None and stop != toy.stop_token_id:
         raise HarnessConfigError(
             f"trl-grpo target: TRL stops completions at the tokenizer's EOS ({toy.stop_token_id}), not {stop}"
@@ -145,9 +146,7 @@ def build(
     biases = world.logit_biases(spec, toy)
     for model in (toy.policy, toy.ref_policy):
         world.add_logit_biases(model, biases)
-    # each prompt's text ends with a space, as a real tokenizer's decoded completion begins with one: TRL scores a
-    # reward model on prompt + completion text joined as strings (the same tokens either way for the policy)
-    prompts = [" ".join(f"w{t}" for t in row) + " " for row in toy.prompts.tolist()]
+    prompts = world.prompt_texts(toy.prompts, toy.pad_token_id)  # real tokens only: TRL left-pads them itself
     dataset = Dataset.from_dict({"prompt": prompts})
 
     workdir = tempfile.TemporaryDirectory(prefix="grpo-harness-trl-", ignore_cleanup_errors=True)
@@ -194,7 +193,6 @@ def build(
     models = {"policy": model}
     if trainer.ref_model is not None:
         models["ref_policy"] = trainer.accelerator.unwrap_model(trainer.ref_model)
-    encoded = toy.tokenizer(prompts, add_special_tokens=False)["input_ids"]
     return TrlGRPORun(
         module=grpo_trainer,
         optimizer=optimizer,
@@ -206,7 +204,7 @@ def build(
         recorder=recording.recorder(trainer, grpo_trainer, rewards, points),
         reward_calls=rewards.calls,
         models=models,
-        prompts=torch.tensor(encoded, dtype=torch.long),
+        prompts=world.encoded_prompts(toy.tokenizer, prompts, toy.prompts, toy.pad_token_id),
         _metrics=metrics,
         _workdir=workdir,
     )

@@ -82,8 +82,29 @@ def world_spec(spec, generations_per_epoch: int) -> types.SimpleNamespace:
         prompt_length=PROMPT_LENGTH,
         num_prompts=prompt_count(spec, generations_per_epoch),
         pad_logit_bias=0.0,  # set with the EOS bias (logit_biases): the head has one bias vector
+        prompt_pads=getattr(spec, "prompt_pads", 0),
         dropout=getattr(spec, "dropout", 0.0),
     )
+
+
+def prompt_texts(prompts: torch.Tensor, pad: int) -> list[str]:
+    """The dataset's prompt texts: each prompt's real tokens, its left pads dropped (TRL pads the prompts of a
+    batch itself), each text ending with a space, as a real tokenizer's decoded completion begins with one (TRL
+    scores a reward model on prompt and completion text joined as strings; the same tokens either way for the
+    policy)."""
+    return [" ".join(f"w{t}" for t in row if t != pad) + " " for row in prompts.tolist()]
+
+
+def encoded_prompts(tokenizer: Any, texts: list[str], prompts: torch.Tensor, pad: int) -> torch.Tensor:
+    """The prompts as the forward recompute reads them: each text's token ids, left-padded with `pad` to the
+    toy world's prompt length, which must be the toy world's own prompts (HarnessConfigError otherwise: the
+    harness would explain the rows by prompts the trainer was not given)."""
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    width = prompts.shape[1]
+    padded = torch.tensor([[pad] * (width - len(ids)) + list(ids) for ids in encoded], dtype=torch.long)
+    if padded.shape != prompts.shape or not torch.equal(padded, prompts.cpu()):
+        raise HarnessConfigError("trl-grpo target: the prompt texts do not encode to the toy world's prompts")
+    return padded
 
 
 def logit_biases(spec, world: Any) -> dict[int, float]:

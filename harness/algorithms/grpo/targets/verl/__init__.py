@@ -331,6 +331,8 @@ NOT_APPLICABLE = {
     "run=top_entropy": config.ENTROPY_MASK,
     "entropy_gradient": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
+    "prompt_pads=3": "the target builds its toy world's prompts unpadded (it does not read prompt_pads): every "
+    "prompt it hands verl has prompt_length real tokens",
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 
