@@ -169,9 +169,10 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     regimes = {"logp_gradient[run=delta,importance_sampling_level=sequence]",
                "logp_gradient[run=top_entropy,dtype=bfloat16]", "entropy_gradient", *AGGREGATED}  # fmt: skip
     # and contract 8's cases (release 0.8.0) that earlier changes touch too, each change named with its own release:
-    # the reward model's run under normalize_then_sum (its duty, the aggregation, the weights), bnpo's short window
+    # the reward model's run under normalize_then_sum (its duty, the aggregation, the weights), bnpo's short window,
+    # the forward recompute's duty on left-padded prompts
     weights = {"reward_model[multi_objective_aggregation=normalize_then_sum]",
-               "logp_gradient[run=short_window,loss_type=bnpo]"}  # fmt: skip
+               "logp_gradient[run=short_window,loss_type=bnpo]", "forward_recompute[prompt_pads=3]"}  # fmt: skip
     assert set(failed) == duties | bnpo | options | masked | regimes | weights, sorted(failed)
     contract = get("grpo").contract
     for check_id in weights:

@@ -9,8 +9,8 @@ sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TR
 (top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
 weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
-generation batch with the weights moving, the reward weights under 'normalize_then_sum' and the short windows' gradient
-under every loss type.
+generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
+under every loss type and left-padded prompts.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -216,6 +216,15 @@ SHORT_WINDOWS = Change(
     "completions, micro-batches or tokens, the short one's too",
     checks=("logp_gradient[[]run=short_window,loss_type=*]",),
 )
+LEFT_PADDED_PROMPTS = Change(
+    version=8,
+    release="0.8.0",
+    subject="left-padded prompts",
+    old="the forward recompute on prompts of one length (prompt_length real tokens)",
+    new="also forward_recompute[prompt_pads=3]: prompts of 6 to 3 real tokens, left-padded, which a target builds "
+    "from the spec's prompt_pads (or declares not applicable)",
+    checks=("forward_recompute[[]prompt_pads=*]",),
+)
 
 CONTRACT = Contract(
     version=8,
@@ -223,7 +232,8 @@ CONTRACT = Contract(
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
-             CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS),
+             CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
+             LEFT_PADDED_PROMPTS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -190,7 +190,8 @@ def build(spec: GRPOSpec, trainer_class: type[trainer.TinyGRPO] = trainer.TinyGR
     """A run of `trainer_class` for `spec` on the toy world of its seed."""
     from harness.targets.toy import toy_world
 
-    world = toy_world(spec)  # seed, sizes, device, dtype, pad_logit_bias and dropout of the spec
+    # seed, sizes, device, dtype, pad_logit_bias, dropout and the prompts' left padding of the spec
+    world = toy_world(spec, prompt_pads=spec.prompt_pads)
     settings = settings_for(spec)
     tap = RewardTap()
     grpo = trainer_class(
@@ -216,7 +217,5 @@ factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level import
                           "run=top_entropy": "tinygrpo keeps every token's policy term: it has no entropy mask",
                           "entropy_gradient": "tinygrpo's loss has no entropy bonus",
                           "multi_objective_aggregation=normalize_then_sum": "tinygrpo normalises the weighted sum "
-                          "of its rewards: it has no per-function normalisation",
-                          "prompt_pads=3": "the example builds its toy world's prompts unpadded (it does not read "
-                          "prompt_pads)"}
+                          "of its rewards: it has no per-function normalisation"}
 factory.contract_version = 2  # written for GRPO contract 2 (`python -m harness --version`): a later change is named

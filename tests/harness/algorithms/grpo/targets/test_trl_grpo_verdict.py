@@ -106,6 +106,7 @@ TRL_GRPO_PASSES = {
     # each reward function is given the completion its score is assigned to
     "completion_mask",
     "forward_recompute",
+    "forward_recompute[prompt_pads=3]",  # on left-padded prompts of 3 to 6 real tokens (it pads them itself)
     "sampling",
     "reward_inputs",
     # its reward model (handed in `reward_funcs` with the toy tokenizer) scores each prompt and completion as
