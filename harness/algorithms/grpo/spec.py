@@ -36,6 +36,8 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO)."""
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 """TRL's `multi_objective_aggregation` (docs/grpo-metrics.md, "Advantages")."""
+REWARD_ORDERS = ("as_listed", "reversed")
+"""The orders a target hands its trainer the two toy reward functions in (`GRPOSpec.reward_order`)."""
 SETTINGS = (
     "temperature",
     "loss_type",
@@ -117,6 +119,11 @@ class GRPOSpec:
     """How two reward functions make one advantage: their weighted sum normalised as `scale_rewards` says, or
     ('normalize_then_sum', GDPO) each function's scores normalised in its group, summed weighted, and that sum
     normalised over the generation batch (`scale_rewards` then not read)."""
+    reward_order: str = "as_listed"
+    """The order the target hands its trainer the two toy reward functions in: 'as_listed' (the count first, the
+    stop reward second, as `reward_weights` lists their weights) or 'reversed' (the stop reward first), each
+    function with its own weight (`handed_weights`), so that a trainer that pairs the weights with its functions
+    in another order than it was handed them (sorted by name, say) shows."""
     reward_model: bool = False
     """The second of two reward functions is the toy world's reward model (a sequence-classification model),
     handed to the trainer as a module and watched by the target's `RewardTap.watch`; the first scores every
@@ -145,6 +152,16 @@ class GRPOSpec:
     def as_dict(self) -> dict:
         """Plain data."""
         return asdict(self)
+
+    @property
+    def handed_weights(self) -> tuple[float, ...] | None:
+        """`reward_weights` in the order the target hands the functions over (`reward_order`): the place of each
+        weight is that of its function in the trainer's list, and of its `RewardCall.index`. None when no weights
+        are given."""
+        if self.reward_weights is None:
+            return None
+        weights = tuple(self.reward_weights)
+        return weights[::-1] if self.reward_order == "reversed" else weights
 
     @property
     def generation_steps(self) -> int:
@@ -231,6 +248,12 @@ class GRPOSpec:
         if self.reward_model and len(self.reward_weights or ()) != 2:
             raise HarnessConfigError(f"reward_model needs two reward_weights (a function's, the model's), got "
                                      f"{self.reward_weights}")  # fmt: skip
+        if self.reward_order not in REWARD_ORDERS:
+            raise HarnessConfigError(f"reward_order={self.reward_order!r}: expected one of {', '.join(REWARD_ORDERS)}")
+        if self.reward_order != "as_listed" and (self.reward_model or len(self.reward_weights or ()) != 2):
+            raise HarnessConfigError(f"reward_order={self.reward_order!r} needs the two toy reward functions (two "
+                                     f"reward_weights, no reward_model), got reward_weights={self.reward_weights}"
+                                     f"{' and reward_model' if self.reward_model else ''}")  # fmt: skip
         if not 0 <= self.prompt_pads < self.prompt_length:
             raise HarnessConfigError(f"prompt_pads={self.prompt_pads}: must be at least 0 and below prompt_length")
         if self.temperature <= 0:

@@ -75,7 +75,8 @@ def handed_rewards(spec: GRPOSpec, world: Any, tap: RewardTap) -> dict[str, trai
         watched = tap.watch("reward_model", world.reward_model, world.pad_token_id)
         return {"sevens": first, "reward_model": model_reward(watched, world.pad_token_id)}
     funcs = {"sevens": sevens} if len(spec.reward_weights or (1.0,)) == 1 else partial_rewards(world.stop_token_id)
-    return {name: tap.wrap(name, fn, **given) for name, fn in funcs.items()}
+    order = list(funcs.items())[:: -1 if spec.reward_order == "reversed" else 1]  # the weights' order: handed_weights
+    return {name: tap.wrap(name, fn, **given) for name, fn in order}
 
 
 def settings_for(spec: GRPOSpec) -> trainer.Settings:
@@ -102,7 +103,7 @@ def settings_for(spec: GRPOSpec) -> trainer.Settings:
             vespo_pos=(spec.vespo_k_pos, spec.vespo_lambda_pos),
             vespo_neg=(spec.vespo_k_neg, spec.vespo_lambda_neg),
             scale_rewards=spec.scale_rewards,
-            reward_weights=spec.reward_weights,
+            reward_weights=spec.handed_weights,  # in the order handed_rewards hands the functions over
             grad_clip=spec.max_grad_norm,
             # the contract's mask keeps a sampled pad: a pad bias empties completions only this way; and
             # mask_truncated_completions (TRL's option) is tinygrpo's drop_truncated

@@ -1,8 +1,12 @@
 """The GRPO oracle's rewards: each completion's reward and advantage, and the reward statistics, in float64.
 
 Read from the reward-call records alone (`RewardCall`s): the scores each reward function gave
-each completion of a generation, on every rank. With the run's `reward_weights`,
-`num_generations` and `scale_rewards` (docs/grpo-metrics.md, "Advantages" and section 3):
+each completion of a generation, on every rank. Which score is which function's is the records':
+a call's `index` is its function's place in the list the trainer was handed, and its weight is the
+one at that place of the run's `reward_weights` in the order the target handed them over
+(`handed_weights`: reversed under `reward_order` 'reversed'), never a fixed order of the functions.
+With those weights, `num_generations` and `scale_rewards` (docs/grpo-metrics.md, "Advantages" and
+section 3):
 
     reward   r_i = sum over the functions that scored i of weight * score  (NaN when none did)
     A_i          = r_i - mean of i's group, divided by (std + 1e-4) of the group ('group'), of the
@@ -116,6 +120,13 @@ def decoupled_advantages(scores: torch.Tensor, weights: Sequence[float], size: i
     return advantages, torch.full((rows,), abs(spread) <= ZERO_STD)
 
 
+def handed_weights(spec: Any) -> tuple[float, ...]:
+    """The run's reward weights in the order its target handed the functions to the trainer, that of the reward
+    calls' `index` (GRPOSpec.handed_weights; a spec without it: its `reward_weights`); one weight 1 when none are
+    given."""
+    return tuple(getattr(spec, "handed_weights", None) or spec.reward_weights or (1.0,))
+
+
 def generations(
     calls: Sequence[RewardCall] | None, spec: Any, epsilon: float = STD_EPS
 ) -> dict[int, Generation] | str:
@@ -123,7 +134,7 @@ def generations(
     or why they cannot be (the reason, a string)."""
     if not calls:
         return "the target recorded no reward calls (`reward_calls` is empty or absent)"
-    weights = tuple(spec.reward_weights or (1.0,))
+    weights = handed_weights(spec)
     seen: dict[int, dict[int, dict[int, tuple[str, torch.Tensor]]]] = {}
     for call in calls:
         by_index = seen.setdefault(int(call.generation), {}).setdefault(int(call.rank), {})
@@ -159,12 +170,17 @@ def _generation(generation: int, ranks, weights: tuple[float, ...], spec: Any, e
     if len(scores) % spec.num_generations:
         return (f"generation {generation}: {len(scores)} completions scored, not a whole number of groups of "
                 f"num_generations={spec.num_generations}")  # fmt: skip
-    rewards = weighted_rewards(scores, weights)
+    advantages, zero_std = scored_advantages(scores, weights, spec, epsilon)
+    return Generation(names, scores, offsets, weighted_rewards(scores, weights), advantages, zero_std)
+
+
+def scored_advantages(scores: torch.Tensor, weights: Sequence[float], spec: Any,
+                      epsilon: float = STD_EPS) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(advantages, zero_std) of one generation batch's (N, F) scores, each column weighed by the weight at its
+    place, under the spec's `multi_objective_aggregation`, `num_generations` and `scale_rewards`."""
     if getattr(spec, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
-        advantages, zero_std = decoupled_advantages(scores, weights, spec.num_generations, epsilon)
-    else:
-        advantages, zero_std = group_advantages(rewards, spec.num_generations, spec.scale_rewards, epsilon)
-    return Generation(names, scores, offsets, rewards, advantages, zero_std)
+        return decoupled_advantages(scores, weights, spec.num_generations, epsilon)
+    return group_advantages(weighted_rewards(scores, weights), spec.num_generations, spec.scale_rewards, epsilon)
 
 
 def trained_rows(records: Iterable[LossRecord], made: Mapping[int, Generation]) -> list[tuple] | str:

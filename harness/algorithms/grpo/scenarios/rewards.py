@@ -4,8 +4,9 @@ Two reward functions with weights (1, -0.5), each unable to score some completio
 score; two generations of four groups, one per logging interval; under each `scale_rewards`. `advantages` holds the
 advantage of every row the loss saw to the oracle's (harness/algorithms/grpo/oracle/rewards.py), `reward_stats` each
 interval's `reward`, `reward_std`, `frac_reward_zero_std` and `rewards/<name>/mean|std` to the oracle's over the
-completions trained in it. A target that records no scores, or does not say which completion a loss row is, fails both
-as not recomputable; one whose reward functions score every completion fails them as the target's to fix.
+completions trained in it; both also with the functions handed over in the reversed order (reward_points.py). A
+target that records no scores, or does not say which completion a loss row is, fails both as not recomputable; one
+whose reward functions score every completion fails them as the target's to fix.
 `completion_lengths` holds each interval's length statistics, clipped ratio and terminated lengths to the oracle's
 (harness/algorithms/grpo/oracle/lengths.py) from the same run's masks and token ids; a target that keeps no ids, or
 names no stop token, fails it so, and a trainer whose masks leave out the stop token fails it as the trainer's. A
@@ -26,56 +27,27 @@ from harness.instrument.observe import Observation, ObservationCache
 from harness.oracle.numbers import finite_float
 from harness.require import require, usable
 from harness.scenario import Case, Scenario
-from harness.tolerances import tolerance
 from harness.unlogged import declared_unlogged, leave_out
 from harness.verdict import Check, CheckResult, MetricStatus
 
 from ..definitions import ADVANTAGE_EPSILON, NO_STOP, TRUNCATION
 from ..instruments import recorded
 from ..oracle import lengths, reward_model, rewards
-from ..runs import MODEL, REWARDS, SMALL_GROUPS, UNEVEN, spec_for
+from ..runs import MODEL, REWARDS, spec_for
 from ..spec import SCALE_REWARDS, GRPOSpec
 from ..tolerances import TOLERANCES
 from ..wrong import formulas
 from ..wrong.profiles import other_values
+from . import reward_points
 from .preconditions import definitions, require_logs, require_records
+from .reward_points import AGGREGATED, GROUPS, REVERSED, reward_run
+
+__all__ = ("REWARDS", "REWARD_RUNS", "REWARD_SCENARIOS", "recomputed", "reward_run")
+REWARD_RUNS = reward_points.REWARD_RUNS
 
 SHOWN = 3
 """Rows named one by one; the rest are counted."""
 CLIPPED = "completions/clipped_ratio"
-AGGREGATED = (("multi_objective_aggregation", "normalize_then_sum"),)
-"""The point of the reward checks under TRL's GDPO aggregation (their runs, scale_rewards at the run's)."""
-GROUPS = (("num_generations", 8),)
-"""The point of the reward checks with groups of 8, not the default 4: two prompts per generation of 16."""
-REWARD_RUNS = {"small_groups": SMALL_GROUPS, "one_function": UNEVEN}
-"""The `run` points of reward_stats: one group per interval (statistics over too few scores), and the uneven run's
-one reward function with no `reward_weights` (the default weight 1)."""
-
-
-def reward_run(cache: ObservationCache, run: GRPOSpec, case: Case) -> Observation:
-    base = REWARD_RUNS.get(case.param("run", None), REWARDS)
-    moved = {key: case.param(key, getattr(run, key)) for key in ("scale_rewards", "multi_objective_aggregation")}
-    return cache.get(spec_for(base, run).with_(num_generations=case.param("num_generations", base.num_generations),
-                                               **moved), spy=False)  # fmt: skip
-
-
-def told_from_the_default(made, rows, spec: GRPOSpec, epsilon: float) -> str:
-    """Where the case moves the run off the default (groups of another size, or 'normalize_then_sum'): '' when some
-    trained row's advantage differs from its advantage at the default (sum_then_normalize, groups of
-    GRPOSpec's num_generations) by more than the advantage's tolerance, else why the run cannot tell them apart."""
-    default = GRPOSpec()
-    moved = [f"{name}={getattr(spec, name)!r}" for name in ("num_generations", "multi_objective_aggregation")
-             if getattr(spec, name) != getattr(default, name)]  # fmt: skip
-    if not moved:
-        return ""
-    tol = tolerance("advantage", spec.dtype, TOLERANCES)
-    weights = tuple(spec.reward_weights or (1.0,))
-    other = {g: rewards.group_advantages(rewards.weighted_rewards(m.scores, weights), default.num_generations,
-                                         spec.scale_rewards, epsilon)[0] for g, m in made.items()}  # fmt: skip
-    told = sum(abs(float(other[g][row]) - float(made[g].advantages[row])) > tol.allowed(float(made[g].advantages[row]))
-               for trained in rows for g, row, *_ in trained)  # fmt: skip
-    return "" if told else (f"no trained row's advantage at {', '.join(moved)} differs from its advantage at the "
-                            f"default: the run does not tell them apart")
 
 
 def advantage_epsilon(cache: ObservationCache) -> float:
@@ -121,7 +93,7 @@ def what_is_missing(made, rows, spec) -> str:
     partly = sum(bool(s.isnan().any() and not s.isnan().all()) for s in scores)
     moved = sum(bool(made[g].advantages[row] != 0) for g, row in trained)
     if not (unscored and partly):
-        weights = tuple(spec.reward_weights or (1.0,))
+        weights = rewards.handed_weights(spec)
         n = len(weights)
         return (f"the target's reward functions do not make this scenario: with reward_weights={weights} the target "
                 f"must hand its trainer {n} partial reward function{'s' if n != 1 else ''}, each unable to score "
@@ -161,8 +133,8 @@ def advantages(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResul
     if seen is None:
         return check.finish()
     per_interval, made, rows = seen
-    missing = what_is_missing(made, rows, obs.spec) or told_from_the_default(made, rows, obs.spec,
-                                                                              advantage_epsilon(cache))
+    missing = (what_is_missing(made, rows, obs.spec) or reward_points.order_honoured(cache, obs)
+               or reward_points.told_from_the_default(made, rows, obs.spec, advantage_epsilon(cache)))  # fmt: skip
     if require(check, not missing, missing):
         judge_advantages(check, obs, per_interval, made, rows, advantage_epsilon(cache))
     return check.finish()
@@ -205,6 +177,9 @@ def reward_stats(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRes
         if not require(check, few, "no interval had a reward statistic over too few scores (a function scoring "
                        "fewer than two of its completions)"):  # fmt: skip
             return check.finish()
+    apart = reward_points.order_honoured(cache, obs) or reward_points.stats_told_apart(made, rows, obs.spec)
+    if not require(check, not apart, apart):
+        return check.finish()
     judge_reward_stats(check, obs, made, rows, declared_unlogged(cache))
     return check.finish()
 
@@ -218,7 +193,7 @@ def judge_reward_stats(check: Check, obs: Observation, made, rows, unlogged: Seq
     named = list(dict.fromkeys(n for want in expected for n in want))
     kept = leave_out(check, obs.ran.logs, named, unlogged, obs.spec.split_label)
     expected = [{n: e for n, e in want.items() if n in kept} for want in expected]
-    weights, per_log = tuple(obs.spec.reward_weights or (1.0,)), []
+    weights, per_log = rewards.handed_weights(obs.spec), []
     for index, want in enumerate(expected):
         log, where = obs.ran.logs[index], f"log {index + 1}" if len(expected) > 1 else None
         # over no score (a mean) or fewer than two (a std) the contract logs 0, but leaves it open (section 8):
@@ -331,13 +306,14 @@ REWARD_SCENARIOS = (
     Scenario("advantages", advantages, (("scale_rewards", SCALE_REWARDS),),
              "two weighted reward functions, some completions unscored: every advantage == oracle's from the scores "
              "(also each function normalised in its group first: multi_objective_aggregation='normalize_then_sum'; "
-             "and groups of 8)",
-             points=(AGGREGATED, GROUPS)),
+             "groups of 8; and the two functions handed over in the reversed order, each with its weight)",
+             points=(AGGREGATED, GROUPS, REVERSED)),
     Scenario("reward_stats", reward_stats, (("scale_rewards", SCALE_REWARDS),),
              "the same runs: reward, reward_std, frac_reward_zero_std, rewards/<name>/* per interval == oracle's; "
              "also logged per group of 4 (statistics over too few scores: 0, or not a number), with one function "
-             "and no weights (the default 1), under 'normalize_then_sum' (its zero std the batch's) and in groups of 8",
-             points=((("run", "small_groups"),), (("run", "one_function"),), AGGREGATED, GROUPS)),
+             "and no weights (the default 1), under 'normalize_then_sum' (its zero std the batch's), in groups of 8 "
+             "and with the functions in the reversed order",
+             points=((("run", "small_groups"),), (("run", "one_function"),), AGGREGATED, GROUPS, REVERSED)),
     Scenario("reward_model", reward_model_check, (),
              "a reward model as the second function: its scores read from its head at each sequence's last token; "
              "advantages and reward statistics == oracle's (also under 'normalize_then_sum', where both functions "

@@ -141,8 +141,10 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
 
     world = toy_world(spec, prompt_pads=spec.prompt_pads)  # prompt i starts with i % (prompt_pads + 1) pads
     try:
+        settings = {name: getattr(spec, name) for name in config_fields(grpo.GRPOConfig)}
+        # the weights in the order the functions are handed over (reward_order), each function's its own
         config = grpo.GRPOConfig(stop_token_id=world.stop_token_id,
-                                 **{name: getattr(spec, name) for name in config_fields(grpo.GRPOConfig)})  # fmt: skip
+                                 **{**settings, "reward_weights": spec.handed_weights})
     except ConfigError as exc:
         raise HarnessConfigError(f"reference-grpo target: {exc}") from None
     accelerator, tap = accelerator or Accelerator(cpu=spec.device == "cpu"), LogTap()
@@ -178,13 +180,16 @@ def handed_rewards(spec, world, tap: RewardTap, count_w7):
     """The reward functions as the reference trainer is handed them, in each of the three forms it accepts, so
     that the gate runs each: one function alone; two in a list (named by their `__name__`); a reward model beside
     a function in a dict, name -> function or model (`spec.reward_model`). Each function is wrapped by `tap`, the
-    model watched by it, in the order handed over."""
+    model watched by it, in the order handed over: under `spec.reward_order` 'reversed' the stop reward first, the
+    count second (the trainer's weights are `spec.handed_weights`, in the same order)."""
     if spec.reward_model:
         scored = rewards_named(count_w7, "count_w7")
         return {"count_w7": tap.wrap("count_w7", scored, inputs=completions_given, prompts=prompts_given),
                 "reward_model": tap.watch("reward_model", world.reward_model, world.pad_token_id)}  # fmt: skip
-    funcs = toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, count_w7)
-    wrapped = [tap.wrap(name, f, inputs=completions_given, prompts=prompts_given) for name, f in funcs.items()]
+    funcs = list(toy_rewards(len(spec.reward_weights or (1.0,)), world.stop_token_id, count_w7).items())
+    if spec.reward_order == "reversed":
+        funcs.reverse()
+    wrapped = [tap.wrap(name, f, inputs=completions_given, prompts=prompts_given) for name, f in funcs]
     return wrapped[0] if len(wrapped) == 1 else wrapped
 
 

@@ -22,6 +22,8 @@ win, and two different formulas that both do name nothing (harness/diagnose.py's
                               normalised as scale_rewards says, or the other way round  (class 80)
     weights before normalising  under 'normalize_then_sum', each function's scores weighted before it is
                               normalised in its group: only each weight's sign is left  (class 83)
+    weights in another order  two functions' weights paired with them the other way round than the target handed
+                              them over (the functions sorted by name, say)              (class 86)
     a common factor           c times the oracle's advantage in every row (c fitted; the fallback)
 """
 
@@ -38,6 +40,7 @@ from harness.tolerances import tolerance
 from harness.verdict import Diagnosis, MetricVerdict
 
 from ..definitions import ADVANTAGE_EPSILON, VOCABULARY
+from ..oracle import rewards as oracle
 from ..oracle.rewards import STD_EPS, Generation, decoupled_advantages, nan_mean, nan_std, weighted_rewards
 from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
@@ -87,12 +90,14 @@ class Formula:
 
 def aggregation_formulas(weights: Sequence[float], size: int, scale_rewards: str, aggregation: str,
                          epsilon: float = STD_EPS) -> list[Formula]:  # fmt: skip
-    """The other multi_objective_aggregation than the run's (class 80): with two or more reward functions only."""
+    """The other multi_objective_aggregation than the run's (class 80), and under 'normalize_then_sum' the weights
+    before normalising (83) and two weights swapped (86): with two or more reward functions only."""
     if len(weights) < 2:
         return []
     if aggregation == "normalize_then_sum":
         ones = [1.0] * len(weights)
-        return [Formula((80,), f"the weighted sum of the scores normalised (scale_rewards={scale_rewards!r}), not "
+        return other_order(weights, lambda m, w: decoupled_advantages(m.scores, w, size, epsilon)[0]) + [
+                Formula((80,), f"the weighted sum of the scores normalised (scale_rewards={scale_rewards!r}), not "
                         f"each function's scores normalised first (multi_objective_aggregation='sum_then_normalize')",
                         lambda m: advantages_of(weighted_rewards(m.scores, weights), size, "group", scale_rewards,
                                                 epsilon=epsilon)),
@@ -158,7 +163,23 @@ def formulas(weights: Sequence[float], size: int, scale_rewards: str, epsilon: f
 
         out.append(Formula((81,), f"grouped in {DEFAULT_GROUP}s (a constant group size), not in groups of "
                            f"{size}", fours))  # fmt: skip
+    out += other_order(weights, lambda m, w: advantages_of(weighted_rewards(m.scores, w), size, "group", scale_rewards,
+                                                           epsilon=epsilon))  # fmt: skip
     return out + aggregation_formulas(weights, size, scale_rewards, aggregation, epsilon)
+
+
+OTHER_ORDER = ("the reward weights paired with the functions in the other order than the target handed them over "
+               "(the functions sorted by name, say)")  # fmt: skip
+
+
+def other_order(weights: Sequence[float], advantages: Callable[[Generation, Sequence[float]], torch.Tensor]
+                ) -> list[Formula]:  # fmt: skip
+    """Class 86: two functions' weights swapped (`advantages(generation, weights)` under the run's formula), where
+    the two weights differ."""
+    if len(weights) != 2 or weights[0] == weights[1]:
+        return []
+    swapped = tuple(weights[::-1])
+    return [Formula((86,), OTHER_ORDER, lambda m: advantages(m, swapped))]
 
 
 Row = tuple[int, int, float, float]
@@ -173,7 +194,7 @@ def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spe
     worst = worst_row(rows, dtype)
     if not all(math.isfinite(got) for _, _, got, _ in rows):
         return None, "", worst
-    weights = tuple(spec.reward_weights or (1.0,))
+    weights = oracle.handed_weights(spec)
     found = []
     aggregation = getattr(spec, "multi_objective_aggregation", "sum_then_normalize")
     for f in formulas(weights, spec.num_generations, spec.scale_rewards, epsilon, aggregation):
@@ -207,8 +228,8 @@ def diagnose_advantages(made: Mapping[int, Generation], rows: Sequence[Row], spe
 def reward_stat_candidates(made: Mapping[int, Generation], rows, weights: Sequence[float]
                            ) -> dict[str, Callable[[], list[Candidate]]]:  # fmt: skip
     """For each reward statistic, the known wrong formulas' values over the completions `rows` name (each once):
-    a population std (class 48), an unscorable completion rewarded 0 (class 50), the weights not applied (51), and
-    the last two at once."""
+    a population std (class 48), an unscorable completion rewarded 0 (class 50), the weights not applied (51), the
+    last two at once, and two weights swapped (86); `weights` in the order the functions were handed over."""
     unique = sorted({(g, row) for g, row, *_ in rows})
     if not unique:
         return {}
@@ -222,6 +243,7 @@ def reward_stat_candidates(made: Mapping[int, Generation], rows, weights: Sequen
     ones = "the reward weights not applied (every weight 1)"
     both = "the reward weights not applied and an unscorable completion rewarded 0 (a nansum of the scores)"
     unweighted_zeroed = unweighted.nan_to_num(nan=0.0)
+    swapped = weighted_rewards(scores, weights[::-1]) if len(weights) == 2 and weights[0] != weights[1] else None
 
     def made_up(stat: Callable[[torch.Tensor], float], pstd_too: bool) -> list[Candidate]:
         out = [Candidate((48,), pstd, nan_pstd(rewards), SOURCE)] if pstd_too else []
@@ -229,6 +251,8 @@ def reward_stat_candidates(made: Mapping[int, Generation], rows, weights: Sequen
         if set(weights) != {1.0}:
             out += [Candidate((51,), ones, stat(unweighted), SOURCE),
                     Candidate((50, 51), both, stat(unweighted_zeroed), SOURCE, departures=2)]  # fmt: skip
+        if swapped is not None:
+            out.append(Candidate((86,), OTHER_ORDER, stat(swapped), SOURCE))
         return out
 
     out = {"reward": lambda: made_up(nan_mean, False), "reward_std": lambda: made_up(nan_std, True)}

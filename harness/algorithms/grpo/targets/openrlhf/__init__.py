@@ -289,5 +289,7 @@ build.not_applicable = {
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
     "prompt_pads=3": "the target builds its toy world's prompts unpadded (it does not read prompt_pads): every "
     "prompt it hands OpenRLHF has prompt_length real tokens",
+    "reward_order=reversed": "the target weighs and sums its reward functions itself (_score) and hands OpenRLHF one "
+    "reward per completion: the order of the functions is the target's, not the trainer's to pair with weights",
 }  # fmt: skip
 """The checks OpenRLHF cannot run, each with the reason (config.refusal raises for their specs)."""

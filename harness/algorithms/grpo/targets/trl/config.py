@@ -30,7 +30,8 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         raise HarnessConfigError(f"trl-grpo target: the run spec has no {', '.join(lacking)}")
     epsilon_low = getattr(spec, "epsilon_low", getattr(spec, "epsilon", 0.2))
     max_grad_norm = getattr(spec, "max_grad_norm", None)
-    reward_weights = getattr(spec, "reward_weights", None)
+    # in the order the functions are handed over (GRPOSpec.reward_order), each function's its own
+    reward_weights = getattr(spec, "handed_weights", getattr(spec, "reward_weights", None))
     args = dict(
         output_dir=output_dir,
         per_device_train_batch_size=spec.per_device_train_batch_size,

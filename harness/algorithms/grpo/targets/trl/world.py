@@ -53,11 +53,13 @@ REWARD_MODEL = "reward_model"
 def toy_rewards(spec) -> list[Callable]:
     """The reward functions of the spec's `reward_weights`: `toy_reward` for one weight (or none); for two, the two
     partial ones (the reference target's toy world has the same pattern: some completions neither can score); with
-    `reward_model`, `toy_reward` alone (the model, the second, is the target's to add)."""
+    `reward_model`, `toy_reward` alone (the model, the second, is the target's to add). Under `reward_order`
+    'reversed' the two partial ones the other way round (their weights too: config.py hands `handed_weights`)."""
     weights = getattr(spec, "reward_weights", None)
     if weights is None or len(weights) == 1 or getattr(spec, "reward_model", False):
         return [toy_reward]
-    return [multiple_of_3_partial, stopped_partial]
+    funcs = [multiple_of_3_partial, stopped_partial]
+    return funcs[::-1] if getattr(spec, "reward_order", "as_listed") == "reversed" else funcs
 
 
 def prompt_count(spec, generations_per_epoch: int) -> int:
