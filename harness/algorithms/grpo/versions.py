@@ -10,7 +10,7 @@ sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TR
 weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
-under every loss type and left-padded prompts.
+under every loss type, left-padded prompts and reward functions in another order.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -225,6 +225,15 @@ LEFT_PADDED_PROMPTS = Change(
     "from the spec's prompt_pads (or declares not applicable)",
     checks=("forward_recompute[[]prompt_pads=*]",),
 )
+REWARD_ORDER = Change(
+    version=8,
+    release="0.8.0",
+    subject="reward functions in another order",
+    old="the two reward functions always handed over in the order their names sort in",
+    new="also advantages[reward_order=reversed] and reward_stats[reward_order=reversed]: the stop reward first, each "
+    "function with its own weight (GRPOSpec.handed_weights), which a target hands over so or declares not applicable",
+    checks=("advantages[[]reward_order=*]", "reward_stats[[]reward_order=*]"),
+)
 
 CONTRACT = Contract(
     version=8,
@@ -233,7 +242,7 @@ CONTRACT = Contract(
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
-             LEFT_PADDED_PROMPTS),
+             LEFT_PADDED_PROMPTS, REWARD_ORDER),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -92,6 +92,9 @@ TRL_GRPO_PASSES = {
     "advantages[multi_objective_aggregation=normalize_then_sum]",
     "reward_stats[multi_objective_aggregation=normalize_then_sum]",
     "advantages[num_generations=8]",  # and in groups of 8
+    # the functions handed over the other way round than their names sort: TRL pairs weights with them by place
+    "advantages[reward_order=reversed]",
+    "reward_stats[reward_order=reversed]",
     "reward_stats[num_generations=8]",
     "reward_stats[scale_rewards=group]",
     "reward_stats[scale_rewards=none]",
