@@ -10,7 +10,8 @@ number of ranks (data parallelism averages the ranks' gradients). What each rank
 normalises: on a run with two reward functions and `scale_rewards="batch"`, every loss row's advantage on
 every rank equals the oracle's over every rank's recorded scores (the batch's std is the whole generation
 batch's, every rank's completions, which differs from each rank's own: the check fails when it would not),
-each rank's masks are the contract's, and each rank's reward functions were given its own completions.
+each rank's masks are the contract's, and each rank's reward functions were given its own completions. That the
+ranks drew with random streams of their own (`sampling[ranks=N]`): rank_sampling.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .definitions import ADVANTAGE_EPSILON
 from .instruments import recorded
 from .oracle import gradients, rewards
 from .oracle.expect import expected_metrics, intervals
+from .rank_sampling import sampling_across_ranks
 from .runs import TOP_ENTROPY_QUANTILE, UNEVEN
 from .scenarios import masks, reward_inputs
 from .scenarios.gradients import judge, shows_mask
@@ -102,6 +104,7 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
     return {
         CheckId("uneven_lengths", world): ("uneven_lengths",),
         CheckId("freshness", world): ("uneven_lengths",),
+        CheckId("sampling", world): ("uneven_lengths",),
         CheckId("logp_gradient", world): ("uneven_lengths",),
         **{CheckId("logp_gradient", (*world, ("loss_type", t))): (f"logp_gradient_{t}",) for t in GRADIENT_LOSS_TYPES},
         CheckId("logp_gradient", (*world, ("run", "top_entropy"))): ("logp_gradient_top_entropy",),
@@ -111,7 +114,8 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
 
 def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
                 settings: Mapping[str, Any] | None = None) -> list[CheckResult]:  # fmt: skip
-    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank; logp_gradient on every
+    """uneven_lengths (log 1) and freshness (log 2) on the pooled records of every rank, and sampling on each rank's
+    completions of that run; logp_gradient on every
     rank's recorded gradients, against the formula with every rank's counts and the world factor; the checks of the
     reward run; each as the target `declared` it (its metrics, its definitions). Only the checks whose runs are all
     in `runs` (`rank_reads`); `settings`: those the runs were made with."""
@@ -122,6 +126,7 @@ def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
         world = (("ranks", len(ranks)),)
         results += [pooled_across_ranks(ranks, spec, index, CheckId(name, world), declared)
                     for index, name in enumerate(("uneven_lengths", "freshness"))]  # fmt: skip
+        results.append(sampling_across_ranks(ranks, CheckId("sampling", world)))
         results.append(logp_gradient_across_ranks(ranks, spec, CheckId("logp_gradient", world), declared))
     for t in GRADIENT_LOSS_TYPES:
         if f"logp_gradient_{t}" in runs:
