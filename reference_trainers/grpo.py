@@ -558,9 +558,11 @@ class GRPOTrainer:
             raise ConfigError(  # pragma: no mutate - message
                 f"reward_weights has {len(weights)} weights for {len(self.reward_funcs)} reward functions"
             )
-        set_seed(config.seed)
         self.config, self.pad_token_id, self.callbacks = config, pad_token_id, list(callbacks)
         self.accelerator = accelerator or Accelerator()
+        # each rank its own random stream (TRL's set_seed(seed, device_specific=True)): ranks seeded alike draw
+        # their completions with the same noise, so that the ranks' rollouts are not independent
+        set_seed(config.seed + self.accelerator.process_index)
         # each optimizer step ends a window this trainer accumulates itself (no_sync, never accelerate's accumulate):
         # the prepared optimizer steps only while the process's shared GradientState says a window ended, which a
         # run of another Accelerator in the same process may have left saying it did not (the step skipped)

@@ -45,6 +45,7 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "advantages[ranks=2]": "pass",
         "completion_mask[ranks=2]": "pass",
         "reward_inputs[ranks=2]": "pass",
+        "sampling[ranks=2]": "pass",  # each rank draws with a random stream of its own
     }
     assert report["algorithm"] == "grpo"
     (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]

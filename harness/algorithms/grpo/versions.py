@@ -10,7 +10,8 @@ sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TR
 weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
-under every loss type, left-padded prompts and reward functions in another order.
+under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
+verify-dist.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -234,6 +235,15 @@ REWARD_ORDER = Change(
     "function with its own weight (GRPOSpec.handed_weights), which a target hands over so or declares not applicable",
     checks=("advantages[[]reward_order=*]", "reward_stats[[]reward_order=*]"),
 )
+RANK_SAMPLING = Change(
+    version=8,
+    release="0.8.0",
+    subject="each rank's own random stream",
+    old="no check of what the ranks of verify-dist sampled",
+    new="also verify-dist's sampling[ranks=2]: each rank's k-th completion against the other's k-th, position by "
+    "position, agrees no more than the shifted pairings say independent draws do (Z at most 5)",
+    checks=("sampling[[]ranks=*]",),
+)
 
 CONTRACT = Contract(
     version=8,
@@ -242,7 +252,7 @@ CONTRACT = Contract(
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
-             LEFT_PADDED_PROMPTS, REWARD_ORDER),
+             LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""
