@@ -171,10 +171,11 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     # and contract 8's cases (release 0.8.0) that earlier changes touch too, each change named with its own release:
     # the reward model's run under normalize_then_sum (its duty, the aggregation, the weights), bnpo's short window,
     # the forward recompute's duty on left-padded prompts, the reward checks with the functions in another order (its
-    # target hands them in the listed order: both fail, saying so)
+    # target hands them in the listed order: both fail, saying so), the entropy bonus under the mask (it has none)
     weights = {"reward_model[multi_objective_aggregation=normalize_then_sum]",
                "logp_gradient[run=short_window,loss_type=bnpo]", "forward_recompute[prompt_pads=3]",
-               "advantages[reward_order=reversed]", "reward_stats[reward_order=reversed]"}  # fmt: skip
+               "advantages[reward_order=reversed]", "reward_stats[reward_order=reversed]",
+               "entropy_gradient[run=top_entropy]"}  # fmt: skip
     assert set(failed) == duties | bnpo | options | masked | regimes | weights, sorted(failed)
     contract = get("grpo").contract
     for check_id in weights:

@@ -11,7 +11,7 @@ weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 an
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
 under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
-verify-dist.
+verify-dist, and the entropy bonus under the entropy mask.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -244,6 +244,15 @@ RANK_SAMPLING = Change(
     "position, agrees no more than the shifted pairings say independent draws do (Z at most 5)",
     checks=("sampling[[]ranks=*]",),
 )
+BONUS_UNDER_THE_MASK = Change(
+    version=8,
+    release="0.8.0",
+    subject="the entropy bonus under the entropy mask",
+    old="the entropy bonus run on every completion token (top_entropy_quantile 1)",
+    new="also entropy_gradient[run=top_entropy]: the bonus on the tokens the entropy mask keeps, its window mean over "
+    "them on every rank",
+    checks=("entropy_gradient[[]run=top_entropy]",),
+)
 
 CONTRACT = Contract(
     version=8,
@@ -252,7 +261,8 @@ CONTRACT = Contract(
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
-             LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING),
+             LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
+             BONUS_UNDER_THE_MASK),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -23,7 +23,7 @@ from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wor
 
 from ..instruments import recorded
 from ..oracle import entropy_bonus, gradients
-from ..runs import UNEVEN, spec_for
+from ..runs import TOP_ENTROPY_QUANTILE, UNEVEN, spec_for
 from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
 from ..wrong import entropy_bonus as wrong
@@ -35,16 +35,21 @@ ENTROPY_COEF = 0.01
 gradient at the entropies is linear in it, so any non-zero value tells the window's mean from a micro-batch's."""
 
 
-def bonus_spec(run: GRPOSpec) -> GRPOSpec:
-    """uneven_lengths' run with the entropy bonus at ENTROPY_COEF (the run's other settings its own)."""
-    return spec_for(UNEVEN, run).with_(name="entropy_bonus", entropy_coef=ENTROPY_COEF)
+def bonus_spec(run: GRPOSpec, case: Case | None = None) -> GRPOSpec:
+    """uneven_lengths' run with the entropy bonus at ENTROPY_COEF (the run's other settings its own); `run=top_entropy`:
+    under the entropy mask too (top_entropy_quantile TOP_ENTROPY_QUANTILE), where the bonus acts on the tokens the
+    mask keeps, counted over the window before its first micro-batch's backward pass."""
+    spec = spec_for(UNEVEN, run).with_(name="entropy_bonus", entropy_coef=ENTROPY_COEF)
+    if case is not None and case.param("run", None) == "top_entropy":
+        spec = spec.with_(top_entropy_quantile=TOP_ENTROPY_QUANTILE)
+    return spec
 
 
 def entropy_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     """dL/dH of every token of every micro-batch equals -entropy_coef * world / (its window's tokens on every rank),
     0 off the mask; the gradient at the log-probs is the policy objective's (logp_gradient's formula)."""
     check = Check(case.id)
-    obs = cache.get(bonus_spec(run), spy=False)
+    obs = cache.get(bonus_spec(run, case), spy=False)
     declared = definitions(cache)
     if require_ran(obs, check) is None or require_records(obs, check, declared) is None:
         return check.finish()
@@ -89,5 +94,7 @@ ENTROPY_SCENARIOS = (
     Scenario("entropy_gradient", entropy_gradient, (),
              f"dL/dH per token == -entropy_coef * world / (the window's tokens, every rank), 0 off the mask, and "
              f"dL/dlogp the policy objective's (uneven lengths with entropy_coef {ENTROPY_COEF:g}: the micro-batches "
-             f"of a window hold unequal token counts)"),
+             f"of a window hold unequal token counts; also under the entropy mask, top_entropy_quantile "
+             f"{TOP_ENTROPY_QUANTILE:g}: the bonus's tokens those the mask keeps)",
+             ((), (("run", "top_entropy"),))),
 )  # fmt: skip
