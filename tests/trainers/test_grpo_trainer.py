@@ -622,6 +622,10 @@ def two_rank_worker(out: str) -> None:
         records = {site: spy.calls("masked_mean", site) for site in sites(loss_type).values()}
         saved = {"history": trainer.history, "records": records, "windows": windows}
         torch.save(saved, Path(out) / f"{loss_type}-rank{acc.process_index}.pt")
+    # leave together: a rank that exits while the other still holds the process group can abort in its teardown
+    # (SIGABRT, "terminate called without an active exception", seen under load)
+    acc.wait_for_everyone()
+    torch.distributed.destroy_process_group()
 
 
 def sites(loss_type: str) -> dict[str, str]:

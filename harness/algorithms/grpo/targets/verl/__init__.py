@@ -11,8 +11,7 @@ world's, the weighted sum of the functions that scored, 0 where none did, as a v
 number); the names its metrics are logged under (`NAMES`); and the recorder (recording.py). The ray controller
 is not started: the worker's methods are called in this process, one rank.
 
-verl is imported when a run is built; without it, building a run is a HarnessConfigError of one line naming the
-`verl` extra (exit 2).
+verl is imported when a run is built; without it, that is a HarnessConfigError naming the `verl` extra (exit 2).
 """
 
 from __future__ import annotations
@@ -322,8 +321,8 @@ NOT_APPLICABLE = {
     "short_window": WHOLE_MINI_BATCHES,
     "run=short_window": WHOLE_MINI_BATCHES,  # logp_gradient's windows 3+1, under every loss type
     "every_microbatch_applied*": WHOLE_MINI_BATCHES,
-    "partition": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}",
-    "partition[dropout=0.1]": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}",
+    **dict.fromkeys(("partition", "partition[dropout=0.1]"),  # the LR-0 cuts; partition[run=clipping] runs
+                    f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}"),
     "freshness": f"{TO_THE_END} (3 optimizer steps of 2 per training step)",
     "schedule": f"{TO_THE_END} (7 optimizer steps of 2 per training step)",
     "run=sequence_level": config.SEQUENCE_LEVEL,
@@ -331,10 +330,8 @@ NOT_APPLICABLE = {
     "run=top_entropy": config.ENTROPY_MASK,
     "entropy_gradient": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
-    "prompt_pads=3": "the target builds its toy world's prompts unpadded (it does not read prompt_pads): every "
-    "prompt it hands verl has prompt_length real tokens",
-    "reward_order=reversed": "the target weighs and sums its reward functions itself (_score) and hands verl one "
-    "reward per completion: the order of the functions is the target's, not the trainer's to pair with weights",
+    "prompt_pads=3": config.PROMPTS,
+    "reward_order=reversed": config.REWARD_ORDER,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 

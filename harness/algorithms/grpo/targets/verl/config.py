@@ -39,6 +39,10 @@ ENTROPY_MASK = ("verl 0.9.1 has no entropy mask of the policy loss: its policy l
 
 AGGREGATION = ("verl 0.9.1 normalises one reward per completion (a reward manager's compute_score; "
                "compute_grpo_outcome_advantage): it has no per-function normalisation (normalize_then_sum)")
+PROMPTS = ("the target builds its toy world's prompts unpadded (it does not read prompt_pads): every prompt it hands "
+           "verl has prompt_length real tokens")
+REWARD_ORDER = ("the target weighs and sums its reward functions itself (_score) and hands verl one reward per "
+                "completion: the order of the functions is the target's, not the trainer's to pair with weights")
 
 
 def refusal(spec) -> str | None:
