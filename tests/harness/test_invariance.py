@@ -82,3 +82,40 @@ def test_the_clipping_cuts_are_not_applicable_where_the_update_itself_depends_on
     check = next(c for c in gate("reference-grpo", checks=(point,), **setting)["checks"] if c["id"] == point)
     assert check["status"] == "not_applicable", check
     assert ("half precision" if "dtype" in setting else "bnpo") in check["message"], check
+
+
+def refusing(keep: int):
+    """The reference GRPO target refusing, as a library that cuts whole windows only does, every cut with a short
+    window (`keep` 1), or every cut but the reference one (`keep` 0)."""
+    from harness.algorithms.grpo.targets.reference import factory
+    from harness.errors import HarnessConfigError
+
+    def build(spec):
+        cut = (spec.per_device_train_batch_size, spec.gradient_accumulation_steps, spec.steps_per_generation,
+               spec.num_iterations)  # fmt: skip
+        first = cut == (4, 2, 2, 1)  # partition's reference cut (runs.CUTS[0])
+        short = spec.generation_steps % spec.gradient_accumulation_steps != 0
+        if spec.name == "partition" and not first and (short or not keep):  # partition's LR-0 cuts alone
+            raise HarnessConfigError("this target cuts whole windows only")
+        return factory(spec)
+
+    for key in ("algorithm", "optional_metrics", "definitions"):
+        setattr(build, key, getattr(factory, key))
+    return build
+
+
+refuses_short_windows = refusing(1)
+refuses_every_other_cut = refusing(0)
+
+
+def test_a_cut_the_target_refuses_is_named_and_the_others_compared():
+    """partition runs the cuts a target can run: the refused one (windows 3+1) is named in a note, never silently
+    dropped, and the six others are compared; with only the reference cut left there is nothing to compare, a
+    failure."""
+    here = "tests.harness.test_invariance"
+    some = next(c for c in gate(f"{here}:refuses_short_windows", checks=("partition",))["checks"])
+    assert some["status"] == "pass", some["message"]
+    assert "cut bs=2,gas=3,spg=4,iters=1 not run: the target refuses it" in some["message"], some["message"]
+    assert len({m["where"] for m in some["metrics"] if m["where"]}) == 6  # the reference cut and five others
+    none = next(c for c in gate(f"{here}:refuses_every_other_cut", checks=("partition",))["checks"])
+    assert none["status"] == "fail" and "only 1 of the 7 cuts could be run" in none["message"], none["message"]

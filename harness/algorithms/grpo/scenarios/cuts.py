@@ -12,6 +12,7 @@ update's tokens must not either.
 from __future__ import annotations
 
 from harness.compare import compare
+from harness.errors import HarnessConfigError
 from harness.instrument.observe import ObservationCache
 from harness.invariance import CutRun, Knob, knob_findings
 from harness.require import require, usable
@@ -68,7 +69,10 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
                           steps_per_generation=spg, num_iterations=iters)  # fmt: skip
         steps = len(spec.window_sizes)
         specs.append(spec.with_(max_steps=steps, logging_steps=steps))
-    observed = [cache.get(spec, spy=False) for spec in specs]
+    observed = runnable(cache, specs, check)
+    if len(observed) < 2:
+        check.fail(f"only {len(observed)} of the {len(specs)} cuts could be run: nothing to compare")
+        return check.finish()
     names = logged_names(run_logs(observed[0]), partition_names(base.beta, base.loss_type), check, declared(cache),
                          observed[0].spec.split_label, declared_unlogged(cache))  # fmt: skip
     if not all([require_logs(o, names, check) for o in observed]):
@@ -98,6 +102,19 @@ def partition(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult
     if check.failed:
         check.note(f"reference cut {observed[0].spec.split_label}")
     return check.finish()
+
+
+def runnable(cache: ObservationCache, specs: list[GRPOSpec], check: Check) -> list:
+    """The observations of the cuts the target's trainer can run, the first (the reference cut) always: a later cut it
+    refuses (a HarnessConfigError of its factory, e.g. windows 3+1 where a library cuts whole mini-batches only) is
+    left out with a note naming it and the refusal, never silently."""
+    observed = [cache.get(specs[0], spy=False)]
+    for spec in specs[1:]:
+        try:
+            observed.append(cache.get(spec, spy=False))
+        except HarnessConfigError as refused:
+            check.note(f"cut {spec.split_label} not run: the target refuses it ({refused})")
+    return observed
 
 
 KNOBS = (Knob("per_device_train_batch_size", "the micro-batch size"),

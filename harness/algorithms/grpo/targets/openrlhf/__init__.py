@@ -278,8 +278,6 @@ build.not_applicable = {
     "short_window": config.WHOLE_WINDOWS,
     "run=short_window": config.WHOLE_WINDOWS,  # logp_gradient's windows 3+1, under every loss type
     "every_microbatch_applied*": config.WHOLE_WINDOWS,
-    "partition": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {config.WHOLE_WINDOWS}",
-    "partition[dropout=0.1]": f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {config.WHOLE_WINDOWS}",
     "freshness": f"{config.TO_THE_END} (3 optimizer steps of 2 per training step)",
     "schedule": f"{config.TO_THE_END} (7 optimizer steps of 2 per training step)",
     "run=sequence_level": config.SEQUENCE_LEVEL,

@@ -321,8 +321,6 @@ NOT_APPLICABLE = {
     "short_window": WHOLE_MINI_BATCHES,
     "run=short_window": WHOLE_MINI_BATCHES,  # logp_gradient's windows 3+1, under every loss type
     "every_microbatch_applied*": WHOLE_MINI_BATCHES,
-    **dict.fromkeys(("partition", "partition[dropout=0.1]"),  # the LR-0 cuts; partition[run=clipping] runs
-                    f"one of its cuts (bs=2, gas=3, spg=4) has windows 3+1: {WHOLE_MINI_BATCHES}"),
     "freshness": f"{TO_THE_END} (3 optimizer steps of 2 per training step)",
     "schedule": f"{TO_THE_END} (7 optimizer steps of 2 per training step)",
     "run=sequence_level": config.SEQUENCE_LEVEL,

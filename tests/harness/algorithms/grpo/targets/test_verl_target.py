@@ -32,6 +32,8 @@ VERL_FAILS = {
     "off_policy[loss_type=sapo]",
     "extremes",  # actor/pg_clipfrac, a flat mean of micro-batch means (class 16): a finding
     "extremes[run=clip_asymmetric]",  # the same, at clip bounds 0.05 and 0.6
+    "partition",  # at LR 0 kl_loss and pg_loss, means of mini-batch aggregates, move with the mini-batch count
+    "partition[dropout=0.1]",  # dropout acts in the update (class 43): tokens clipped at LR 0
     "partition[run=clipping]",  # the same clip fraction moves with ppo_micro_batch_size_per_gpu alone: a finding
     "all_masked", "empty_interval",  # verl's response mask empties no completion, so neither has what it needs
     "advantages[scale_rewards=group]", "advantages[scale_rewards=none]",
