@@ -258,9 +258,11 @@ class PPOTrainer:
         from accelerate import Accelerator
         from transformers import set_seed
 
-        set_seed(config.seed)
         self.config, self.pad_token_id, self.callbacks = config, pad_token_id, list(callbacks)
         self.accelerator = accelerator or Accelerator()
+        # each rank its own random stream (TRL's PPOTrainer reseeds each process with seed + 100003 * its index):
+        # ranks seeded alike draw their responses with the same noise, so that the ranks' rollouts are not independent
+        set_seed(config.seed + self.accelerator.process_index)
         # each optimizer step ends a window this trainer accumulates itself (no_sync, never accelerate's accumulate):
         # the prepared optimizer steps only while the process's shared GradientState says a window ended, which a
         # run of another Accelerator in the same process may have left saying it did not (the step skipped)

@@ -24,6 +24,7 @@ def test_reference_trainer_passes_across_two_processes(tmp_path):
     assert {c["id"]: c["status"] for c in report["checks"]} == {
         "uneven_split[ranks=2]": "pass",
         "freshness[ranks=2]": "pass",
+        "sampling[ranks=2]": "pass",  # each rank draws with a random stream of its own
         "lr0_ratio[ranks=2]": "pass",
         "logp_gradient[ranks=2]": "pass",
     }

@@ -22,7 +22,7 @@ def test_a_run_that_cannot_be_configured_errs_only_the_checks_that_read_it(tmp_p
     code, report, output = verify_dist(tmp_path, "tests.support.dist_applicability:no_lr0")
     assert code == 2, output[-3000:]
     statuses = {c["id"]: c["status"] for c in report["checks"]}
-    assert statuses == {"uneven_split[ranks=2]": "pass", "freshness[ranks=2]": "pass",
+    assert statuses == {"uneven_split[ranks=2]": "pass", "freshness[ranks=2]": "pass", "sampling[ranks=2]": "pass",
                         "lr0_ratio[ranks=2]": "error", "logp_gradient[ranks=2]": "error"}, statuses  # fmt: skip
     (lr0,) = [c for c in report["checks"] if c["id"] == "lr0_ratio[ranks=2]"]
     assert "configuration error: this trainer refuses learning_rate=0 (run lr0_ratio)" in lr0["message"]
@@ -36,7 +36,7 @@ def test_checks_declared_not_applicable_are_reported_so_and_their_run_is_not_mad
     assert code == 0, output[-3000:]
     checks = {c["id"]: c for c in report["checks"]}
     assert {i: c["status"] for i, c in checks.items()} == {
-        "uneven_split[ranks=2]": "pass", "freshness[ranks=2]": "pass",
+        "uneven_split[ranks=2]": "pass", "freshness[ranks=2]": "pass", "sampling[ranks=2]": "pass",
         "lr0_ratio[ranks=2]": "not_applicable", "logp_gradient[ranks=2]": "not_applicable"}  # fmt: skip
     assert checks["lr0_ratio[ranks=2]"]["message"] == "this trainer refuses learning_rate=0"
 

@@ -15,3 +15,5 @@ def test_curated_runner_kills_every_catalogued_ppo_mutant(tmp_path, capsys):
     assert by_id["c23_clipped_every_microbatch"]["named_failed"] == [clipped]
     for dist in ("c31_loss_without_world_factor", "c32_local_token_count", "c33_sync_on_first_microbatch"):
         assert by_id[dist]["named_failed"] == ["logp_gradient[ranks=2]"], by_id[dist]
+    # every rank seeded alike: exact on one process, the ranks' responses drawn with one random stream
+    assert by_id["c87_ranks_seeded_alike"]["named_failed"] == ["sampling[ranks=2]"], by_id["c87_ranks_seeded_alike"]

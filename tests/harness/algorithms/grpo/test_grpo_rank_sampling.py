@@ -1,17 +1,20 @@
-"""sampling[ranks=2]: the ranks' completions drawn with random streams of their own (rank_sampling.py)."""
+"""GRPO's sampling[ranks=2]: the ranks' completions, read from their loss records, drawn with random streams of their
+own (rank_sampling.py; the comparison itself: tests/harness/checks/test_rank_sampling.py)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from harness.algorithms.grpo.instruments import GRPORecords
-from harness.algorithms.grpo.rank_sampling import agreement, sampling_across_ranks
+from harness.algorithms.grpo.rank_sampling import completions_of, sampling_across_ranks
 from harness.instrument.grad_trace import GradTrace
 from harness.instrument.loss import LossRecord
 from harness.instrument.observe import Ran
 from harness.verdict import CheckId, CheckStatus
-from tests.support.gate_run import verify_dist
+from tests.support.seeded_alike import assert_sampling_alone_fails, seeded_alike_target
 
 PAD, STOP, VOCAB = 0, 1, 32
 CHECK = CheckId("sampling", (("ranks", 2),))
@@ -31,10 +34,22 @@ def drawn(generator: torch.Generator, rows: int = 16, length: int = 12) -> torch
     return torch.randint(2, VOCAB, (rows, length), generator=generator)
 
 
-def test_agreement_counts_the_positions_drawn_in_both_rows():
-    a = torch.tensor([[5, 6, STOP, PAD], [7, 8, 9, 10]])
-    b = torch.tensor([[5, 9, STOP, PAD], [7, STOP, PAD, PAD]])
-    assert agreement(a, b, STOP, PAD) == (3, 5)  # row 1: 5, 6/9, stop; row 2: 7, 8/stop
+def test_each_completion_is_read_once_in_the_order_of_its_places():
+    ids = drawn(torch.Generator().manual_seed(0), rows=4)
+    first = rank_run(ids, 0)
+    (record,) = first.payload.loss_inputs
+    again = replace(record, completions=torch.tensor([3, 1]), completion_ids=ids[[3, 1]], window=1)
+    shuffled = replace(record, completions=torch.tensor([2, 0, 3, 1]), completion_ids=ids[[2, 0, 3, 1]])
+    ran = Ran((), GradTrace(), PAD, STOP, GRPORecords(loss_inputs=(shuffled, again), reward_calls=()))
+    assert completions_of(first).keys() == completions_of(ran).keys() == {0}
+    assert torch.equal(completions_of(ran)[0], ids) and torch.equal(completions_of(first)[0], ids)
+
+
+def test_a_rank_without_loss_records_fails_naming_them():
+    ids = drawn(torch.Generator().manual_seed(0))
+    empty = Ran((), GradTrace(), PAD, STOP, GRPORecords(loss_inputs=(), reward_calls=()))
+    result = sampling_across_ranks([rank_run(ids, 0), empty], CHECK)
+    assert result.status is CheckStatus.FAIL and "loss records with `completion_ids`" in result.message
 
 
 def test_independent_streams_pass_and_one_stream_fails():
@@ -55,32 +70,12 @@ def test_nothing_to_compare_fails():
     assert result.status is CheckStatus.FAIL and "no two ranks" in result.message
 
 
-def seeded_alike(spec, accelerator=None):
-    """The reference GRPO trainer with the global random state of every rank reset to the run's seed as training
-    starts: the ranks sample with one random stream."""
-    from transformers import set_seed
-
-    from harness.algorithms.grpo.targets.reference import factory
-
-    run = factory(spec, accelerator)
-    train = run.train
-
-    def alike():
-        set_seed(spec.seed)
-        return train()
-
-    run.train = alike
-    return run
-
-
-seeded_alike.algorithm = "grpo"
+seeded_alike = seeded_alike_target("harness.algorithms.grpo.targets.reference", "grpo")
+"""The reference GRPO trainer with every rank's global random state reset to the run's seed as training starts:
+the ranks sample with one random stream (class 87's bug, without its patch)."""
 
 
 @pytest.mark.dist
 @pytest.mark.slow
 def test_ranks_seeded_alike_fail_sampling_across_ranks_alone(tmp_path):
-    code, report, output = verify_dist(tmp_path, "tests.harness.algorithms.grpo.test_grpo_rank_sampling:seeded_alike")
-    assert code == 1, output[-3000:]
-    checks = {c["id"]: c for c in report["checks"]}
-    assert {i for i, c in checks.items() if c["status"] == "fail"} == {"sampling[ranks=2]"}, output[-3000:]
-    assert "the same random stream" in checks["sampling[ranks=2]"]["message"]
+    assert_sampling_alone_fails(tmp_path, "tests.harness.algorithms.grpo.test_grpo_rank_sampling:seeded_alike")
