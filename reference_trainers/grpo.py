@@ -546,7 +546,7 @@ class GRPOTrainer:
         accelerator=None,
     ) -> None:
         from accelerate import Accelerator
-        from transformers import set_seed
+        from transformers import get_scheduler, set_seed
 
         if config.beta != 0 and ref_policy is None:
             raise ConfigError(  # pragma: no mutate - message
@@ -574,8 +574,14 @@ class GRPOTrainer:
             if isinstance(f, nn.Module):
                 f.to(device).eval()
         self.prompts = prompts
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(
+            policy.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=config.weight_decay
+        )
         self.model, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        # stepped by hand after each optimizer step, never prepared: accelerate's prepared scheduler advances once
+        # per process at each step (its schedule counted in samples), which would run it world times too fast
+        self.lr_scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=config.warmup_steps,
+                                          num_training_steps=config.max_steps)  # fmt: skip
         self.step = 0
         self.generations = 0
         self.bonus_window: tuple[float, int] = (0.0, 0)
@@ -746,6 +752,7 @@ class GRPOTrainer:
         if cfg.max_grad_norm is not None:
             acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
+        self.lr_scheduler.step()
         self.optimizer.zero_grad()
 
     def micro_batches(self, batch: GenerationBatch) -> list[torch.Tensor]:

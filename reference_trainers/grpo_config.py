@@ -12,6 +12,8 @@ CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+LR_SCHEDULER_TYPES = ("constant", "constant_with_warmup", "linear", "cosine")
+"""transformers' `get_scheduler` names the trainer takes: the learning rate over `max_steps` optimizer steps."""
 """TRL's `multi_objective_aggregation`: weight and sum the functions' scores, then normalise the sum; or normalise
 each function's scores within its group first, sum them weighted, and normalise that over the batch (GDPO)."""
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO, arXiv 2507.18071)."""
@@ -37,6 +39,13 @@ class GRPOConfig:
     """Optimizer steps per logging interval; the statistics of an interval are pooled over all of it."""
     learning_rate: float = 1e-3
     """AdamW learning rate; 0 keeps the policy fixed, so every ratio is 1."""
+    lr_scheduler_type: str = "constant"
+    """The learning rate's schedule over the `max_steps` optimizer steps (LR_SCHEDULER_TYPES), advanced once per
+    optimizer step, after it."""
+    warmup_steps: int = 0
+    """Optimizer steps over which the rate rises linearly from 0 (not read by `constant`)."""
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay, on every weight."""
     max_completion_length: int = 12
     """New tokens sampled per completion; also the constant of the dr_grpo normalisation."""
     temperature: float = 1.0
@@ -142,6 +151,11 @@ class GRPOConfig:
             raise ConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")  # pragma: no mutate - message
         if self.beta < 0:
             raise ConfigError(f"beta must be >= 0, got {self.beta}")  # pragma: no mutate - message
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES or self.warmup_steps < 0 or self.weight_decay < 0:
+            raise ConfigError(  # pragma: no mutate - message
+                f"lr_scheduler_type must be one of {', '.join(LR_SCHEDULER_TYPES)}, warmup_steps and weight_decay "
+                f">= 0, got {self.lr_scheduler_type!r}, {self.warmup_steps} and {self.weight_decay}"
+            )
         if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
             raise ConfigError(  # pragma: no mutate - message
                 f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {self.epsilon_low} and {self.epsilon_high}"

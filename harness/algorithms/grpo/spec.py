@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness import settings
 from harness.errors import HarnessConfigError
+from harness.oracle.schedules import KINDS as LR_SCHEDULER_TYPES
 
 from .instruments import INSTRUMENTS
 
@@ -129,6 +130,12 @@ class GRPOSpec:
     handed to the trainer as a module and watched by the target's `RewardTap.watch`; the first scores every
     completion."""
     max_grad_norm: float | None = None
+    lr_scheduler_type: str = "constant"
+    """The learning-rate schedule over max_steps (harness/oracle/schedules.py: constant, constant_with_warmup,
+    linear, cosine, as transformers' get_scheduler defines them); TRL's default is linear, the gate's constant."""
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay (TRL's default 0.0)."""
     # the built-in toy world
     vocab_size: int = 32
     prompt_length: int = 6
@@ -274,6 +281,10 @@ class GRPOSpec:
             raise HarnessConfigError(f"top_entropy_quantile={self.top_entropy_quantile}: must be in [0, 1]")
         if not 0 <= self.entropy_coef < float("inf"):
             raise HarnessConfigError(f"entropy_coef={self.entropy_coef}: must be finite and >= 0")
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES or self.warmup_steps < 0 or self.weight_decay < 0:
+            raise HarnessConfigError(f"lr_scheduler_type={self.lr_scheduler_type!r}, warmup_steps={self.warmup_steps}, "
+                                     f"weight_decay={self.weight_decay}: expected one of "
+                                     f"{', '.join(LR_SCHEDULER_TYPES)}, steps and decay >= 0")  # fmt: skip
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 

@@ -11,7 +11,8 @@ weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 an
 multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
 under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
-verify-dist, and the entropy bonus under the entropy mask.
+verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.9.0) the learning-rate schedule and
+the weight decay a run declares (`lr_schedule`).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -253,16 +254,28 @@ BONUS_UNDER_THE_MASK = Change(
     "them on every rank",
     checks=("entropy_gradient[[]run=top_entropy]",),
 )
+LR_SCHEDULE = Change(
+    version=9,
+    release="0.9.0",
+    subject="the learning-rate schedule and the weight decay",
+    old="every run at a constant learning rate without weight decay; each step recomputed from the rate and decay "
+    "its optimizer held, taken on trust",
+    new="also lr_schedule: a linear schedule with a warm-up of 2 over 6 steps and weight decay 0.1 (GRPOSpec's "
+    "lr_scheduler_type, warmup_steps and weight_decay, which a target hands its trainer or declares not "
+    "applicable): each step's rate and decay against the declared ones, each logged learning_rate against the "
+    "schedule, each step recomputed under them",
+    checks=("lr_schedule",),
+)
 
 CONTRACT = Contract(
-    version=8,
+    version=9,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
-             BONUS_UNDER_THE_MASK),
+             BONUS_UNDER_THE_MASK, LR_SCHEDULE),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -218,5 +218,6 @@ factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level import
                           "run=top_entropy": "tinygrpo keeps every token's policy term: it has no entropy mask",
                           "entropy_gradient": "tinygrpo's loss has no entropy bonus",
                           "multi_objective_aggregation=normalize_then_sum": "tinygrpo normalises the weighted sum "
-                          "of its rewards: it has no per-function normalisation"}
+                          "of its rewards: it has no per-function normalisation",
+                          "lr_schedule": "tinygrpo trains at a constant learning rate without weight decay"}
 factory.contract_version = 2  # written for GRPO contract 2 (`python -m harness --version`): a later change is named

@@ -20,6 +20,12 @@ generation. Right trainers order prompts differently (the reference's one seeded
 RepeatSampler with a new permutation per epoch), and every one of them keeps this rule whenever the prompt set
 is a whole number of generations' prompts, as here: TRL's sampler drops an epoch's last incomplete batch of
 prompts, so with another prompt count its prompts are used unevenly by design, and the rule is not judged.
+
+`lr_schedule` runs the learning rate's schedule: 6 optimizer steps of 2 micro-batches under a linear schedule
+with a warm-up of 2 and a weight decay of 0.1 (rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base). Each step's rate and
+the decay against the declared ones, each logged rate against the schedule (harness/checks/lr_schedule.py), and
+each step recomputed under them (`optimizer_step`'s rules). A schedule advanced per backward pass runs 0, 1, 1/2,
+0, 0, 0; one stepped before the optimizer 1/2, 1, 3/4, ...: the constant rate of every other run shows neither.
 """
 
 from __future__ import annotations
@@ -29,8 +35,12 @@ from collections.abc import Sequence
 
 import torch
 
+from harness.checks.lr_schedule import judge_schedule
+from harness.checks.optimizer import declared_kind, judge_steps
 from harness.instrument.loss import LossRecord, RewardCall
-from harness.instrument.observe import Observation, ObservationCache
+from harness.instrument.observe import Observation, ObservationCache, grad_copies
+from harness.oracle.schedules import Schedule
+from harness.require import require_ran
 from harness.scenario import Case, Scenario
 from harness.verdict import Check, CheckResult
 
@@ -46,6 +56,10 @@ SCHEDULE = UNEVEN.with_(name="schedule", per_device_train_batch_size=4, gradient
 """Four prompts, two per generation (8 completions in groups of 4), two steps per generation; 7 steps logged
 every 3: four generations (two passes over the prompts, the last generation half trained), logs at steps 3, 6
 and 7."""
+LR_SCHEDULE = UNEVEN.with_(name="lr_schedule", per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                           steps_per_generation=4, max_steps=6, logging_steps=2, lr_scheduler_type="linear",
+                           warmup_steps=2, weight_decay=0.1)  # fmt: skip
+"""Three generations of 8 completions, each trained in two windows of 2 micro-batches, logged every 2 steps."""
 
 
 def log_steps(spec: GRPOSpec) -> list[int]:
@@ -165,9 +179,29 @@ def schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
     return check.finish()
 
 
+def lr_schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
+    """Each step's learning rate and weight decay, and the logged rates, against the run's declared schedule; each
+    step recomputed under them."""
+    check = Check(case.id)
+    with grad_copies():
+        obs = cache.get(spec_for(LR_SCHEDULE, run), spy=False)
+    if require_ran(obs, check) is None:
+        return check.finish()
+    spec = obs.spec
+    schedule = Schedule(spec.lr_scheduler_type, spec.learning_rate, spec.warmup_steps, spec.max_steps)
+    logs = [(int(log.get("step", at)), float(log["learning_rate"]))
+            for log, at in zip(obs.ran.logs, log_steps(spec)) if "learning_rate" in log]  # fmt: skip
+    judge_schedule(obs.ran.grads, check, schedule, spec.weight_decay, logs or None)
+    judge_steps(obs.ran.grads, check, declared_kind(cache), where="under the schedule")
+    return check.finish()
+
+
 SCHEDULE_SCENARIOS = (
     Scenario("schedule", schedule, (),
              "4 prompts, 2 per generation, 7 steps logged every 3: steps, generations trained and scored, the 3 logs "
              "(the partial last) and their steps == what the configuration implies, each interval pooled == oracle; "
              "every prompt used once before any twice"),
+    Scenario("lr_schedule", lr_schedule, (),
+             "6 steps under a linear schedule (warm-up 2) and weight decay 0.1: each step's rate and decay == the "
+             "declared ones, each logged rate == the schedule's, each step == the float64 AdamW recomputation"),
 )  # fmt: skip

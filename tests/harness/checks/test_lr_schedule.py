@@ -1,0 +1,134 @@
+"""The learning-rate schedule check: transformers' schedulers stepped once per optimizer step pass it; a schedule
+advanced per backward pass, a scheduler stepped before the optimizer and an optimizer without the configured decay
+fail it, each diagnosed; a run that recorded no step fails it, never passes."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from transformers import get_scheduler
+
+from harness.checks.lr_schedule import AHEAD, DECAY, LOGGED, NO_DECAY, PER_BACKWARD, RATE, judge_schedule
+from harness.errors import HarnessConfigError
+from harness.instrument.grad import GradRecorder
+from harness.instrument.grad_trace import GradTrace
+from harness.oracle.schedules import KINDS, Schedule
+from harness.verdict import Check, CheckId, MetricStatus
+
+BASE, STEPS, WARMUP, PASSES = 1e-2, 6, 2, 2
+
+
+def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS):
+    """A tiny model trained `steps` AdamW steps of PASSES backward passes each under transformers' scheduler
+    `kind`, stepped `order` ('after' the optimizer, 'before' it, or at every 'backward'); the trace and the rates a
+    trainer would log after each step."""
+    torch.manual_seed(0)
+    weight, bias = torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))
+    params = [{"params": [weight]}, {"params": [bias], "weight_decay": 0.0}] if groups else [weight, bias]
+    optimizer = torch.optim.AdamW(params, lr=BASE, weight_decay=decay)
+    scheduler = get_scheduler(kind, optimizer, num_warmup_steps=WARMUP, num_training_steps=steps)
+    logged = []
+    with GradRecorder([weight, bias], optimizer, copies=True) as recorder, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")  # the bugs, on purpose
+        for _ in range(steps):
+            for _ in range(PASSES):
+                x = torch.randn(4, 5)
+                ((x @ weight + bias) ** 2).mean().backward()
+                if order == "backward":
+                    scheduler.step()
+            if order == "before":
+                scheduler.step()
+            optimizer.step()
+            if order == "after":
+                scheduler.step()
+            optimizer.zero_grad()
+            logged.append(optimizer.param_groups[0]["lr"])
+    return recorder.trace(), logged
+
+
+def _judge(trace, logs=None, kind="linear", decay=0.1, steps=STEPS):
+    check = Check(CheckId("lr_schedule"))
+    judge_schedule(trace, check, Schedule(kind, BASE, WARMUP, steps), decay, logs)
+    return check.finish()
+
+
+def _metric(result, name):
+    return next(m for m in result.metrics if m.name == name)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_oracle_gives_transformers_rates(kind):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=BASE)
+    scheduler = get_scheduler(kind, optimizer, num_warmup_steps=WARMUP, num_training_steps=9)
+    schedule = Schedule(kind, BASE, WARMUP, 9)
+    for k in range(9):
+        assert abs(optimizer.param_groups[0]["lr"] - schedule.rate(k)) <= 1e-15, (kind, k)
+        optimizer.step()
+        scheduler.step()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_scheduler_stepped_once_per_optimizer_step_passes(kind):
+    trace, logged = _train(kind)
+    after = [(n + 1, lr) for n, lr in enumerate(logged)]  # the rate after each step, as the reference logs it
+    result = _judge(trace, after, kind)
+    assert result.passed, result.message
+    assert {m.name for m in result.metrics} == {RATE, DECAY, LOGGED}
+    at = [(n + 1, lr) for n, lr in enumerate(trace_rates(trace))]  # the rate each step used, as TRL logs it
+    assert _judge(trace, at, kind).passed
+
+
+def trace_rates(trace: GradTrace) -> list[float]:
+    return [update.groups[0]["lr"] for update in trace.updates]
+
+
+def test_biases_left_undecayed_pass_and_no_decay_fails_diagnosed():
+    assert _judge(_train(groups=True)[0]).passed  # transformers' groups: the weight decayed, the bias not
+    result = _judge(_train(decay=0.0)[0])
+    assert (not result.passed)
+    metric = _metric(result, DECAY)
+    assert metric.status is MetricStatus.FAIL and metric.diagnosis.classes == (NO_DECAY,), result.message
+    assert _metric(result, RATE).status is MetricStatus.PASS
+
+
+def test_a_schedule_advanced_per_backward_pass_fails_diagnosed():
+    result = _judge(_train(order="backward")[0])
+    metric = _metric(result, RATE)
+    assert (not result.passed) and metric.status is MetricStatus.FAIL, result.message
+    assert metric.diagnosis is not None and metric.diagnosis.classes == (PER_BACKWARD,), metric.reason
+
+
+def test_a_scheduler_stepped_before_the_optimizer_fails_diagnosed():
+    result = _judge(_train(order="before")[0])
+    metric = _metric(result, RATE)
+    assert (not result.passed) and metric.diagnosis is not None and metric.diagnosis.classes == (AHEAD,), metric.reason
+
+
+def test_a_constant_rate_under_a_declared_schedule_fails():
+    trace, _ = _train(kind="constant")
+    result = _judge(trace, kind="linear")
+    assert (not result.passed) and _metric(result, RATE).diagnosis is None, result.message
+
+
+def test_a_logged_rate_off_the_schedule_fails():
+    trace, logged = _train()
+    wrong = [(n + 1, lr * 2 + BASE) for n, lr in enumerate(logged)]
+    result = _judge(trace, wrong)
+    assert (not result.passed) and _metric(result, LOGGED).status is MetricStatus.FAIL, result.message
+
+
+def test_a_run_without_steps_or_of_another_length_fails_loudly():
+    result = _judge(GradTrace())
+    assert (not result.passed) and "0 optimizer steps" in result.message
+    trace, _ = _train()
+    result = _judge(trace, steps=STEPS + 1)
+    assert (not result.passed) and f"{STEPS} optimizer steps, the schedule's run {STEPS + 1}" in result.message
+    result = _judge(trace, logs=None)
+    assert result.passed and "logs no learning rate" in result.message
+
+
+def test_a_schedule_the_oracle_does_not_know_is_a_usage_error():
+    with pytest.raises(HarnessConfigError, match="lr_scheduler_type='polynomial'"):
+        Schedule("polynomial", BASE, 0, 4)
