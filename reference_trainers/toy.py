@@ -83,6 +83,7 @@ def build_world(
     pad_logit_bias: float = 0.0,
     prompt_pads: int = 0,
     dropout: float = 0.0,
+    stop_logit_bias: float = 0.0,
 ) -> ToyWorld:
     """Policy, frozen reference, value model, reward model and prompts, all from `seed`.
 
@@ -90,6 +91,8 @@ def build_world(
     draws it from its own seed so that the KL terms are non-zero from the first update.
     `pad_logit_bias` adds a bias to the pad logit of both policies, so that some
     responses start with pad (empty responses, all-masked micro-batches).
+    `stop_logit_bias` adds a bias to the stop (EOS) logit of both policies, so that responses end early
+    (at 2.0 about one token in five is the stop token).
     `prompt_pads` left-pads the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens.
     `dropout` is the attention dropout of every model (Llama's `attention_dropout`, applied
     while a model is in training mode; Llama has no other dropout), so that a trainer that
@@ -114,9 +117,11 @@ def build_world(
         model.to(device=device, dtype=dtype)
     for model in (policy, ref_policy):
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if pad_logit_bias:
+    biases = {token: bias for token, bias in ((tokenizer.pad_token_id, pad_logit_bias),
+                                               (tokenizer.eos_token_id, stop_logit_bias)) if bias}  # fmt: skip
+    if biases:
         for model in (policy, ref_policy):
-            add_pad_bias(model, tokenizer.pad_token_id, pad_logit_bias)
+            add_logit_biases(model, biases)
     ref_policy.requires_grad_(False)
     reward_model.requires_grad_(False)
     return ToyWorld(
@@ -133,9 +138,15 @@ def build_world(
 
 def add_pad_bias(model: torch.nn.Module, pad_token_id: int, bias: float) -> None:
     """Give the LM head a (frozen) bias that favours the pad token."""
+    add_logit_biases(model, {pad_token_id: bias})
+
+
+def add_logit_biases(model: torch.nn.Module, biases: dict[int, float]) -> None:
+    """Give the LM head a (frozen) bias vector: `biases` by token id, 0 elsewhere."""
     head = model.get_output_embeddings()
     values = torch.zeros(head.out_features, device=head.weight.device, dtype=head.weight.dtype)
-    values[pad_token_id] = bias
+    for token, bias in biases.items():
+        values[token] = bias
     head.bias = torch.nn.Parameter(values, requires_grad=False)
 
 

@@ -17,12 +17,15 @@ rate, warm-up and steps; harness/oracle/schedules.py):
    the rate once the scheduler has stepped (as transformers' Trainer logs `_get_learning_rate()`), or rate(n - 1),
    the rate the interval's last step used: both are definitions in use, and the bugs of rule 1 move either.
 
-A run without steps, or whose param groups hold no learning rate, fails saying so. Nothing here names an
+On several ranks (verify-dist) each rank's steps are held so; a schedule that advanced once per process at each
+optimizer step (accelerate's prepared scheduler counts its schedule in samples, so it steps world times) is
+diagnosed. A run without steps, or whose param groups hold no learning rate, fails saying so. Nothing here names an
 algorithm: each registers a scenario that hands over its run's trace, schedule and logs (`judge_schedule`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -43,6 +46,9 @@ AHEAD = 90
 """docs/bug-catalogue.md's class of a scheduler stepped before the optimizer (each step at the next one's rate)."""
 NO_DECAY = 91
 """docs/bug-catalogue.md's class of an optimizer built without the configured weight decay."""
+PER_PROCESS = 92
+"""docs/bug-catalogue.md's class of a schedule advanced once per process at each optimizer step (accelerate's prepared
+scheduler, its schedule counted in samples)."""
 
 
 def _verdict(name: str, status: MetricStatus, reason: str, numbers: tuple | None = None,
@@ -52,6 +58,10 @@ def _verdict(name: str, status: MetricStatus, reason: str, numbers: tuple | None
     logged, expected, tol = numbers
     return MetricVerdict(name, status, logged=logged, expected=expected, abs_err=abs(logged - expected), tol=tol,
                          reason=reason, wording=Wording.CHECK, diagnosis=diagnosis)  # fmt: skip
+
+
+def _at(verdict: MetricVerdict, where: str) -> MetricVerdict:
+    return dataclasses.replace(verdict, where=where) if where else verdict
 
 
 def _rates(trace: GradTrace) -> list[list[float]] | str:
@@ -69,8 +79,12 @@ def _explains(rates: list[list[float]], steps_of, schedule: Schedule, tol: float
     return all(abs(lr - schedule.rate(steps_of(k))) <= tol for k, row in enumerate(rates) for lr in row)
 
 
-def _rate_diagnosis(rates: list[list[float]], trace: GradTrace, schedule: Schedule, tol: float) -> Diagnosis | None:
-    """The known bug whose schedule gives every rate seen, if one does."""
+def _rate_diagnosis(rates: list[list[float]], trace: GradTrace, schedule: Schedule, tol: float,
+                    world: int) -> Diagnosis | None:  # fmt: skip
+    """The known bug whose schedule gives every rate seen, if one does (`world`: the processes of the run)."""
+    if world > 1 and _explains(rates, lambda k: k * world, schedule, tol):
+        return Diagnosis((PER_PROCESS,), f"the schedule advanced once per process at each optimizer step: step k "
+                         f"used the rate of step {world} k", math.nan, math.nan)  # fmt: skip
     passes = [0]
     for step in trace.steps:
         passes.append(passes[-1] + len(step.backward_ids))
@@ -84,7 +98,7 @@ def _rate_diagnosis(rates: list[list[float]], trace: GradTrace, schedule: Schedu
     return None
 
 
-def judge_rates(trace: GradTrace, schedule: Schedule) -> MetricVerdict:
+def judge_rates(trace: GradTrace, schedule: Schedule, world: int = 1) -> MetricVerdict:
     """Rule 1: each step's rate in every param group against the declared schedule."""
     rates = _rates(trace)
     if isinstance(rates, str):
@@ -100,7 +114,8 @@ def judge_rates(trace: GradTrace, schedule: Schedule) -> MetricVerdict:
                                 f"step {k + 1}, param group {g}: the learning rate {lr:.9g}, the schedule "
                                 f"{schedule.label} gives {schedule.rate(k):.9g} (the steps' rates {seen}; expected "
                                 f"{', '.join(f'{schedule.rate(i):.6g}' for i in range(len(rates)))})",
-                                (lr, schedule.rate(k), tol), _rate_diagnosis(rates, trace, schedule, tol))  # fmt: skip
+                                (lr, schedule.rate(k), tol),
+                                _rate_diagnosis(rates, trace, schedule, tol, world))  # fmt: skip
     return _verdict(RATE, MetricStatus.PASS, f"the {len(rates)} steps' rates follow {schedule.label}: "
                     f"{', '.join(f'{r[0]:.6g}' for r in rates)}", (worst[1], worst[2], tol))  # fmt: skip
 
@@ -143,20 +158,22 @@ def judge_logged(logs: Sequence[tuple[int, float]], schedule: Schedule) -> Metri
 
 
 def judge_schedule(trace: GradTrace, check: Check, schedule: Schedule, weight_decay: float,
-                   logs: Sequence[tuple[int, float]] | None) -> None:  # fmt: skip
+                   logs: Sequence[tuple[int, float]] | None, where: str = "", world: int = 1) -> None:  # fmt: skip
     """Hold `trace`'s steps (recorded with the copies) to `schedule` and `weight_decay`, and the logged rates
-    `logs` ((optimizer steps so far, rate) per log; None where the run logs none) to the schedule."""
+    `logs` ((optimizer steps so far, rate) per log; None where the run logs none) to the schedule; `where` names
+    the trace (a rank), `world` the processes of the run (for the diagnosis)."""
+    prefix = f"{where}: " if where else ""
     if not trace.copies or not trace.updates or len(trace.updates) != len(trace.steps):
-        check.fail(f"{len(trace.steps)} optimizer steps seen, {len(trace.updates)} with their settings: the "
-                   "schedule cannot be judged (the run must be recorded inside grad_copies())")  # fmt: skip
+        check.fail(f"{prefix}{len(trace.steps)} optimizer steps seen, {len(trace.updates)} with their settings: "
+                   "the schedule cannot be judged (the run must be recorded inside grad_copies())")  # fmt: skip
         return
     if len(trace.updates) != schedule.total:
-        check.fail(f"{len(trace.updates)} optimizer steps, the schedule's run {schedule.total}")
-    verdicts = [judge_rates(trace, schedule)]
+        check.fail(f"{prefix}{len(trace.updates)} optimizer steps, the schedule's run {schedule.total}")
+    verdicts = [judge_rates(trace, schedule, world)]
     if weight_decay:
         verdicts.append(judge_decay(trace, weight_decay))
     if logs:
         verdicts.append(judge_logged(logs, schedule))
     else:
-        check.note("the run logs no learning rate: only the rates its steps used are held to the schedule")
-    check.absorb(verdicts)
+        check.note(f"{prefix}the run logs no learning rate: only the rates its steps used are held to the schedule")
+    check.absorb([_at(v, where) for v in verdicts])

@@ -30,4 +30,5 @@ def toy_world(spec, prompt_pads: int = 0):
         pad_logit_bias=spec.pad_logit_bias,
         prompt_pads=prompt_pads,
         dropout=spec.dropout,
+        stop_logit_bias=getattr(spec, "stop_logit_bias", 0.0),
     )

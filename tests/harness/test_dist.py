@@ -47,6 +47,7 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "completion_mask[ranks=2]": "pass",
         "reward_inputs[ranks=2]": "pass",
         "sampling[ranks=2]": "pass",  # each rank draws with a random stream of its own
+        "lr_schedule[ranks=2]": "pass",  # the scheduler stepped by hand, once per optimizer step
     }
     assert report["algorithm"] == "grpo"
     (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]

@@ -66,9 +66,9 @@ def test_a_third_algorithm_brings_its_own_mutants(registered):
     seen, _ = registered
     assert seen["problems"] == []  # its class has its mutant, its mutant's id, class and checks are valid
     assert seen["folders"] == {str(BUILT_IN.parent): ["ppo", "grpo"], str(THIRD / "mutants"): ["tokenmean"]}
-    assert seen["ids"] == [*(m.id for m in catalogue.MUTANTS), "t91_last_count_only"]  # the built-in ones unchanged
-    assert seen["classes"] == [91]
-    assert seen["mine"] == [["t91_last_count_only", "tokenmean-reference", ["token_mean"]]]
+    assert seen["ids"] == [*(m.id for m in catalogue.MUTANTS), "t901_last_count_only"]  # the built-in ones unchanged
+    assert seen["classes"] == [901]
+    assert seen["mine"] == [["t901_last_count_only", "tokenmean-reference", ["token_mean"]]]
     assert seen["patched"] == ["tests/support/third_algorithm/tokenmean/trainer.py"]
     assert seen["controls"] == ["verify-dist-tokenmean", "verify-tokenmean"] and "tokenmean" in seen["mutmut"]
 

@@ -11,7 +11,9 @@ normalises: on a run with two reward functions and `scale_rewards="batch"`, ever
 every rank equals the oracle's over every rank's recorded scores (the batch's std is the whole generation
 batch's, every rank's completions, which differs from each rank's own: the check fails when it would not),
 each rank's masks are the contract's, and each rank's reward functions were given its own completions. That the
-ranks drew with random streams of their own (`sampling[ranks=N]`): rank_sampling.py.
+ranks drew with random streams of their own (`sampling[ranks=N]`): rank_sampling.py. That every rank's optimizer
+follows the declared learning-rate schedule and decay (`lr_schedule[ranks=N]`, harness/checks/lr_schedule.py): a
+schedule stepped once per process at each step runs world times too fast there alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 
+from harness.checks.lr_schedule import judge_schedule
 from harness.compare import compare
 from harness.errors import NotRecomputable
 from harness.instrument.observe import Ran
@@ -36,10 +39,11 @@ from .instruments import recorded
 from .oracle import gradients, rewards
 from .oracle.expect import expected_metrics, intervals
 from .rank_sampling import sampling_across_ranks
-from .runs import TOP_ENTROPY_QUANTILE, UNEVEN
+from .runs import LR_SCHEDULE, TOP_ENTROPY_QUANTILE, UNEVEN
 from .scenarios import masks, reward_inputs
 from .scenarios.gradients import judge, shows_mask
 from .scenarios.preconditions import logged_names
+from .scenarios.schedule import declared_schedule, logged_rates
 from .spec import GRPOSpec
 from .tolerances import TOLERANCES
 
@@ -91,9 +95,11 @@ threshold."""
 def rank_specs(seed: int, settings: Mapping[str, Any] | None = None) -> dict[str, GRPOSpec]:
     """The runs every rank makes: two generations, each logged once (also the freshness of the second log); the
     same with two reward functions under batch scaling (the advantages, masks and reward inputs); two windows under
-    each of GRADIENT_LOSS_TYPES (the gradient); and TOP_ENTROPY. `settings` (`verify-dist --set`) apply to every run
-    but where the run sets the key itself (the loss type of a gradient run, the batch scaling of the reward run)."""
+    each of GRADIENT_LOSS_TYPES (the gradient); TOP_ENTROPY; and LR_SCHEDULE. `settings` (`verify-dist --set`) apply
+    to every run but where the run sets the key itself (the loss type of a gradient run, the batch scaling of the
+    reward run)."""
     runs = {"uneven_lengths": UNEVEN, "advantages": REWARDS, "logp_gradient_top_entropy": TOP_ENTROPY,
+            "lr_schedule": LR_SCHEDULE,
             **{f"logp_gradient_{t}": loss_type_run(t) for t in GRADIENT_LOSS_TYPES}}  # fmt: skip
     return {name: applied(spec, settings or {}, GRPOSpec()).with_(seed=seed) for name, spec in runs.items()}
 
@@ -109,6 +115,7 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
         **{CheckId("logp_gradient", (*world, ("loss_type", t))): (f"logp_gradient_{t}",) for t in GRADIENT_LOSS_TYPES},
         CheckId("logp_gradient", (*world, ("run", "top_entropy"))): ("logp_gradient_top_entropy",),
         **{CheckId(name, world): ("advantages",) for name in ("advantages", "completion_mask", "reward_inputs")},
+        CheckId("lr_schedule", world): ("lr_schedule",),
     }
 
 
@@ -139,7 +146,18 @@ def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
         results.append(logp_gradient_across_ranks(ranks, specs["logp_gradient_top_entropy"], check_id, declared))
     if "advantages" in runs:
         results += rollout_across_ranks(runs["advantages"], specs["advantages"], declared)
+    if "lr_schedule" in runs:
+        results.append(schedule_across_ranks(runs["lr_schedule"], specs["lr_schedule"]))
     return results
+
+
+def schedule_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec) -> CheckResult:
+    """Every rank's optimizer steps, and its logged rates where it logs, against the run's declared schedule."""
+    check = Check(CheckId("lr_schedule", (("ranks", len(ranks)),)))
+    for rank, ran in enumerate(ranks):
+        judge_schedule(ran.grads, check, declared_schedule(spec), spec.weight_decay, logged_rates(ran, spec),
+                       where=f"rank {rank}", world=len(ranks))  # fmt: skip
+    return check.finish()
 
 
 def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: CheckId,

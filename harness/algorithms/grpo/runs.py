@@ -34,6 +34,13 @@ EMPTY = ALL_MASKED.with_(name="empty_interval", gradient_accumulation_steps=1, m
 # so that a trainer that pools the token means per micro-batch (TRL) is judged on the KL's absence alone.
 NO_KL = UNEVEN.with_(name="no_kl", gradient_accumulation_steps=1, steps_per_generation=4, max_steps=4,
                      logging_steps=1, beta=0.0)  # fmt: skip
+# Three generations of 12 completions, each trained in two windows of 3 micro-batches, logged every 2 steps, under a
+# linear schedule with a warm-up of 2 and weight decay 0.1 (lr_schedule): rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base.
+# Windows of 3, so that a schedule advanced per backward pass (0, 3/4, 0, ...) is not one advanced per process on two
+# ranks (0, 1, 1/2, 0, ...).
+LR_SCHEDULE = UNEVEN.with_(name="lr_schedule", per_device_train_batch_size=2, gradient_accumulation_steps=3,
+                           steps_per_generation=6, max_steps=6, logging_steps=2, lr_scheduler_type="linear",
+                           warmup_steps=2, weight_decay=0.1)  # fmt: skip
 LR0 = UNEVEN.with_(name="partition", learning_rate=0.0, per_device_train_batch_size=4,
                    gradient_accumulation_steps=2, steps_per_generation=2)  # fmt: skip
 # The uneven run at a temperature other than 1, so that log-probs and entropies of unscaled logits would show.
@@ -130,6 +137,26 @@ TOP_ENTROPY_QUANTILE = 0.2
 """top_entropy_quantile of the entropy mask's run: the paper's recommendation (TRL's docs cite it), so each
 micro-batch's tokens below its 0.8 quantile of entropy lose their policy term, most of them; a threshold taken at the
 0.2 quantile (q for 1 - q) keeps most instead."""
+
+
+def short_completions_spec(run: GRPOSpec) -> GRPOSpec:
+    """The uneven lengths under dr_grpo with completions of up to SHORT_COMPLETIONS_LIMIT tokens and the stop token's
+    logit raised by SHORT_COMPLETIONS_STOP_BIAS, so that every completion of some generation ends before the limit:
+    dr_grpo still divides by the limit, a trainer that pads a generation to its longest completion and divides by
+    that width does not."""
+    return spec_for(UNEVEN, run).with_(name="short_completions", loss_type="dr_grpo",
+                                       max_completion_length=SHORT_COMPLETIONS_LIMIT,
+                                       stop_logit_bias=SHORT_COMPLETIONS_STOP_BIAS)  # fmt: skip
+
+
+SHORT_COMPLETIONS_LIMIT = 24
+"""max_completion_length of `short_completions_spec`, twice the gate's 12."""
+SHORT_COMPLETIONS_STOP_BIAS = 5.0
+"""The stop token's logit bias of `short_completions_spec` (every target's; the trl-grpo target's own 2.0 replaced).
+The toy policies' logits are far from uniform at some seeds (seed 1's favour a few tokens), so the bias is measured,
+not computed: at 5.0 the longest completion of a generation is 2 to 5 tokens on the reference at seeds 0-4 and 2 to
+10 on TRL 1.16.0, well short of 24; at 4.0 up to 23 and 20; at 2.0 every generation of two of the reference's
+seeds had a completion that reached 24."""
 
 
 def top_entropy_spec(run: GRPOSpec) -> GRPOSpec:

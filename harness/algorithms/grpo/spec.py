@@ -144,6 +144,9 @@ class GRPOSpec:
     """Left padding of the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens (PPO's field)."""
     pad_logit_bias: float = 0.0
     """Added to the policy's pad-token logit, so that some completions are empty (all-masked rows)."""
+    stop_logit_bias: float = 0.0
+    """Added to the policy's stop-token logit, so that completions end early (0: the toy world's own odds; the
+    trl-grpo target then adds its own EOS bias)."""
     dropout: float = 0.0
     """Attention dropout of every toy model: a trainer must not let it act (at LR 0 no token is clipped)."""
     # how the harness judges the run (no trainer reads it)

@@ -12,7 +12,7 @@ multi_objective_aggregation 'normalize_then_sum' and groups of another size; ver
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
 under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
 verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.9.0) the learning-rate schedule and
-the weight decay a run declares (`lr_schedule`).
+the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -263,8 +263,19 @@ LR_SCHEDULE = Change(
     new="also lr_schedule: a linear schedule with a warm-up of 2 over 6 steps and weight decay 0.1 (GRPOSpec's "
     "lr_scheduler_type, warmup_steps and weight_decay, which a target hands its trainer or declares not "
     "applicable): each step's rate and decay against the declared ones, each logged learning_rate against the "
-    "schedule, each step recomputed under them",
-    checks=("lr_schedule",),
+    "schedule, each step recomputed under them; and verify-dist's lr_schedule[ranks=2], every rank's steps so",
+    checks=("lr_schedule", "lr_schedule[[]ranks=*]"),
+)
+SHORT_COMPLETIONS = Change(
+    version=9,
+    release="0.9.0",
+    subject="completions shorter than the maximum",
+    old="dr_grpo's gradient run at max_completion_length 12, where some completion of nearly every generation runs to "
+    "the limit",
+    new="also logp_gradient[run=short_completions]: dr_grpo at max_completion_length 24 with the stop token's logit "
+    "raised (GRPOSpec.stop_logit_bias 5.0), some generation's every completion shorter than the limit (the run must "
+    "show one), where dr_grpo still divides by the limit",
+    checks=("logp_gradient[[]run=short_completions]",),
 )
 
 CONTRACT = Contract(
@@ -275,7 +286,7 @@ CONTRACT = Contract(
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
-             BONUS_UNDER_THE_MASK, LR_SCHEDULE),
+             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import get_scheduler
 
-from harness.checks.lr_schedule import AHEAD, DECAY, LOGGED, NO_DECAY, PER_BACKWARD, RATE, judge_schedule
+from harness.checks.lr_schedule import AHEAD, DECAY, LOGGED, NO_DECAY, PER_BACKWARD, PER_PROCESS, RATE, judge_schedule
 from harness.errors import HarnessConfigError
 from harness.instrument.grad import GradRecorder
 from harness.instrument.grad_trace import GradTrace
@@ -22,8 +22,8 @@ BASE, STEPS, WARMUP, PASSES = 1e-2, 6, 2, 2
 
 def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS):
     """A tiny model trained `steps` AdamW steps of PASSES backward passes each under transformers' scheduler
-    `kind`, stepped `order` ('after' the optimizer, 'before' it, or at every 'backward'); the trace and the rates a
-    trainer would log after each step."""
+    `kind`, stepped `order` ('after' the optimizer, 'before' it, at every 'backward', or 'twice' after it, as
+    accelerate's prepared scheduler on two processes); the trace and the rates a trainer would log after each step."""
     torch.manual_seed(0)
     weight, bias = torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))
     params = [{"params": [weight]}, {"params": [bias], "weight_decay": 0.0}] if groups else [weight, bias]
@@ -41,16 +41,16 @@ def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS):
             if order == "before":
                 scheduler.step()
             optimizer.step()
-            if order == "after":
+            for _ in range(2 if order == "twice" else int(order == "after")):
                 scheduler.step()
             optimizer.zero_grad()
             logged.append(optimizer.param_groups[0]["lr"])
     return recorder.trace(), logged
 
 
-def _judge(trace, logs=None, kind="linear", decay=0.1, steps=STEPS):
+def _judge(trace, logs=None, kind="linear", decay=0.1, steps=STEPS, **where):
     check = Check(CheckId("lr_schedule"))
-    judge_schedule(trace, check, Schedule(kind, BASE, WARMUP, steps), decay, logs)
+    judge_schedule(trace, check, Schedule(kind, BASE, WARMUP, steps), decay, logs, **where)
     return check.finish()
 
 
@@ -104,6 +104,13 @@ def test_a_scheduler_stepped_before_the_optimizer_fails_diagnosed():
     result = _judge(_train(order="before")[0])
     metric = _metric(result, RATE)
     assert (not result.passed) and metric.diagnosis is not None and metric.diagnosis.classes == (AHEAD,), metric.reason
+
+
+def test_a_schedule_stepped_once_per_process_fails_diagnosed_on_a_rank():
+    result = _judge(_train(order="twice")[0], where="rank 1", world=2)
+    metric = _metric(result, RATE)
+    assert not result.passed and metric.where == "rank 1", result.message
+    assert metric.diagnosis is not None and metric.diagnosis.classes == (PER_PROCESS,), metric.reason
 
 
 def test_a_constant_rate_under_a_declared_schedule_fails():

@@ -36,6 +36,7 @@ from ..tolerances import TOLERANCES
 from ..wrong import gradient_formulas
 from . import sequence
 from .preconditions import definitions, require_records, untrained_micro_batches, window_sizes
+from .preconditions import require_short_generation as short_generation
 
 DELTA = 1.3
 """delta of the `run=delta` case: above 1 + epsilon_high (TRL's advice), below many ratios of the extremes run, so
@@ -58,6 +59,8 @@ RUNS = {
     "detached (reward_stats[run=small_groups]'s run)",
     "sequence_level": "the extremes run at importance_sampling_level 'sequence' under grpo (GSPO): one ratio per "
     "completion, each token's gradient through its completion's mean log-ratio; some completions clipped",
+    "short_completions": "dr_grpo, completions of up to 24 tokens ended early by a stop bias: some generation's every "
+    "completion shorter than the maximum, by which dr_grpo still divides",
     "top_entropy": f"the extremes run with top_entropy_quantile {runs.TOP_ENTROPY_QUANTILE:g}: the policy term only at "
     "each micro-batch's tokens of entropy at or above its quantile, the KL term at every token; some tokens of "
     "non-zero advantage masked out, some kept",
@@ -103,8 +106,8 @@ def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return runs.asymmetric_clip_spec(run)
     if name == "sequence_level":
         return runs.sequence_level_spec(run, case.param("loss_type", "grpo"))
-    if name == "top_entropy":
-        return runs.top_entropy_spec(run)
+    if name in ("top_entropy", "short_completions"):
+        return getattr(runs, f"{name}_spec")(run)
     spec = clipping(run)
     if name == "beta0":
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo")
@@ -150,6 +153,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
             return check.finish()
         check.note(f"{count} {what}")
     if case.param("run") == "top_entropy" and not shows_mask(check, gap, spec):
+        return check.finish()
+    if case.param("run") == "short_completions" and not short_generation(recorded(obs.ran).loss_inputs, spec, check):
         return check.finish()
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
@@ -318,7 +323,7 @@ LOGP_GRADIENT = Scenario(
     "that differ; old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo "
     "off policy, and at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the "
     "sequence ratio; the policy term under the entropy mask of top_entropy_quantile, also with entropies in "
-    "bfloat16; delta's cap on each completion's ratio at sequence level)",
+    "bfloat16; delta's cap on each completion's ratio at sequence level; dr_grpo on completions shorter than the max)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

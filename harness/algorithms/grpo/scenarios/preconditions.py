@@ -181,3 +181,25 @@ def untrained_micro_batches(records: Sequence[LossRecord], spec) -> str:
             return (f"micro-batches per generation {ran}{where}, expected {per_generation} "
                     f"(steps_per_generation * num_iterations) for every generation but the last")  # fmt: skip
     return ""
+
+
+def _longest(record: LossRecord) -> int:
+    """The most tokens any row of `record` keeps in its mask (0 for a record without rows)."""
+    return int(record.completion_mask.sum(dim=1).max()) if record.completion_mask.numel() else 0
+
+
+def require_short_generation(records: Sequence[LossRecord], spec, check: Check) -> bool:
+    """Whether some generation's completions all end before max_completion_length (a note), else a failure: a
+    trainer that pads a generation to its longest completion and divides by that width, where dr_grpo divides by
+    the constant max_completion_length, shows only where no completion of the generation reaches the limit."""
+    lengths: dict[tuple[int, int], int] = {}
+    for record in records:
+        key = (int(record.rank), int(record.generation))
+        lengths[key] = max(lengths.get(key, 0), _longest(record))
+    short = sorted(key for key, longest in lengths.items() if longest < spec.max_completion_length)
+    said = f"{len(short)} of {len(lengths)} generations whose every completion is shorter than max_completion_length"
+    if not short:
+        check.fail(f"{said} ({spec.max_completion_length}): the run did not show completions shorter than the maximum")
+        return False
+    check.note(f"{said} ({spec.max_completion_length}; their longest {[lengths[k] for k in short]})")
+    return True

@@ -21,11 +21,13 @@ RepeatSampler with a new permutation per epoch), and every one of them keeps thi
 is a whole number of generations' prompts, as here: TRL's sampler drops an epoch's last incomplete batch of
 prompts, so with another prompt count its prompts are used unevenly by design, and the rule is not judged.
 
-`lr_schedule` runs the learning rate's schedule: 6 optimizer steps of 2 micro-batches under a linear schedule
+`lr_schedule` runs the learning rate's schedule: 6 optimizer steps of 3 micro-batches under a linear schedule
 with a warm-up of 2 and a weight decay of 0.1 (rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base). Each step's rate and
 the decay against the declared ones, each logged rate against the schedule (harness/checks/lr_schedule.py), and
-each step recomputed under them (`optimizer_step`'s rules). A schedule advanced per backward pass runs 0, 1, 1/2,
+each step recomputed under them (`optimizer_step`'s rules). A schedule advanced per backward pass runs 0, 3/4, 0,
 0, 0, 0; one stepped before the optimizer 1/2, 1, 3/4, ...: the constant rate of every other run shows neither.
+verify-dist runs it on every rank (`lr_schedule[ranks=N]`, ranks.py), where a schedule stepped once per process
+runs 0, 1, 1/2, 0, 0, 0 on two.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from harness.verdict import Check, CheckResult
 
 from ..definitions import LOGGED, OPTIONAL, PARTIAL_LAST_INTERVAL
 from ..instruments import recorded
-from ..runs import UNEVEN, spec_for
+from ..runs import LR_SCHEDULE, UNEVEN, spec_for
 from ..spec import GRPOSpec
 from .pooled import pooled_check
 from .reward_inputs import strip_pads
@@ -56,10 +58,6 @@ SCHEDULE = UNEVEN.with_(name="schedule", per_device_train_batch_size=4, gradient
 """Four prompts, two per generation (8 completions in groups of 4), two steps per generation; 7 steps logged
 every 3: four generations (two passes over the prompts, the last generation half trained), logs at steps 3, 6
 and 7."""
-LR_SCHEDULE = UNEVEN.with_(name="lr_schedule", per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                           steps_per_generation=4, max_steps=6, logging_steps=2, lr_scheduler_type="linear",
-                           warmup_steps=2, weight_decay=0.1)  # fmt: skip
-"""Three generations of 8 completions, each trained in two windows of 2 micro-batches, logged every 2 steps."""
 
 
 def log_steps(spec: GRPOSpec) -> list[int]:
@@ -188,12 +186,21 @@ def lr_schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResu
     if require_ran(obs, check) is None:
         return check.finish()
     spec = obs.spec
-    schedule = Schedule(spec.lr_scheduler_type, spec.learning_rate, spec.warmup_steps, spec.max_steps)
-    logs = [(int(log.get("step", at)), float(log["learning_rate"]))
-            for log, at in zip(obs.ran.logs, log_steps(spec)) if "learning_rate" in log]  # fmt: skip
-    judge_schedule(obs.ran.grads, check, schedule, spec.weight_decay, logs or None)
+    judge_schedule(obs.ran.grads, check, declared_schedule(spec), spec.weight_decay, logged_rates(obs.ran, spec))
     judge_steps(obs.ran.grads, check, declared_kind(cache), where="under the schedule")
     return check.finish()
+
+
+def declared_schedule(spec: GRPOSpec) -> Schedule:
+    """The learning-rate schedule `spec` declares, over its max_steps."""
+    return Schedule(spec.lr_scheduler_type, spec.learning_rate, spec.warmup_steps, spec.max_steps)
+
+
+def logged_rates(ran, spec: GRPOSpec) -> list[tuple[int, float]] | None:
+    """(optimizer steps so far, logged `learning_rate`) of each of `ran`'s logs that has one; None when none has."""
+    logs = [(int(log.get("step", at)), float(log["learning_rate"]))
+            for log, at in zip(ran.logs, log_steps(spec)) if "learning_rate" in log]  # fmt: skip
+    return logs or None
 
 
 SCHEDULE_SCENARIOS = (

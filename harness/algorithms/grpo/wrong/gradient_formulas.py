@@ -157,6 +157,11 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
     if math.isfinite(c) and max(shares, default=0.0) > min(shares, default=0.0) * (1 + 1e-9):  # else a common factor
         out.append(((), f"each micro-batch's dL/dlogp over its own tokens, not its window's, times {c:.4g}: a mean "
                         f"of micro-batch means", [c * w for w in own], 2))  # fmt: skip
+    widths = [int(r.record.completion_mask.shape[1]) for r in rows]
+    if s.loss_type == "dr_grpo" and any(w != s.max_completion_length for w in widths):  # 1 / (C_W width), not L
+        out.append(((93,), "dr_grpo divided by the width the completions are padded to, not max_completion_length "
+                           f"({s.max_completion_length})",
+                    [w * s.max_completion_length / max(n, 1) for w, n in zip(wants, widths)], 1))  # fmt: skip
     if s.loss_type == "bnpo":  # weight 1 / T_W, not 1 / (T_m K_W): the formula x K_W T_m / T_W
         counts: dict[int, int] = {}
         for r in rows:

@@ -78,6 +78,7 @@ def test_trl_grpo_across_two_processes_fails_its_pooling_alone(tmp_path):
         "logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]", "logp_gradient[ranks=2,loss_type=bnpo]",
         "logp_gradient[ranks=2,run=top_entropy]", "advantages[ranks=2]", "completion_mask[ranks=2]",
         "reward_inputs[ranks=2]", "sampling[ranks=2]",  # TRL seeds each process apart (device_specific=True)
+        "lr_schedule[ranks=2]",  # transformers' Trainer steps its scheduler once per optimizer step on every rank
     }  # fmt: skip
     for check in report["checks"]:
         if check["id"] in fails:

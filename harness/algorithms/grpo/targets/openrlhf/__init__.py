@@ -273,7 +273,8 @@ build.not_applicable = {
        for t in ("bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")},
     "scale_rewards=batch": config.BATCH_STD,
     "run=delta": config.DELTA,
-    "logp_gradient[run=kl_uncorrected]": "its run is dr_grpo's: " + config.NO_LOSS.format("'dr_grpo'"),
+    **{f"logp_gradient[run={r}]": "its run is dr_grpo's: " + config.NO_LOSS.format("'dr_grpo'")
+       for r in ("kl_uncorrected", "short_completions")},
     "reward_model": config.REWARD_MODEL,
     "short_window": config.WHOLE_WINDOWS,
     "run=short_window": config.WHOLE_WINDOWS,  # logp_gradient's windows 3+1, under every loss type

@@ -110,8 +110,9 @@ def encoded_prompts(tokenizer: Any, texts: list[str], prompts: torch.Tensor, pad
 
 
 def logit_biases(spec, world: Any) -> dict[int, float]:
-    """Frozen LM-head biases of the toy policy and reference: EOS_LOGIT_BIAS on EOS, the spec's pad bias on pad."""
-    biases = {world.stop_token_id: EOS_LOGIT_BIAS}
+    """Frozen LM-head biases of the toy policy and reference: the spec's stop bias on EOS (EOS_LOGIT_BIAS where it
+    sets none), the spec's pad bias on pad."""
+    biases = {world.stop_token_id: getattr(spec, "stop_logit_bias", 0.0) or EOS_LOGIT_BIAS}
     if getattr(spec, "pad_logit_bias", 0.0):
         biases[world.pad_token_id] = float(spec.pad_logit_bias)
     return biases

@@ -6,9 +6,9 @@ Runs where trl 1.16.0 is what the gate's processes import: in `nox -s tests`, wh
 the `PYTHONPATH` of this module's gate processes; and in `nox -s trl_newest`, whose venv has 1.16.0 installed. It
 skips elsewhere (tests/harness/algorithms/grpo/targets/test_trl_grpo_verdict.py pins 1.12.0's verdict). One
 `python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit code, its JSON report), then
-TRL's baseline (baselines/trl-1.16.0-grpo.toml) on it and on two patched copies of its trainer module, through
-`--target trl-grpo:MODULE`: one that adds a bug (a new failure: exit 1) and one that fixes a baselined one (the entry is
-stale: exit 1, naming it).
+TRL's baseline (baselines/trl-1.16.0-grpo.toml) on it and on patched copies of its trainer module, through
+`--target trl-grpo:MODULE`: one that adds a bug (a new failure: exit 1), one that fixes a baselined one (the entry is
+stale: exit 1, naming it), and one that divides dr_grpo by the padded width (class 93: one new failure).
 """
 
 from __future__ import annotations
@@ -179,3 +179,24 @@ def test_with_trls_baseline_the_gate_fails_only_for_what_changed(tmp_path, patch
         assert code == 1, output[-3000:]
         assert statuses == dict(zip(CHECKS, ("pass", "pass"))) and report["baseline"]["stale"] == [CHECKS[0]]
         assert f"STALE {CHECKS[0]}  passes: remove it from the baseline {BASELINE}" in output
+
+
+DR_GRPO = "loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length)"
+
+
+def test_dr_grpo_divided_by_the_padded_width_fails_the_short_completions_case_alone(tmp_path):
+    """A slip TRL's own code invites (class 93): dr_grpo divided by the width its generation is padded to, its
+    longest completion, instead of max_completion_length. Under TRL's baseline, at seed 0, the gradient check of
+    dr_grpo at 12 passes it (some completion of each generation reaches the limit there); the short completions'
+    run fails it, diagnosed."""
+    slip = DR_GRPO.replace("self.max_completion_length", "per_token_loss.size(1)")
+    root = patched_copy(tmp_path / "src", DR_GRPO, slip)
+    checks = ("logp_gradient[loss_type=dr_grpo]", "logp_gradient[run=short_completions]")
+    code, report, output = verify(tmp_path / "out", "--target", f"trl-grpo:{COPY}",
+                                  *(arg for check in checks for arg in ("--check", check)),
+                                  "--baseline", str(BASELINE), pythonpath=root)  # fmt: skip
+    assert code == 1, output[-3000:]
+    assert {c["id"]: c["status"] for c in report["checks"]} == dict(zip(checks, ("pass", "fail"))), output[-3000:]
+    (failed,) = [c for c in report["checks"] if c["status"] == "fail"]
+    diagnosed = [m["diagnosis"] for m in failed["metrics"] if m.get("failed") and m.get("diagnosis")]
+    assert diagnosed and diagnosed[0]["classes"] == [93], failed["metrics"]

@@ -57,6 +57,7 @@ VERL_PASSES = {
     *(f"logp_gradient[run=off_policy,loss_type={t}]" for t in ("cispo", "sapo")),
     "logp_gradient[run=beta0]", "logp_gradient[run=kl_uncorrected]", "logp_gradient[run=on_the_fly]",
     "logp_gradient[run=extremes]", "logp_gradient[run=clip_asymmetric]",
+    "logp_gradient[run=short_completions]",  # seq-mean-token-sum-norm at loss_scale_factor = max_completion_length
     "logp_gradient[run=single_completion,loss_type=grpo]", "logp_gradient[run=single_completion,loss_type=dr_grpo]",
     "reward_stats[run=one_function]",  # the reward's mean: the statistics verl does not log are declared so
 }  # fmt: skip
