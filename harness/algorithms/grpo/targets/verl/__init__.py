@@ -330,7 +330,7 @@ NOT_APPLICABLE = {
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
     "prompt_pads=3": config.PROMPTS,
     "reward_order=reversed": config.REWARD_ORDER,
-    "lr_schedule": config.SCHEDULE,
+    "lr_schedule*": config.SCHEDULE,  # verify-dist's lr_schedule[ranks=2] too
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 
