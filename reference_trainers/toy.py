@@ -91,8 +91,7 @@ def build_world(
     draws it from its own seed so that the KL terms are non-zero from the first update.
     `pad_logit_bias` adds a bias to the pad logit of both policies, so that some
     responses start with pad (empty responses, all-masked micro-batches).
-    `stop_logit_bias` adds a bias to the stop (EOS) logit of both policies, so that responses end early
-    (at 2.0 about one token in five is the stop token).
+    `stop_logit_bias` adds a bias to the stop (EOS) logit of both policies, so that responses end early.
     `prompt_pads` left-pads the prompts: prompt i starts with i % (prompt_pads + 1) pad tokens.
     `dropout` is the attention dropout of every model (Llama's `attention_dropout`, applied
     while a model is in training mode; Llama has no other dropout), so that a trainer that

@@ -11,6 +11,7 @@ import torch
 
 from harness.errors import HarnessConfigError
 from harness.targets.hf import world_size
+from reference_trainers.toy import add_logit_biases as add_logit_biases  # the toy world's own: a frozen head bias
 
 from .config import weights_dtype
 
@@ -116,12 +117,3 @@ def logit_biases(spec, world: Any) -> dict[int, float]:
     if getattr(spec, "pad_logit_bias", 0.0):
         biases[world.pad_token_id] = float(spec.pad_logit_bias)
     return biases
-
-
-def add_logit_biases(model: torch.nn.Module, biases: dict[int, float]) -> None:
-    """Give `model`'s LM head a frozen bias vector: `biases` by token id, 0 elsewhere."""
-    head = model.get_output_embeddings()
-    values = torch.zeros(head.out_features, device=head.weight.device, dtype=head.weight.dtype)
-    for token, bias in biases.items():
-        values[token] = bias
-    head.bias = torch.nn.Parameter(values, requires_grad=False)
