@@ -4,7 +4,8 @@ Read top-down in algorithm order: rewards and group-relative advantages, the gen
 batch, the per-token objective of one micro-batch, the loss types' normalisations, the
 statistics of one micro-batch, pooling over a logging interval, and the trainer that ties
 them together (generation -> num_iterations passes of steps_per_generation micro-batches
--> accumulation windows, one optimizer step per window, never across two generations).
+-> accumulation windows, one optimizer step per window; a window ends with its generation unless
+`windows_across_generations` lets it run on into the next, as TRL's do).
 
 Shared with the PPO trainer, where they are the same thing (common.py): sampling, truncation
 at the stop token and the response mask, model inputs and temperature-scaled logits, scores
@@ -360,7 +361,7 @@ class WindowCounts:
     completions: float
     """Rows (completions) in the window's micro-batches."""
     generation_tokens: float
-    """Completion tokens of the whole generation batch the window trains on."""
+    """Completion tokens of the whole generation batch the micro-batch comes from."""
     generation_share: float
     """The window's micro-batches / steps_per_generation (1 when a window is one pass over the batch)."""
     micro_batches: float
@@ -584,6 +585,8 @@ class GRPOTrainer:
                                           num_training_steps=config.max_steps)  # fmt: skip
         self.step = 0
         self.generations = 0
+        self.carried: list[tuple[GenerationBatch, torch.Tensor]] = []
+        """Micro-batches of a generation not yet trained, with their batch (windows across generations)."""
         self.bonus_window: tuple[float, int] = (0.0, 0)
         """The entropy bonus's window: (its tokens on every rank, its micro-batches here), set by window_step."""
         self.interval = Interval()
@@ -593,8 +596,12 @@ class GRPOTrainer:
 
     @property
     def needs_old_logps(self) -> bool:
-        """True when a generation batch outlives an optimizer step (more than one window per generation)."""
-        return len(self.config.window_sizes) > 1
+        """True when a generation batch outlives an optimizer step: more than one window per generation, or (windows
+        across generations) windows that are not whole generations."""
+        cfg = self.config
+        if cfg.windows_across_generations:
+            return cfg.gradient_accumulation_steps % (cfg.steps_per_generation * cfg.num_iterations) != 0
+        return len(cfg.window_sizes) > 1
 
     # -- generation -------------------------------------------------------
 
@@ -730,18 +737,19 @@ class GRPOTrainer:
             stats = microbatch_stats(means, phi_sum, token_loss, completion_loss, mask, sums)
             return stats, clip_rows(low_clip_per_completion, high_clip_per_completion, mask)
 
-    def window_step(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> None:
-        """All micro-batches of one accumulation window, then exactly one optimizer step."""
+    def window_step(self, micro_batches: list[tuple[GenerationBatch, torch.Tensor]]) -> None:
+        """All micro-batches of one accumulation window, each (its generation batch, its rows), then exactly one
+        optimizer step. A micro-batch's loss is divided by its own generation's counts (a window may hold two)."""
         cfg, acc = self.config, self.accelerator
-        self.bonus_window = self.entropy_bonus_window(batch, micro_batches)
-        counts = WindowCounts(
-            completions=float(sum(len(rows) for rows in micro_batches) * acc.num_processes),
-            generation_tokens=batch.generation_tokens,
-            generation_share=len(micro_batches) / cfg.steps_per_generation,
-            micro_batches=float(len(micro_batches) * acc.num_processes),
-        )
-        denominator = loss_denominator(cfg.loss_type, counts, cfg.max_completion_length)
-        for i, rows in enumerate(micro_batches):
+        self.bonus_window = self.entropy_bonus_window(micro_batches)
+        for i, (batch, rows) in enumerate(micro_batches):
+            counts = WindowCounts(
+                completions=float(sum(len(rows) for _, rows in micro_batches) * acc.num_processes),
+                generation_tokens=batch.generation_tokens,
+                generation_share=len(micro_batches) / cfg.steps_per_generation,
+                micro_batches=float(len(micro_batches) * acc.num_processes),
+            )
+            denominator = loss_denominator(cfg.loss_type, counts, cfg.max_completion_length)
             is_last = i == len(micro_batches) - 1
             with acc.no_sync(self.model) if not is_last else contextlib.nullcontext():
                 stats, clips = self.micro_step(batch, rows, denominator)
@@ -772,7 +780,7 @@ class GRPOTrainer:
             return high_entropy_mask(entropies.detach(), mask, cfg.top_entropy_quantile, self.accelerator)
         return mask
 
-    def entropy_bonus_window(self, batch: GenerationBatch, micro_batches: list[torch.Tensor]) -> tuple[float, int]:
+    def entropy_bonus_window(self, micro_batches: list[tuple[GenerationBatch, torch.Tensor]]) -> tuple[float, int]:
         """(tokens the entropy bonus acts on in this window on every rank, micro-batches of the window on this rank);
         (0, n) without a bonus. Under the entropy mask each micro-batch's tokens are known from its entropies only, so
         they are computed here first, from the window's weights (no step runs before its last micro-batch)."""
@@ -780,7 +788,7 @@ class GRPOTrainer:
         if cfg.entropy_coef == 0:
             return 0.0, len(micro_batches)
         counts = torch.zeros((), dtype=torch.float64, device=acc.device)
-        for rows in micro_batches:
+        for batch, rows in micro_batches:
             mask = batch.completion_mask[rows]
             if cfg.top_entropy_quantile < 1:
                 with torch.no_grad():
@@ -803,7 +811,8 @@ class GRPOTrainer:
         return EntropyBonus.apply(per_token_loss, entropies, acting.to(entropies.dtype) * weight)
 
     def train_one_generation(self) -> None:
-        """Generate, then one optimizer step per window of the generation (stopping at max_steps); log on time.
+        """Generate, then one optimizer step per window of the generation, or (windows_across_generations) per
+        whole window of the micro-batches carried so far (stopping at max_steps); log on time.
 
         The policy runs in eval mode throughout, as the PPO trainer's models do: old and new log-probs
         are two evaluations of one function of the weights, so no dropout of any kind may act in either.
@@ -811,12 +820,17 @@ class GRPOTrainer:
         cfg = self.config
         self.model.eval()
         batch = self.generate()
-        micro_batches, start = self.micro_batches(batch), 0
-        for size in cfg.window_sizes:
+        micro_batches = [(batch, rows) for rows in self.micro_batches(batch)]
+        if cfg.windows_across_generations:  # whole windows only: the rest waits for the next generation's
+            self.carried += micro_batches
+            sizes = [cfg.gradient_accumulation_steps] * (len(self.carried) // cfg.gradient_accumulation_steps)
+        else:
+            self.carried, sizes = micro_batches, list(cfg.window_sizes)
+        for size in sizes:
             if self.step >= cfg.max_steps:
                 break
-            self.window_step(batch, micro_batches[start : start + size])
-            start += size
+            window, self.carried = self.carried[:size], self.carried[size:]
+            self.window_step(window)
             self.step += 1
             if self.step % cfg.logging_steps == 0:
                 self.log_interval()

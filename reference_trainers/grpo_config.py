@@ -101,6 +101,10 @@ class GRPOConfig:
     """Seeds torch, numpy and python (transformers.set_seed), the prompt order and the shuffles."""
     max_grad_norm: float | None = None
     """Clip the gradient norm at each optimizer step (None: no clipping)."""
+    windows_across_generations: bool = False
+    """Let an accumulation window run on past its generation's end into the next generation's micro-batches (TRL's
+    one step counter over a prompt set of several generation batches): every window then holds
+    gradient_accumulation_steps micro-batches. False: each generation's last window ends with it (`window_sizes`)."""
 
     # derived once in __post_init__
     local_generation_batch_size: int = field(init=False)

@@ -343,9 +343,10 @@ def record_windows(trainer):
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     real = trainer.window_step
 
-    def window_step(batch, micro_batches):
-        windows.append((batch, micro_batches))
-        return real(batch, micro_batches)
+    def window_step(micro_batches):
+        (batch,) = {id(b): b for b, _ in micro_batches}.values()  # these runs' windows end with their generation
+        windows.append((batch, [rows for _, rows in micro_batches]))
+        return real(micro_batches)
 
     trainer.window_step = window_step
     trainer.optimizer.optimizer.register_step_pre_hook(
@@ -669,3 +670,39 @@ def test_two_ranks_log_the_pool_of_their_union_and_step_on_its_objective(tmp_pat
 
 if __name__ == "__main__":  # a rank of the two-rank test, started by torch.distributed.run
     two_rank_worker(sys.argv[sys.argv.index("--worker") + 1])
+
+
+@pytest.mark.parametrize("gas, spg, old", [(3, 2, True), (4, 2, False), (2, 4, True)])
+def test_windows_across_generations_hold_whole_windows_each_divided_by_its_own_generation(gas, spg, old):
+    """With windows_across_generations every window holds gradient_accumulation_steps micro-batches, whichever
+    generations they come from; a dapo micro-batch is divided by its own generation's tokens times the window's
+    share; old log-probs are kept unless every window is whole generations (TRL's rule)."""
+    cfg = GRPOConfig(per_device_train_batch_size=4, gradient_accumulation_steps=gas, steps_per_generation=spg,
+                     max_steps=3, logging_steps=3, num_generations=4, max_completion_length=8, stop_token_id=1,
+                     beta=0.1, windows_across_generations=True)  # fmt: skip
+    trainer = make_trainer(cfg)
+    assert trainer.needs_old_logps is old
+    seen = []  # (optimizer step, generation, denominator) of every micro-batch
+    micro_step = trainer.micro_step
+
+    def spied(batch, rows, denominator):
+        assert (batch.old_per_token_logps is not None) is old
+        seen.append((trainer.step, batch.index, denominator))
+        return micro_step(batch, rows, denominator)
+
+    trainer.micro_step = spied
+    tokens = {}
+    generate = trainer.generate
+
+    def counted():
+        batch = generate()
+        tokens[batch.index] = batch.generation_tokens
+        return batch
+
+    trainer.generate = counted
+    trainer.train()
+    assert [sum(1 for s, _, _ in seen if s == step) for step in range(3)] == [gas] * 3
+    assert any(len({g for s, g, _ in seen if s == step}) > 1 for step in range(3)) is (spg % gas != 0)
+    for _, generation, denominator in seen:
+        assert denominator == pytest.approx(tokens[generation] * gas / spg)
+    assert len(tokens) == -(-3 * gas // spg)  # only the generations the steps need (the rest of the last waits)

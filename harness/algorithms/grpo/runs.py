@@ -133,6 +133,17 @@ def sequence_level_spec(run: GRPOSpec, loss_type: str = "grpo") -> GRPOSpec:
     return spec
 
 
+DELTA = 1.3
+"""delta of the `run=delta` case: above 1 + epsilon_high (TRL's advice), below many ratios of the extremes run, so
+tokens of negative advantage are capped (6 to 24 of the reference's at seeds 0-4, 2 to 12 of TRL 1.12.0's at seeds
+0-2; at 1.5, 4 of the reference's at seed 0). Beta 0: TRL corrects the KL by the ratio before the cap, the contract
+by the capped one (grpo-metrics.md section 7), an open question this case keeps out of."""
+SEQUENCE_DELTA = 0.95
+"""delta of the case at sequence level. A completion's ratio (the exp of its mean log-ratio) in the extremes run at
+sequence level stays at or below 1 at seeds 1 and 3 (the first pass lowers every completion's), so a cap above 1
+(1.3, 1.21) caps none there; at 0.95 it caps every first-pass completion of positive advantage (ratio exactly 1) and
+the later ones above it. TRL's GRPOConfig and the reference's take any positive delta."""
+
 TOP_ENTROPY_QUANTILE = 0.2
 """top_entropy_quantile of the entropy mask's run: the paper's recommendation (TRL's docs cite it), so each
 micro-batch's tokens below its 0.8 quantile of entropy lose their policy term, most of them; a threshold taken at the
@@ -157,6 +168,17 @@ The toy policies' logits are far from uniform at some seeds (seed 1's favour a f
 not computed: at 5.0 the longest completion of a generation is 2 to 5 tokens on the reference at seeds 0-4 and 2 to
 10 on TRL 1.16.0, well short of 24; at 4.0 up to 23 and 20; at 2.0 every generation of two of the reference's
 seeds had a completion that reached 24."""
+
+
+def across_generations_spec(run: GRPOSpec) -> GRPOSpec:
+    """dapo in windows of 3 micro-batches of 4 over generations of 2 (two groups each), each window running on into
+    the next generation: generation 0's two and generation 1's first, then generation 1's second and generation 2's
+    two. dapo divides each token by its own generation's tokens times the window's share 3/2, every generation
+    trained in full so that the records count its tokens; a trainer that takes one count for the whole window (its
+    first micro-batch's generation's) is wrong at the window's other generation."""
+    return spec_for(UNEVEN, run).with_(name="across_generations", loss_type="dapo", per_device_train_batch_size=4,
+                                       gradient_accumulation_steps=3, steps_per_generation=2, max_steps=2,
+                                       logging_steps=2, windows_across_generations=True)  # fmt: skip
 
 
 def top_entropy_spec(run: GRPOSpec) -> GRPOSpec:

@@ -130,6 +130,12 @@ class GRPOSpec:
     handed to the trainer as a module and watched by the target's `RewardTap.watch`; the first scores every
     completion."""
     max_grad_norm: float | None = None
+    windows_across_generations: bool = False
+    """Whether an accumulation window runs on past its generation's end into the next generation's micro-batches
+    (TRL's one step counter over a prompt set of several generation batches): every window then holds
+    gradient_accumulation_steps micro-batches, whichever generations they come from. False: each generation's last
+    window ends with it (`window_sizes`). A target whose windows always end with their generation declares the
+    runs that set it not applicable, and its factory refuses it."""
     lr_scheduler_type: str = "constant"
     """The learning-rate schedule over max_steps (harness/oracle/schedules.py: constant, constant_with_warmup,
     linear, cosine, as transformers' get_scheduler defines them); TRL's default is linear, the gate's constant."""
@@ -192,6 +198,8 @@ class GRPOSpec:
 
     def run_windows(self) -> list[int]:
         """Micro-batches of every optimizer step of the run, in order (max_steps of them)."""
+        if self.windows_across_generations:
+            return [self.gradient_accumulation_steps] * self.max_steps
         out: list[int] = []
         while len(out) < self.max_steps:
             out += self.window_sizes

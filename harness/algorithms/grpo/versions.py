@@ -277,16 +277,28 @@ SHORT_COMPLETIONS = Change(
     "show one), where dr_grpo still divides by the limit",
     checks=("logp_gradient[[]run=short_completions]",),
 )
+ACROSS_GENERATIONS = Change(
+    version=10,
+    release="0.10.0",
+    subject="windows that run across generations",
+    old="every gradient run with windows that end with their generation, where a token-mean loss's count is the same "
+    "for every micro-batch of a window",
+    new="also logp_gradient[run=across_generations]: dapo in windows of 3 over generations of 2 micro-batches, each "
+    "window running on into the next generation (GRPOSpec.windows_across_generations, which a target hands its "
+    "trainer or declares not applicable; the run must show such a window), each micro-batch divided by its own "
+    "generation's tokens",
+    checks=("logp_gradient[[]run=across_generations]",),
+)
 
 CONTRACT = Contract(
-    version=9,
+    version=10,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
-             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS),
+             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -219,5 +219,6 @@ factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level import
                           "entropy_gradient": "tinygrpo's loss has no entropy bonus",
                           "multi_objective_aggregation=normalize_then_sum": "tinygrpo normalises the weighted sum "
                           "of its rewards: it has no per-function normalisation",
-                          "lr_schedule*": "tinygrpo trains at a constant learning rate without weight decay"}
+                          "lr_schedule*": "tinygrpo trains at a constant learning rate without weight decay",
+                          "run=across_generations": "a tinygrpo window never holds passes of two generations"}
 factory.contract_version = 2  # written for GRPO contract 2 (`python -m harness --version`): a later change is named

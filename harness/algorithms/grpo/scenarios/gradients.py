@@ -8,8 +8,9 @@ run that stores no old log-probs), so they cost nothing more; the sequence-level
 check's alone (scenarios/sequence.py says what each sequence-level run must show); five more runs, of the extremes
 geometry (two passes at LR 0.05, tokens clipped), cover beta 0, a KL without the bias correction, delta's cap and
 clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6) and TRL's entropy mask (top_entropy_quantile 0.2),
-and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the wrong floor shows.
-gradients.py has the formula.
+and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the wrong floor shows;
+dr_grpo on completions shorter than the maximum; dapo in windows that run on across generations (a target whose
+windows end with their generation declares that run not applicable). gradients.py has the formula.
 """
 
 from __future__ import annotations
@@ -37,23 +38,14 @@ from ..wrong import gradient_formulas
 from . import sequence
 from .preconditions import definitions, require_records, untrained_micro_batches, window_sizes
 from .preconditions import require_short_generation as short_generation
+from .preconditions import require_spanning_window as spanning_window
 
-DELTA = 1.3
-"""delta of the `run=delta` case: above 1 + epsilon_high (TRL's advice), below many ratios of the extremes run, so
-tokens of negative advantage are capped (6 to 24 of the reference's at seeds 0-4, 2 to 12 of TRL 1.12.0's at seeds
-0-2; at 1.5, 4 of the reference's at seed 0). Beta 0: TRL corrects the KL by the ratio before the cap, the contract
-by the capped one (grpo-metrics.md section 7), an open question this case keeps out of."""
-SEQUENCE_DELTA = 0.95
-"""delta of the case at sequence level. A completion's ratio (the exp of its mean log-ratio) in the extremes run at
-sequence level stays at or below 1 at seeds 1 and 3 (the first pass lowers every completion's), so a cap above 1
-(1.3, 1.21) caps none there; at 0.95 it caps every first-pass completion of positive advantage (ratio exactly 1) and
-the later ones above it. TRL's GRPOConfig and the reference's take any positive delta."""
 RUNS = {
     "short_window": "windows of 3 and 1 micro-batches (dapo's window share 3/4 and 1/4)",
     "extremes": "two passes at LR 0.05: ratios off 1, tokens clipped",
     "beta0": "the extremes run with beta 0 and the grpo loss type",
     "kl_uncorrected": "the extremes run with the KL not bias-corrected and the dr_grpo loss type",
-    "delta": f"the extremes run with beta 0, the grpo loss type and delta {DELTA:g}: ratios above it capped",
+    "delta": f"the extremes run with beta 0, the grpo loss type and delta {runs.DELTA:g}: ratios above it capped",
     "clip_asymmetric": "the extremes run with epsilon_low != epsilon_high (0.05 and 0.6 unless the run's differ)",
     "on_the_fly": "one window per generation, one pass: no old log-probs are stored, the loss takes the current ones "
     "detached (reward_stats[run=small_groups]'s run)",
@@ -61,6 +53,8 @@ RUNS = {
     "completion, each token's gradient through its completion's mean log-ratio; some completions clipped",
     "short_completions": "dr_grpo, completions of up to 24 tokens ended early by a stop bias: some generation's every "
     "completion shorter than the maximum, by which dr_grpo still divides",
+    "across_generations": "dapo in windows of 3 micro-batches over generations of 2, each window running on into "
+    "the next generation (TRL's one step counter): each token divided by its own generation's tokens",
     "top_entropy": f"the extremes run with top_entropy_quantile {runs.TOP_ENTROPY_QUANTILE:g}: the policy term only at "
     "each micro-batch's tokens of entropy at or above its quantile, the KL term at every token; some tokens of "
     "non-zero advantage masked out, some kept",
@@ -106,7 +100,7 @@ def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return runs.asymmetric_clip_spec(run)
     if name == "sequence_level":
         return runs.sequence_level_spec(run, case.param("loss_type", "grpo"))
-    if name in ("top_entropy", "short_completions"):
+    if name in ("top_entropy", "short_completions", "across_generations"):
         return getattr(runs, f"{name}_spec")(run)
     spec = clipping(run)
     if name == "beta0":
@@ -115,7 +109,7 @@ def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         beta = run.beta or GRPOSpec().beta
         return spec.with_(name="logp_gradient", beta=beta, use_bias_correction_kl=False, loss_type="dr_grpo")
     if name == "delta":
-        delta = SEQUENCE_DELTA if case.param("importance_sampling_level") == "sequence" else DELTA
+        delta = runs.SEQUENCE_DELTA if case.param("importance_sampling_level") == "sequence" else runs.DELTA
         return spec.with_(name="logp_gradient", beta=0.0, loss_type="grpo", delta=delta)
     return spec
 
@@ -154,7 +148,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         check.note(f"{count} {what}")
     if case.param("run") == "top_entropy" and not shows_mask(check, gap, spec):
         return check.finish()
-    if case.param("run") == "short_completions" and not short_generation(recorded(obs.ran).loss_inputs, spec, check):
+    shown = {"short_completions": short_generation, "across_generations": spanning_window}.get(case.param("run"))
+    if shown is not None and not shown(recorded(obs.ran).loss_inputs, spec, check):
         return check.finish()
     if case.param("run") == "clip_asymmetric":
         told = bounds_told_apart(gap, spec)
@@ -323,7 +318,8 @@ LOGP_GRADIENT = Scenario(
     "that differ; old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo "
     "off policy, and at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the "
     "sequence ratio; the policy term under the entropy mask of top_entropy_quantile, also with entropies in "
-    "bfloat16; delta's cap on each completion's ratio at sequence level; dr_grpo on completions shorter than the max)",
+    "bfloat16; delta's cap on each completion's ratio at sequence level; dr_grpo on completions shorter than the max; "
+    "dapo in windows that run across generations)",
     (
         *((("run", name),) for name in RUNS),
         *((("run", "single_completion"), ("loss_type", t)) for t in SINGLE),

@@ -203,3 +203,18 @@ def require_short_generation(records: Sequence[LossRecord], spec, check: Check) 
         return False
     check.note(f"{said} ({spec.max_completion_length}; their longest {[lengths[k] for k in short]})")
     return True
+
+
+def require_spanning_window(records: Sequence[LossRecord], spec, check: Check) -> bool:
+    """Whether some optimizer step's micro-batches came from two generations (a note), else a failure: a trainer that
+    takes a token-mean loss's count once per window, from its first micro-batch's generation, shows only there."""
+    generations: dict[int, set[int]] = {}
+    for record in records:
+        generations.setdefault(int(record.window), set()).add(int(record.generation))
+    spanning = [w for w, seen in sorted(generations.items()) if len(seen) > 1]
+    said = f"{len(spanning)} of {len(generations)} windows whose micro-batches come from two generations"
+    if not spanning:
+        check.fail(f"{said}: the run did not show a window across generations")
+        return False
+    check.note(f"{said} (window {spanning[0] + 1}: generations {sorted(generations[spanning[0]])})")
+    return True

@@ -71,9 +71,9 @@ class ReferenceGRPORun:
         return recorded_generate
 
     def _counting_windows(self, window_step):
-        def recorded_window_step(batch, micro_batches):
+        def recorded_window_step(*args, **kwargs):
             try:
-                return window_step(batch, micro_batches)
+                return window_step(*args, **kwargs)
             finally:
                 self.windows += 1
 

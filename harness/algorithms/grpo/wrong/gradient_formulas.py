@@ -17,6 +17,9 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
                                 one count over the window, as GRPO contract 1 defined bnpo  (class 14)
     the entropy mask wrong      (top_entropy_quantile q < 1) the formula without the mask, with its threshold at
                                 the q quantile, or with the KL term masked too                (class 77)
+    the padded width            (dr_grpo) divided by the completions' padded width            (class 93)
+    the window's first count    (dapo, cispo, vespo) each micro-batch of a window that holds two generations
+                                divided by its first micro-batch's generation's tokens         (class 94)
 
 The first three are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
 the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
@@ -36,10 +39,10 @@ from harness.report.format import fmt
 from harness.tolerances import tolerance
 from harness.verdict import Diagnosis
 
-from ..definitions import IN_THE_LOSS, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE
+from ..definitions import GENERATION, IN_THE_LOSS, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE
 from ..oracle.expect import Settings
-from ..oracle.gradients import METRIC, Compared, Gaps, mean_scale, relative_gaps, token_gradient, weighted
-from ..oracle.token_gradients import kl_gradient
+from ..oracle.gradients import METRIC, Compared, Gaps, generation_tokens, mean_scale, relative_gaps, weighted
+from ..oracle.token_gradients import kl_gradient, token_gradient
 from ..spec import CLIPPED_LOSS_TYPES
 from ..tolerances import TOLERANCES
 from .profiles import other_values
@@ -162,6 +165,7 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
         out.append(((93,), "dr_grpo divided by the width the completions are padded to, not max_completion_length "
                            f"({s.max_completion_length})",
                     [w * s.max_completion_length / max(n, 1) for w, n in zip(wants, widths)], 1))  # fmt: skip
+    out += first_generation_formulas(gap, s, wants)
     if s.loss_type == "bnpo":  # weight 1 / T_W, not 1 / (T_m K_W): the formula x K_W T_m / T_W
         counts: dict[int, int] = {}
         for r in rows:
@@ -169,6 +173,22 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
         old = [w * counts[int(r.record.window)] / share for w, r, share in zip(wants, rows, shares)]
         out.append(((14,), "bnpo over the window's tokens (GRPO contract 1's bnpo)", old, 1))
     return out
+
+
+def first_generation_formulas(gap: Gaps, s: Settings, wants: list[torch.Tensor]) -> list:
+    """Class 94's, for a token-mean loss type that divides by its generation's tokens in windows that hold two
+    generations: every micro-batch of a window divided by the count of its first micro-batch's generation."""
+    g = gap.weights
+    if g is None or s.loss_type not in TOKEN_MEAN_LOSS_TYPES or g.token_mean_scope != GENERATION:
+        return []
+    counts, first = generation_tokens([r.record for r in gap.rows], g), {}
+    for r in gap.rows:
+        first.setdefault(int(r.record.window), int(r.record.generation))
+    pairs = [(int(r.record.generation), first[int(r.record.window)]) for r in gap.rows]
+    if all(own == theirs for own, theirs in pairs) or not all(a in counts and b in counts for a, b in pairs):
+        return []
+    return [((94,), f"{s.loss_type} divided by the tokens of its window's first generation, not its own generation's",
+             [w * counts[a] / counts[b] for w, (a, b) in zip(wants, pairs)], 1)]  # fmt: skip
 
 
 def reproduces(rows: Sequence[Compared], wants: Sequence[torch.Tensor], allowed: float) -> float | None:

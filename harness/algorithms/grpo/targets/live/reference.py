@@ -64,7 +64,7 @@ class ReferenceLive(Held):
         return step // max(int(self.trainer.config.logging_steps), 1)
 
     def window_step(self, window_step):
-        def live_window_step(batch, micro_batches):
+        def live_window_step(*args, **kwargs):
             if self.recorder is None and not self.broken:
                 interval = self.interval_of(int(self.trainer.step))
                 if self.session.sampled(interval):
@@ -76,7 +76,7 @@ class ReferenceLive(Held):
                         self.broken = f"the recorder could not be installed: {type(why).__name__}: {why}"
                     else:
                         self.recorder = recorder
-            return window_step(batch, micro_batches)
+            return window_step(*args, **kwargs)
 
         return live_window_step
 

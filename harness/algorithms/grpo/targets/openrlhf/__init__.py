@@ -291,5 +291,6 @@ build.not_applicable = {
     "reward_order=reversed": "the target weighs and sums its reward functions itself (_score) and hands OpenRLHF one "
     "reward per completion: the order of the functions is the target's, not the trainer's to pair with weights",
     "lr_schedule*": config.SCHEDULE,  # verify-dist's lr_schedule[ranks=2] too
+    "run=across_generations": config.ACROSS,
 }  # fmt: skip
 """The checks OpenRLHF cannot run, each with the reason (config.refusal raises for their specs)."""

@@ -46,6 +46,7 @@ WHOLE_WINDOWS = ("OpenRLHF's ppo_train steps DeepSpeed's engine every accumulate
 SCHEDULE = ("the target builds OpenRLHF's optimizer at a constant rate without warm-up or weight decay "
             "(--actor.lr_scheduler constant, --actor.adam.weight_decay 0): it maps no schedule or decay")
 TO_THE_END = "OpenRLHF trains every replay buffer to its end (ppo_train): a run cannot stop inside a training step"
+ACROSS = "OpenRLHF trains each replay buffer, one generation, in windows of its own: no window holds two generations"
 
 
 def refusal(spec) -> str | None:
@@ -61,6 +62,7 @@ def refusal(spec) -> str | None:
         (getattr(spec, "top_entropy_quantile", 1.0) < 1, ENTROPY_MASK),
         (getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize", AGGREGATION),
         (getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0), SCHEDULE),
+        (getattr(spec, "windows_across_generations", False), ACROSS),
         (spec.generation_steps % spec.gradient_accumulation_steps != 0,
          f"{WHOLE_WINDOWS} ({spec.generation_steps} micro-batches, windows of {spec.gradient_accumulation_steps})"),
         (steps == 0 or spec.max_steps % steps != 0,

@@ -125,7 +125,8 @@ def build(
     TRL's loop is one generation, so the last accumulation window of a generation is short when
     `steps_per_generation * num_iterations` is not a multiple of `gradient_accumulation_steps` (as in
     the reference trainer); with more, TRL's one step counter lets a window hold micro-batches of two
-    generations (docs/trl-grpo.md).
+    generations (docs/trl-grpo.md). A spec with `windows_across_generations` gets every generation it trains in
+    one epoch.
     """
     grpo_trainer = import_trainer_module(module, TRL_MODULE, MODULE_NAMES, "trl-grpo")
     points = entry.entry_points(grpo_trainer)
@@ -136,6 +137,8 @@ def build(
     from harness.targets.toy import toy_world
 
     stop = getattr(spec, "stop_token_id", None)
+    if getattr(spec, "windows_across_generations", False):  # no epoch's end cuts a window short
+        generations_per_epoch = max(generations_per_epoch, world.generations_trained(spec))
     world_spec = world.world_spec(spec, generations_per_epoch)
     transformers.set_seed(spec.seed)
     toy = toy_world(world_spec, prompt_pads=world_spec.prompt_pads)  # validates device and dtype

@@ -75,6 +75,12 @@ def prompt_count(spec, generations_per_epoch: int) -> int:
     return generations_per_epoch * completions // spec.num_generations
 
 
+def generations_trained(spec) -> int:
+    """Generation batches the run's micro-batches take, the last perhaps in part."""
+    per_generation = (spec.steps_per_generation or spec.gradient_accumulation_steps) * spec.num_iterations
+    return -(-sum(spec.run_windows()) // per_generation)
+
+
 def world_spec(spec, generations_per_epoch: int) -> types.SimpleNamespace:
     """What `harness.targets.toy.toy_world` builds this target's models and prompts from."""
     return types.SimpleNamespace(

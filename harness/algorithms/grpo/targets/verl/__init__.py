@@ -331,6 +331,7 @@ NOT_APPLICABLE = {
     "prompt_pads=3": config.PROMPTS,
     "reward_order=reversed": config.REWARD_ORDER,
     "lr_schedule*": config.SCHEDULE,  # verify-dist's lr_schedule[ranks=2] too
+    "run=across_generations": config.ACROSS,
 }
 """The checks verl cannot run, each with the reason (config.refusal raises for their specs)."""
 

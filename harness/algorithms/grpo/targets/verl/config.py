@@ -47,8 +47,13 @@ REWARD_ORDER = ("the target weighs and sums its reward functions itself (_score)
                 "completion: the order of the functions is the target's, not the trainer's to pair with weights")
 
 
+ACROSS = "verl trains each training step's batch, one generation, in mini-batches of its own: no window holds two"
+
+
 def refusal(spec) -> str | None:
     """Why verl's trainer cannot run `spec` (None: it can)."""
+    if getattr(spec, "windows_across_generations", False):
+        return ACROSS
     if spec.loss_type not in LOSS_MODES:
         return f"verl 0.9.1 has no {spec.loss_type!r} loss (its policy losses and loss_agg_modes: config.LOSS_MODES)"
     if spec.scale_rewards not in SCALE_REWARDS:

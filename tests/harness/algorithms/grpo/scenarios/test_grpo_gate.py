@@ -313,7 +313,7 @@ def test_a_trainer_that_skips_a_micro_batch_fails_every_microbatch_applied():
     def skipping(spec, accelerator=None):
         run = factory(spec, accelerator)
         window_step = run.trainer.window_step
-        run.trainer.window_step = lambda batch, micro_batches: window_step(batch, micro_batches[1:] or micro_batches)
+        run.trainer.window_step = lambda micro_batches: window_step(micro_batches[1:] or micro_batches)
         return run
 
     result = grpo_check("every_microbatch_applied", ObservationCache(skipping))
@@ -360,9 +360,10 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # 8, and the entropy bonus's gradient; contract 8's partition with the weights moving and the reward model's
     # run under normalize_then_sum, the short windows' gradient under the 7 loss types but the default, and the
     # forward recompute on left-padded prompts, the two reward checks with the functions in another order, and the
-    # entropy bonus under the entropy mask; contract 9's learning-rate schedule and dr_grpo's short completions
+    # entropy bonus under the entropy mask; contract 9's learning-rate schedule and dr_grpo's short completions;
+    # contract 10's windows across generations
     assert len(cases("grpo")) == (16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 + 4 + 1
-                                  + 3 + 2 + 2 + 1 + 2 + 7 + 1 + 2 + 1 + 1 + 1) == 97  # fmt: skip
+                                  + 3 + 2 + 2 + 1 + 2 + 7 + 1 + 2 + 1 + 1 + 1 + 1) == 98  # fmt: skip
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

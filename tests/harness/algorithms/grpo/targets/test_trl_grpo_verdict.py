@@ -87,6 +87,7 @@ TRL_GRPO_PASSES = {
     "logp_gradient[run=delta,importance_sampling_level=sequence]",  # delta caps the completion's ratio, coef_1
     # dr_grpo divides by max_completion_length, not by the width it pads a generation to (its longest completion)
     "logp_gradient[run=short_completions]",
+    "logp_gradient[run=across_generations]",  # each micro-batch divided by its own generation's num_items_in_batch
     "lr_schedule",  # transformers' scheduler, stepped once per optimizer step; its param groups decay all but biases
     "completion_mask[mask_truncated_completions=True]",  # every truncated completion's mask empty
     # its advantages are right (weights, Bessel-corrected stds, unscorable completions), and its reward statistics

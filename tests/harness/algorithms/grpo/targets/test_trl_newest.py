@@ -8,7 +8,8 @@ skips elsewhere (tests/harness/algorithms/grpo/targets/test_trl_grpo_verdict.py 
 `python -m harness verify --target trl-grpo` run as a user would (a subprocess, its exit code, its JSON report), then
 TRL's baseline (baselines/trl-1.16.0-grpo.toml) on it and on patched copies of its trainer module, through
 `--target trl-grpo:MODULE`: one that adds a bug (a new failure: exit 1), one that fixes a baselined one (the entry is
-stale: exit 1, naming it), and one that divides dr_grpo by the padded width (class 93: one new failure).
+stale: exit 1, naming it), one that divides dr_grpo by the padded width (class 93: one new failure), and one that
+takes dapo's count once per optimizer step (class 94: one new failure, in windows across generations).
 """
 
 from __future__ import annotations
@@ -182,16 +183,28 @@ def test_with_trls_baseline_the_gate_fails_only_for_what_changed(tmp_path, patch
 
 
 DR_GRPO = "loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length)"
+DAPO = 'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes'
+ONCE_PER_STEP = ('if getattr(self, "_items_at", None) != self.state.global_step:\n'
+                 '                self._items_at, self._items = self.state.global_step, inputs["num_items_in_batch"]\n'
+                 '            normalizer = self._items.clamp(min=1.0) / self.accelerator.num_processes')  # fmt: skip
+REGIME_SLIPS = {
+    # dr_grpo divided by the width its generation is padded to, its longest completion: at 12 some completion of
+    # each generation reaches the limit (seed 0), so only the short completions' run shows it
+    93: (DR_GRPO, DR_GRPO.replace("self.max_completion_length", "per_token_loss.size(1)"),
+         ("logp_gradient[loss_type=dr_grpo]", "logp_gradient[run=short_completions]")),
+    # dapo's count kept from each optimizer step's first micro-batch: windows that end with their generation cannot
+    # tell it from each micro-batch's own generation's, so only the windows across generations show it
+    94: (DAPO, ONCE_PER_STEP, ("logp_gradient[run=short_window]", "logp_gradient[run=across_generations]")),
+}
 
 
-def test_dr_grpo_divided_by_the_padded_width_fails_the_short_completions_case_alone(tmp_path):
-    """A slip TRL's own code invites (class 93): dr_grpo divided by the width its generation is padded to, its
-    longest completion, instead of max_completion_length. Under TRL's baseline, at seed 0, the gradient check of
-    dr_grpo at 12 passes it (some completion of each generation reaches the limit there); the short completions'
-    run fails it, diagnosed."""
-    slip = DR_GRPO.replace("self.max_completion_length", "per_token_loss.size(1)")
-    root = patched_copy(tmp_path / "src", DR_GRPO, slip)
-    checks = ("logp_gradient[loss_type=dr_grpo]", "logp_gradient[run=short_completions]")
+@pytest.mark.parametrize("bug_class", sorted(REGIME_SLIPS))
+def test_a_slip_only_its_regime_shows_fails_that_case_alone_diagnosed(tmp_path, bug_class):
+    """Slips TRL's own code invites, each visible in one regime only (REGIME_SLIPS): under TRL's baseline, at seed 0,
+    the case of the ordinary regime passes the patched copy and the regime's own case fails it, diagnosed as the
+    slip's class."""
+    old, slip, checks = REGIME_SLIPS[bug_class]
+    root = patched_copy(tmp_path / "src", old, slip)
     code, report, output = verify(tmp_path / "out", "--target", f"trl-grpo:{COPY}",
                                   *(arg for check in checks for arg in ("--check", check)),
                                   "--baseline", str(BASELINE), pythonpath=root)  # fmt: skip
@@ -199,4 +212,4 @@ def test_dr_grpo_divided_by_the_padded_width_fails_the_short_completions_case_al
     assert {c["id"]: c["status"] for c in report["checks"]} == dict(zip(checks, ("pass", "fail"))), output[-3000:]
     (failed,) = [c for c in report["checks"] if c["status"] == "fail"]
     diagnosed = [m["diagnosis"] for m in failed["metrics"] if m.get("failed") and m.get("diagnosis")]
-    assert diagnosed and diagnosed[0]["classes"] == [93], failed["metrics"]
+    assert diagnosed and diagnosed[0]["classes"] == [bug_class], failed["metrics"]
