@@ -135,7 +135,7 @@ class GRPOSpec:
     (TRL's one step counter over a prompt set of several generation batches): every window then holds
     gradient_accumulation_steps micro-batches, whichever generations they come from. False: each generation's last
     window ends with it (`window_sizes`). A target whose windows always end with their generation declares the
-    runs that set it not applicable, and its factory refuses it."""
+    runs that set it not applicable (`run=across_generations`); the verl and openrlhf targets also refuse it."""
     lr_scheduler_type: str = "constant"
     """The learning-rate schedule over max_steps (harness/oracle/schedules.py: constant, constant_with_warmup,
     linear, cosine, as transformers' get_scheduler defines them); TRL's default is linear, the gate's constant."""
