@@ -152,6 +152,13 @@ def trainer_source(results: MutmutResults | None) -> str:
     return results.sources.get(TRAINER) or (results.source if results.file == TRAINER else "")
 
 
+def reported_algorithms(curated: CuratedRun | None, results: MutmutResults | None) -> list[str]:
+    """The algorithms whose trainers the report's runs mutated, upper-cased, in a fixed order (for its title)."""
+    names = {m.mutant.algorithm for m in curated.mutants} if curated is not None else set()
+    names |= {results.algorithm} if results is not None else set()
+    return [name.upper() for name in sorted(names)]
+
+
 def write_reports(
     report_dir: Path = ROOT / "reports", install_elements: bool = True, update_baseline: bool = False
 ) -> int:
@@ -205,7 +212,7 @@ def write_reports(
     problems += [f"mutation.json: {p}" for p in schema.validate(report)]
     (report_dir / "mutation.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     js, origin = html_page.find_elements(install_elements)
-    title = "PPO statistics gate: mutation testing"
+    title = f"{' and '.join(reported_algorithms(curated, results))} statistics gate: mutation testing"
     (report_dir / "mutation.html").write_text(html_page.render(report, js, title), encoding="utf-8")
     md = markdown.render(title, problems, notes, curated, results, summary, timing, baseline, js, origin)
     (report_dir / "mutation.md").write_text(md, encoding="utf-8")

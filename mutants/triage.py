@@ -121,7 +121,13 @@ def load_results(path: Path) -> MutmutResults:
     """The last mutmut run's records, each with its column and occurrence (keys.describe)."""
     if not path.is_file():
         raise UsageError(f"no mutmut results at {path}: run `python -m mutants mutmut` first")
-    results = MutmutResults.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        results = MutmutResults.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # JSONDecodeError is a ValueError
+        raise UsageError(
+            f"{path} is not a mutmut run's results ({type(error).__name__}: {error}): pass the "
+            "mutmut_results.json that `python -m mutants mutmut` writes, not mutation.json or another file"
+        ) from None
     described = keys.describe(results.mutants, results.sources or {results.file: results.source})
     return dataclasses.replace(results, mutants=described)
 

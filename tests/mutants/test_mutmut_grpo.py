@@ -284,4 +284,6 @@ def test_the_report_fails_on_an_untriaged_grpo_survivor_as_on_a_ppo_one(tmp_path
     assert report.write_reports(tmp_path, install_elements=False) == 1
     err = capsys.readouterr().err
     assert "untriaged survivor x_pooled_stats__mutmut_999" in err and GRPO.triage_file in err
-    assert "## mutmut over the GRPO trainer" in (tmp_path / "mutation.md").read_text(encoding="utf-8")
+    md = (tmp_path / "mutation.md").read_text(encoding="utf-8")
+    assert "## mutmut over the GRPO trainer" in md
+    assert md.startswith("# GRPO statistics gate: mutation testing") and "PPO" not in md.splitlines()[0]

@@ -249,3 +249,12 @@ def test_the_entry_writer_round_trips_any_text(text, tmp_path):
     (tmp_path / "t.toml").write_text(triage.format_entry(entry), encoding="utf-8")
     (read,), problems = scoring.load_triage(tmp_path / "t.toml")
     assert problems == [] and read == entry
+
+
+@pytest.mark.parametrize("text", ['{"schema_version": 2, "files": {}}', "not json", "[1, 2]"])
+def test_a_results_file_that_is_no_mutmut_run_is_a_one_line_usage_error(text, tmp_path, capsys):
+    wrong = tmp_path / "mutation.json"  # the report, passed where the run's results belong
+    wrong.write_text(text, encoding="utf-8")
+    assert cli.main(["triage", "--results", str(wrong), "list"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {wrong} is not a mutmut run's results") and "mutmut_results.json" in line
