@@ -43,9 +43,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     verify.add_argument("-v", "--verbose", action="store_true",
                         help="print every metric of every check (default: one line per check)")  # fmt: skip
     verify.add_argument("--baseline", default=None, metavar="FILE",
-                        help="known failures (TOML: [[known]] check, reason, link): a listed check that fails is "
-                             "reported as known and does not fail the run; a new failure fails it, and so does a "
-                             "listed check that passes (remove it from the baseline)")  # fmt: skip
+                        help="known failures (TOML: [[known]] check, reason, link, [known.metrics] each failing "
+                             "metric's diagnoses): a listed check that fails as pinned is reported as known and does "
+                             "not fail the run; a new failure fails it, and so does a listed check that fails "
+                             "otherwise (another metric, another diagnosis or none, a raise not pinned) or passes (a "
+                             "fix, or a change in how the trainer runs it)")  # fmt: skip
     verify.add_argument("--write-baseline", default=None, metavar="FILE",
                         help="write the run's failed checks to FILE as a baseline (a known failure keeps its "
                              "entry); the exit code is the run's")  # fmt: skip

@@ -11,7 +11,8 @@ With `--ppo-baseline FILE` (harness/baseline.py) a test is an expected failure (
 progress, counted as xfailed, a `<skipped type="pytest.xfail">` in JUnit XML) when the report says every check it
 recorded that did not pass is a known failure (`Report.known`) and it failed an assertion (`assert`, `pytest.fail`);
 a test that recorded a new failure or raised anything else stays failed. A test that passes with a check the
-baseline lists as known fails, saying to remove the entry (as a strict xfail that passed). `--ppo-write-baseline
+baseline lists as known fails, saying that it passes (a fix, or a change in how the trainer runs the scenario: as a
+strict xfail that passed). `--ppo-write-baseline
 FILE` writes the run's failed checks as a baseline file.
 """
 
@@ -46,8 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ppo-baseline",
         default=None,
         metavar="FILE",
-        help="known failures (TOML [[known]] check/reason/link): a failed check listed there is an expected "
-        "failure; a new failure, or a listed check that passes, fails",
+        help="known failures (TOML [[known]] check/reason/link, [known.metrics] each failing metric's diagnoses): "
+        "a listed check that fails as pinned is an expected failure; a new failure, a listed check that fails "
+        "otherwise, or one that passes, fails",
     )
     group.addoption(
         "--ppo-write-baseline", default=None, metavar="FILE", help="write the run's failed checks as a baseline file"
