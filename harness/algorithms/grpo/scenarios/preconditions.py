@@ -188,6 +188,17 @@ def _longest(record: LossRecord) -> int:
     return int(record.completion_mask.sum(dim=1).max()) if record.completion_mask.numel() else 0
 
 
+def regime_shown(check: Check, shown: int, of: int, what: str, regime: str, detail: str) -> bool:
+    """Whether the run showed the regime a check exists for: `shown` of `of` `what` (a note, with `detail`), else a
+    failure saying the run did not show `regime`, so that a regime case never passes on a run without its regime."""
+    said = f"{shown} of {of} {what}"
+    if not shown:
+        check.fail(f"{said}: the run did not show {regime}")
+        return False
+    check.note(f"{said} ({detail})")
+    return True
+
+
 def require_short_generation(records: Sequence[LossRecord], spec, check: Check) -> bool:
     """Whether some generation's completions all end before max_completion_length (a note), else a failure: a
     trainer that pads a generation to its longest completion and divides by that width, where dr_grpo divides by
@@ -197,12 +208,9 @@ def require_short_generation(records: Sequence[LossRecord], spec, check: Check) 
         key = (int(record.rank), int(record.generation))
         lengths[key] = max(lengths.get(key, 0), _longest(record))
     short = sorted(key for key, longest in lengths.items() if longest < spec.max_completion_length)
-    said = f"{len(short)} of {len(lengths)} generations whose every completion is shorter than max_completion_length"
-    if not short:
-        check.fail(f"{said} ({spec.max_completion_length}): the run did not show completions shorter than the maximum")
-        return False
-    check.note(f"{said} ({spec.max_completion_length}; their longest {[lengths[k] for k in short]})")
-    return True
+    what = f"generations whose every completion is shorter than max_completion_length ({spec.max_completion_length})"
+    return regime_shown(check, len(short), len(lengths), what, "completions shorter than the maximum",
+                        f"their longest {[lengths[k] for k in short]}")  # fmt: skip
 
 
 def require_spanning_window(records: Sequence[LossRecord], spec, check: Check) -> bool:
@@ -212,9 +220,6 @@ def require_spanning_window(records: Sequence[LossRecord], spec, check: Check) -
     for record in records:
         generations.setdefault(int(record.window), set()).add(int(record.generation))
     spanning = [w for w, seen in sorted(generations.items()) if len(seen) > 1]
-    said = f"{len(spanning)} of {len(generations)} windows whose micro-batches come from two generations"
-    if not spanning:
-        check.fail(f"{said}: the run did not show a window across generations")
-        return False
-    check.note(f"{said} (window {spanning[0] + 1}: generations {sorted(generations[spanning[0]])})")
-    return True
+    first = f"window {spanning[0] + 1}: generations {sorted(generations[spanning[0]])}" if spanning else ""
+    return regime_shown(check, len(spanning), len(generations), "windows whose micro-batches come from two generations",
+                        "a window across generations", first)  # fmt: skip

@@ -3,12 +3,17 @@ differ (`run=clip_asymmetric`); a run that does not show its regime is refused r
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 from harness.algorithms import case, cases
 from harness.algorithms.grpo.scenarios import gradients as gradient_scenarios
+from harness.algorithms.grpo.scenarios import preconditions
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.observe import Observation
+from harness.verdict import Check, CheckId
 from tests.support.gates import reference
 from tests.support.grpo_doubles import FixedCache
 
@@ -75,3 +80,35 @@ def test_a_run_whose_bounds_cannot_be_told_apart_fails_the_asymmetric_clip_case(
     even = Observation(obs.spec.with_(epsilon_high=obs.spec.epsilon_low), obs.outcome)
     result = case(CLIP_ASYMMETRIC, "grpo").run(FixedCache.of(even), GRPOSpec())
     assert not result.passed and "the run did not tell the two bounds apart" in result.message
+
+
+def record(generation: int, window: int = 0, longest: int = 3, rank: int = 0):
+    """The fields of a loss record the regime preconditions read: one row keeping `longest` tokens of 12."""
+    mask = torch.zeros(1, 12)
+    mask[0, :longest] = 1
+    return SimpleNamespace(rank=rank, generation=generation, window=window, completion_mask=mask)
+
+
+def test_a_run_without_a_window_across_generations_fails_saying_so_and_one_with_it_notes_where():
+    whole = [record(0, window=0), record(0, window=0), record(1, window=1), record(1, window=1)]
+    check = Check(CheckId("logp_gradient"))
+    assert not preconditions.require_spanning_window(whole, GRPOSpec(), check)
+    assert check.problems == ["0 of 2 windows whose micro-batches come from two generations: the run did not show a "
+                              "window across generations"]  # fmt: skip
+    spanning = [record(0, window=0), record(0, window=0), record(1, window=0), record(1, window=1)]
+    check = Check(CheckId("logp_gradient"))
+    assert preconditions.require_spanning_window(spanning, GRPOSpec(), check) and not check.failed
+    (note,) = check.notes
+    assert note == "1 of 2 windows whose micro-batches come from two generations (window 1: generations [0, 1])"
+
+
+def test_a_run_whose_generations_each_reach_the_maximum_fails_saying_so_and_a_short_one_is_noted():
+    spec = GRPOSpec(max_completion_length=12)
+    full = [record(0, longest=12), record(0, longest=2), record(1, longest=12)]
+    check = Check(CheckId("logp_gradient"))
+    assert not preconditions.require_short_generation(full, spec, check)
+    assert check.problems[0].endswith("(12): the run did not show completions shorter than the maximum")
+    assert check.problems[0].startswith("0 of 2 generations")
+    check = Check(CheckId("logp_gradient"))
+    assert preconditions.require_short_generation([*full, record(2, longest=5), record(2, rank=1)], spec, check)
+    assert check.notes[0].startswith("2 of 4 generations") and check.notes[0].endswith("(their longest [5, 3])")
