@@ -9,7 +9,10 @@ of the collector's reach; new objects are collected as usual.
 
 - `frozen()`: a block (the gate's run, harness/verify_command.py) during which what existed before it is frozen;
   unfrozen after (unless an outer freeze was there), so that an in-process caller's objects are
-  collectable again.
+  collectable again. The gate opens a second block inside the first once it has built the target, for what
+  the build imported: a target's library (TRL's trainers, datasets) is imported then, and accelerate's
+  `free_memory`, which `transformers.Trainer.train` calls at the end of every run, makes a full collection
+  that walked those objects each time (half of a TRL gate's time, docs/development.md).
 - `no_teardown_walk()`: at the interpreter's exit (atexit, which runs before the teardown), freeze
   what is left. Objects reachable from modules are still torn down and finalized by their reference
   counts as before; only garbage cycles left at exit go unfinalized, their memory the system's.

@@ -32,8 +32,8 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
                           checks=tuple(args.check), settings=tuple(args.settings), baseline=args.baseline,
                           keyword=args.keyword)  # fmt: skip
     started = time.perf_counter()
-    # what the imports left (torch, transformers, the target's modules) frozen before anything is built: the
-    # collections of the checks' runs skip it (harness/heap.py)
+    # what the imports left (torch, transformers) frozen before anything is built, and what building the target
+    # imported before its checks run: the collections of the checks' runs skip both (harness/heap.py)
     with frozen():
         try:
             gate = Gate(options)
@@ -46,8 +46,9 @@ def verify(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"ppo-stats-harness: target={args.target} seed={args.seed} device={args.device} dtype={args.dtype}"
               + settings, flush=True)  # fmt: skip
         progress = Progress()
-        for case in gate.cases():
-            progress(gate.run(case))
+        with frozen():  # and what building the target imported: its trainer's library (TRL's modules, say)
+            for case in gate.cases():
+                progress(gate.run(case))
         progress.end()
         report = gate.finish()
     wrote = write_baseline(args.write_baseline, report) if args.write_baseline else None

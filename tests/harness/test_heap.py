@@ -63,3 +63,14 @@ def test_a_gate_process_exits_with_its_code_and_its_output_after_the_exit_freeze
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert done.stdout == "outhandler after\n"
+
+
+def test_what_building_the_target_imported_is_frozen_while_its_checks_run(tmp_path):
+    """A gate process freezes what its imports left before it builds the target, and again after, so that the runs'
+    collections skip the target's library too (a TRL gate spent half its time in accelerate's gc.collect)."""
+    command = [sys.executable, "-m", "harness", "verify", "--target", "tests.support.heap_probe:factory",
+               "--check", "extremes", "--report-dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = [line for line in done.stdout.splitlines() if line.startswith("heap probe:")]
+    assert said and all(line.endswith("during its run: True") for line in said), said
