@@ -30,3 +30,7 @@ def factory(spec):
 
 
 factory.algorithm = "grpo"
+# the same trainer but for its pooling: what it declares it cannot run, and the contract it was written for, are
+# tinygrpo's (without them the gate would also fail it for the options tinygrpo does not have)
+factory.not_applicable = target.factory.not_applicable
+factory.contract_version = target.factory.contract_version

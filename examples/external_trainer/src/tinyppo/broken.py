@@ -31,3 +31,4 @@ def factory(spec):
 
 
 factory.algorithm = "ppo"
+factory.contract_version = target.factory.contract_version  # the same trainer but for its pooling: tinyppo's
