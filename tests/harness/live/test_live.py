@@ -7,6 +7,7 @@ run's logged metrics, weights and gradients equal those of the same run without 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from harness.algorithms.grpo.oracle.expect import Settings
+from harness.algorithms.grpo.runs import across_generations_spec
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval, expected_key, live_reference, merge_ranks
@@ -181,13 +183,20 @@ def test_trl_live_check_changes_nothing():
         assert torch.equal(a, b)
 
 
-def test_reference_passes(tmp_path):
+ACROSS = across_generations_spec(GRPOSpec())
+"""dapo in windows of 3 micro-batches over generations of 2, each window running on into the next generation, one
+log after both windows: its interval holds three whole generations, so the records count each one's tokens (an
+interval that began or ended inside a generation could not, and names the gradient not checked)."""
+
+
+@pytest.mark.parametrize("spec", [SPEC, ACROSS], ids=["uneven", "across_generations"])
+def test_reference_passes(spec, tmp_path):
     from harness.algorithms.grpo.targets.reference import factory
 
-    run = factory(SPEC)
+    run = factory(spec)
     with live_reference(run.trainer, every=1, report_dir=tmp_path) as live:
         history = run.trainer.train()
-    assert live.summary.checked == SPEC.total_logs and live.summary.failed == 0, live.summary.line()
+    assert live.summary.checked == spec.total_logs and live.summary.failed == 0, live.summary.line()
     assert all(expected_key("entropy") in m for m in history)
     names = {"entropy", "kl", "policy_loss", "logit_gap/logps", "gradient/logp_relative"}
     assert {v.name for v in live.results[0].verdicts} >= names
@@ -195,7 +204,34 @@ def test_reference_passes(tmp_path):
     assert all(m[PASS_KEY] == 1.0 and m[pass_key("entropy")] == 1.0 for m in history)
     assert "micro_step" not in vars(run.trainer) and "window_step" not in vars(run.trainer)
     assert sorted(p.name for p in tmp_path.glob("log-*.json")) == [f"log-{i:04d}.json" for i in
-                                                                   range(1, SPEC.total_logs + 1)]  # fmt: skip
+                                                                   range(1, spec.total_logs + 1)]  # fmt: skip
+
+
+def test_a_window_divided_by_its_first_generations_tokens_fails_live(monkeypatch):
+    """The reference with class 94 patched in (dapo's count of every micro-batch of a window taken from the window's
+    first, as a trainer that counts once per optimizer step does): each live interval holds a window across two
+    generations, and the check fails it there."""
+    from harness.algorithms.grpo.targets.reference import factory
+    from reference_trainers import grpo
+
+    counted, real = [], grpo.loss_denominator
+    window = ACROSS.gradient_accumulation_steps
+
+    def first_generations(loss_type, counts, max_completion_length):
+        counted.append(counts)
+        first = counted[(len(counted) - 1) // window * window]  # every window here holds `window` micro-batches
+        return real(loss_type, dataclasses.replace(counts, generation_tokens=first.generation_tokens),
+                    max_completion_length)  # fmt: skip
+
+    monkeypatch.setattr(grpo, "loss_denominator", first_generations)
+    run = factory(ACROSS)
+    with live_reference(run.trainer, every=1) as live:
+        run.trainer.train()
+    assert len(counted) == window * ACROSS.max_steps
+    assert any(a.generation_tokens != b.generation_tokens for a, b in zip(counted, counted[1:]))  # two generations
+    assert live.summary.checked == ACROSS.total_logs and live.summary.failed == ACROSS.total_logs, live.summary.line()
+    failed = {v.name for result in live.results for v in result.verdicts if not v.passed}
+    assert failed == {"gradient/logp_relative"}, failed
 
 
 def test_reference_live_check_changes_nothing():
