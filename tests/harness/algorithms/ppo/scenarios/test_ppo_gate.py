@@ -172,8 +172,10 @@ def test_the_reference_trainer_passes_every_check_of_the_gate():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
-def test_other_dtypes_pass_with_their_own_tolerances(dtype):
+def test_bfloat16_passes_with_its_own_tolerances():
+    """The whole gate in bfloat16 (float64's whole gate runs three times, at three seeds, with clipping and
+    temperature 0.7: test_ppo_precision.py)."""
+    dtype = "bfloat16"
     report = gate("reference", dtype=dtype)
     assert report["dtype"] == dtype and report["status"] == "pass", [
         c["id"] for c in report["checks"] if c["status"] != "pass"
