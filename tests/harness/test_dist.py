@@ -48,12 +48,13 @@ def test_reference_grpo_trainer_passes_across_two_processes(tmp_path):
         "reward_inputs[ranks=2]": "pass",
         "sampling[ranks=2]": "pass",  # each rank draws with a random stream of its own
         "lr_schedule[ranks=2]": "pass",  # the scheduler stepped by hand, once per optimizer step
+        "entropy_gradient[ranks=2]": "pass",  # the bonus's count summed over the ranks
     }
     assert report["algorithm"] == "grpo"
     (advantages,) = [c for c in report["checks"] if c["id"] == "advantages[ranks=2]"]
     assert "would differ under a rank's own std" in advantages["message"]  # the run has teeth
     for check in report["checks"]:  # every step reduced alike on both ranks: DDP's average of their gradients
-        if check["id"].startswith("logp_gradient"):
+        if check["id"].startswith(("logp_gradient", "entropy_gradient")):
             assert "= 0.5 x the sum of their gradients" in check["message"], check["message"]
 
 

@@ -18,9 +18,12 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
     assert by_id["g49_batch_std_for_group"]["named_failed"] == ["advantages[scale_rewards=group]"]
     for empty in ("g12_empty_microbatch_counts", "g24_nan_gradient_finite_stats"):
         assert by_id[empty]["named_failed"] == ["all_masked"], by_id[empty]
-    # the GRPO forms fail the two-process gradient under the default loss type, under grpo's and bnpo's, and under
-    # the entropy mask too
+    # the GRPO forms fail the two-process gradient under the default loss type, under grpo's and bnpo's, under the
+    # entropy mask, and beside the entropy bonus (whose run holds the policy term's gradient too)
     grpo_ranks = ["logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]",
-                  "logp_gradient[ranks=2,loss_type=bnpo]", "logp_gradient[ranks=2,run=top_entropy]"]  # fmt: skip
+                  "logp_gradient[ranks=2,loss_type=bnpo]", "logp_gradient[ranks=2,run=top_entropy]",
+                  "entropy_gradient[ranks=2]"]  # fmt: skip
     for dist in ("g31_no_world_factor", "g33_sync_on_first_microbatch"):
         assert by_id[dist]["named_failed"] == grpo_ranks, by_id[dist]
+    g95 = by_id["g95_entropy_bonus_counted_on_its_rank"]  # the bonus's count kept on the rank: its own check alone
+    assert g95["named_failed"] == ["entropy_gradient[ranks=2]"] and g95["diagnosed_classes"] == [95], g95

@@ -13,7 +13,9 @@ batch's, every rank's completions, which differs from each rank's own: the check
 each rank's masks are the contract's, and each rank's reward functions were given its own completions. That the
 ranks drew with random streams of their own (`sampling[ranks=N]`): rank_sampling.py. That every rank's optimizer
 follows the declared learning-rate schedule and decay (`lr_schedule[ranks=N]`, harness/checks/lr_schedule.py): a
-schedule stepped once per process at each step runs world times too fast there alone.
+schedule stepped once per process at each step runs world times too fast there alone. That each rank's entropy
+bonus is the window's mean over every rank's tokens (`entropy_gradient[ranks=N]`): a count of a rank's own tokens,
+or the ranks' mean count, shows only across ranks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .oracle.expect import expected_metrics, intervals
 from .rank_sampling import sampling_across_ranks
 from .runs import LR_SCHEDULE, TOP_ENTROPY_QUANTILE, UNEVEN
 from .scenarios import masks, reward_inputs
+from .scenarios.entropy import bonus_gradient, bonus_spec
 from .scenarios.gradients import judge, shows_mask
 from .scenarios.preconditions import logged_names
 from .scenarios.schedule import declared_schedule, logged_rates
@@ -86,6 +89,10 @@ def loss_type_run(loss_type: str) -> GRPOSpec:
     return UNEVEN.with_(name=f"logp_gradient_{loss_type}", loss_type=loss_type, max_steps=2, logging_steps=2)
 
 
+BONUS = bonus_spec(GRPOSpec())
+"""uneven_lengths' run with the entropy bonus (scenarios/entropy.py): each window's bonus tokens on every rank
+together, the ranks' counts unequal, so a count of a rank's own tokens (or their mean over the ranks) shows."""
+
 TOP_ENTROPY = loss_type_run("grpo").with_(name="logp_gradient_top_entropy", top_entropy_quantile=TOP_ENTROPY_QUANTILE)
 """The entropy mask across ranks: each micro-batch's threshold is the quantile of every rank's entropies together,
 the ranks' counts of tokens unequal (uneven lengths), so a rank's own quantile, or padding that enters it, moves the
@@ -95,11 +102,11 @@ threshold."""
 def rank_specs(seed: int, settings: Mapping[str, Any] | None = None) -> dict[str, GRPOSpec]:
     """The runs every rank makes: two generations, each logged once (also the freshness of the second log); the
     same with two reward functions under batch scaling (the advantages, masks and reward inputs); two windows under
-    each of GRADIENT_LOSS_TYPES (the gradient); TOP_ENTROPY; and LR_SCHEDULE. `settings` (`verify-dist --set`) apply
-    to every run but where the run sets the key itself (the loss type of a gradient run, the batch scaling of the
-    reward run)."""
+    each of GRADIENT_LOSS_TYPES (the gradient); TOP_ENTROPY; BONUS; and LR_SCHEDULE. `settings` (`verify-dist
+    --set`) apply to every run but where the run sets the key itself (the loss type of a gradient run, the batch
+    scaling of the reward run)."""
     runs = {"uneven_lengths": UNEVEN, "advantages": REWARDS, "logp_gradient_top_entropy": TOP_ENTROPY,
-            "lr_schedule": LR_SCHEDULE,
+            "lr_schedule": LR_SCHEDULE, "entropy_gradient": BONUS,
             **{f"logp_gradient_{t}": loss_type_run(t) for t in GRADIENT_LOSS_TYPES}}  # fmt: skip
     return {name: applied(spec, settings or {}, GRPOSpec()).with_(seed=seed) for name, spec in runs.items()}
 
@@ -116,6 +123,7 @@ def rank_reads(processes: int) -> dict[CheckId, tuple[str, ...]]:
         CheckId("logp_gradient", (*world, ("run", "top_entropy"))): ("logp_gradient_top_entropy",),
         **{CheckId(name, world): ("advantages",) for name in ("advantages", "completion_mask", "reward_inputs")},
         CheckId("lr_schedule", world): ("lr_schedule",),
+        CheckId("entropy_gradient", world): ("entropy_gradient",),
     }
 
 
@@ -148,7 +156,30 @@ def rank_checks(runs: dict[str, Sequence[Ran]], declared: Declared = Declared(),
         results += rollout_across_ranks(runs["advantages"], specs["advantages"], declared)
     if "lr_schedule" in runs:
         results.append(schedule_across_ranks(runs["lr_schedule"], specs["lr_schedule"]))
+    if "entropy_gradient" in runs:
+        results.append(bonus_across_ranks(runs["entropy_gradient"], specs["entropy_gradient"], declared))
     return results
+
+
+def bonus_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, declared: Declared = Declared()) -> CheckResult:
+    """Every optimizer step reduced alike on every rank, and each rank's dL/dH == -entropy_coef * world / (its
+    window's bonus tokens on every rank) (entropy_gradient's formula over every rank's records)."""
+    check = Check(CheckId("entropy_gradient", (("ranks", len(ranks)),)))
+    records = reduced_records(ranks, spec, check)
+    if records is not None:
+        bonus_gradient(check, records, spec, len(ranks), declared.definitions, f"{len(ranks)} ranks")
+    return check.finish()
+
+
+def reduced_records(ranks: Sequence[Ran], spec: GRPOSpec, check: Check) -> list | None:
+    """Every rank's loss records, once every rank recorded some and every optimizer step was reduced alike on every
+    rank (harness/oracle/gradients.py `reductions`); None, the check failed saying why, otherwise."""
+    if not all(recorded(r).loss_inputs for r in ranks):
+        check.fail("a rank recorded no loss inputs")
+        return None
+    if reductions(ranks, spec.max_steps, check, TOLERANCES) is None:
+        return None
+    return [rec for r in ranks for rec in recorded(r).loss_inputs]
 
 
 def schedule_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec) -> CheckResult:
@@ -166,12 +197,9 @@ def logp_gradient_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec, check_id: C
     rank's own backward contributions: harness/oracle/gradients.py `reduction`), and each rank's dL/dlogp ==
     world * the window weight over every rank's tokens * d l_t / d logp_t."""
     check = Check(check_id)
-    if not all(recorded(r).loss_inputs for r in ranks):
-        check.fail("a rank recorded no loss inputs")
+    records = reduced_records(ranks, spec, check)
+    if records is None:
         return check.finish()
-    if reductions(ranks, spec.max_steps, check, TOLERANCES) is None:
-        return check.finish()
-    records = [rec for r in ranks for rec in recorded(r).loss_inputs]
     try:
         gap = gradients.gaps(records, gradients.WindowWeights.of(spec, world=len(ranks),
                                                                  definitions=declared.definitions))  # fmt: skip

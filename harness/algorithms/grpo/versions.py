@@ -289,16 +289,25 @@ ACROSS_GENERATIONS = Change(
     "generation's tokens",
     checks=("logp_gradient[[]run=across_generations]",),
 )
+BONUS_ACROSS_RANKS = Change(
+    version=11,
+    release="0.11.0",
+    subject="the entropy bonus across ranks",
+    old="the entropy bonus run on one process, where a window's tokens on this rank are its tokens on every rank",
+    new="also verify-dist's entropy_gradient[ranks=2]: the bonus's window mean over every rank's tokens, the ranks' "
+    "counts unequal, each rank's dL/dH -entropy_coef * world / (the window's tokens on every rank)",
+    checks=("entropy_gradient[[]ranks=*]",),
+)
 
 CONTRACT = Contract(
-    version=10,
+    version=11,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
-             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS),
+             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

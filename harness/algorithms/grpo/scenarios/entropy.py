@@ -12,9 +12,12 @@ objective's (`logp_gradient`'s formula): the bonus adds to the loss and takes no
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from harness.compare import compare
 from harness.errors import NotRecomputable
+from harness.instrument.loss import LossRecord
 from harness.instrument.observe import ObservationCache
 from harness.oracle.pooling import Expectation
 from harness.require import require_ran
@@ -54,40 +57,46 @@ def entropy_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> Chec
     if require_ran(obs, check) is None or require_records(obs, check, declared) is None:
         return check.finish()
     spec, records = obs.spec, recorded(obs.ran).loss_inputs
-    world = len({int(r.rank) for r in records}) or 1
+    bonus_gradient(check, records, spec, len({int(r.rank) for r in records}) or 1, declared, spec.split_label)
+    return check.finish()
+
+
+def bonus_gradient(check: Check, records: Sequence[LossRecord], spec: GRPOSpec, world: int,
+                   declared: Sequence[tuple[str, Any]], where: str) -> None:  # fmt: skip
+    """Judge the bonus's dL/dH of every token of `records` (every rank's) against -entropy_coef * world / (its
+    window's acting tokens on every rank), and dL/dlogp against the policy objective's formula, on `check`; a run
+    that shows no window of unequal micro-batches fails it. Shared with verify-dist's entropy_gradient[ranks=N]."""
     try:
         gap = entropy_bonus.gaps(records, spec.entropy_coef, world, spec.top_entropy_quantile)
         policy = gradients.gaps(records, gradients.WindowWeights.of(spec, world, definitions=declared))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
-        return check.finish()
+        return
     if gap.compared == 0 or policy.compared == 0:
         check.fail(f"no token's gradient to compare ({gap.compared} at the entropies, {policy.compared} at the "
                    f"log-probs)")  # fmt: skip
-        return check.finish()
+        return
     if gap.uneven == 0:
         check.fail("no window whose micro-batches hold unequal token counts: the run cannot tell the window's mean "
                    "entropy from a mean of micro-batch means")  # fmt: skip
-        return check.finish()
+        return
     check.note(f"{gap.uneven} windows whose micro-batches hold unequal token counts; {gap.compared} tokens' dL/dH "
                f"compared")  # fmt: skip
     logged = {entropy_bonus.METRIC: gap.largest}
     expected = {entropy_bonus.METRIC: Expectation(entropy_bonus.METRIC, 0.0, scale=1.0)}
-    where = f"{spec.split_label} {gap.where}"
-    verdicts = compare(logged, expected, spec.dtype, TOLERANCES, kind="formula", where=where)
-    check.absorb([explained(v, gap, spec) for v in verdicts])
-    judge(check, policy, spec, f"{spec.split_label} {policy.where}")
-    return check.finish()
+    verdicts = compare(logged, expected, spec.dtype, TOLERANCES, kind="formula", where=f"{where} {gap.where}")
+    check.absorb([explained(v, gap, spec, where) for v in verdicts])
+    judge(check, policy, spec, f"{where} {policy.where}")
 
 
-def explained(verdict: MetricVerdict, gap: entropy_bonus.BonusGaps, spec: GRPOSpec) -> MetricVerdict:
+def explained(verdict: MetricVerdict, gap: entropy_bonus.BonusGaps, spec: GRPOSpec, where: str) -> MetricVerdict:
     """A failing verdict with its token in words and the known wrong form that reproduces it; any other as it is."""
     if verdict.status is not MetricStatus.FAIL:
         return verdict
     diagnosis, why = wrong.diagnose(gap, spec.entropy_coef, spec.dtype)
     words = wrong.worded(gap, spec.dtype)
     said = {"reason": words, "wording": Wording.CHECK} if words else {}
-    return dataclasses.replace(verdict, where=spec.split_label, diagnosis=diagnosis, diagnosis_reason=why, **said)
+    return dataclasses.replace(verdict, where=where, diagnosis=diagnosis, diagnosis_reason=why, **said)
 
 
 ENTROPY_SCENARIOS = (

@@ -66,14 +66,17 @@ def test_advantages_scaled_by_a_ranks_own_std_fail_across_ranks(tmp_path):
 @pytest.mark.trl
 def test_trl_grpo_across_two_processes_fails_its_pooling_alone(tmp_path):
     """TRL's GRPOTrainer on 2 ranks (beta != 0: each rank saves and reloads its own reference model): its logs fail
-    as its flat mean of micro-batch means does on one process; its gradient, advantages, masks and reward inputs
-    over both ranks pass."""
+    as its flat mean of micro-batch means does on one process, and its entropy bonus as its per-micro-batch bonus
+    does (class 82); its policy gradient, advantages, masks and reward inputs over both ranks pass."""
     pytest.importorskip("trl")
     code, report, output = documented_run("python -m harness verify-dist --target trl-grpo", __file__, tmp_path)
     assert code == 1, output[-3000:]
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     fails = {"uneven_lengths[ranks=2]", "freshness[ranks=2]"}
-    assert {c for c, s in statuses.items() if s == "fail"} == fails, output[-3000:]
+    assert {c for c, s in statuses.items() if s == "fail"} == fails | {"entropy_gradient[ranks=2]"}, output[-3000:]
+    (bonus,) = [c for c in report["checks"] if c["id"] == "entropy_gradient[ranks=2]"]
+    assert [(m["name"], m["diagnosis"]["classes"]) for m in bonus["metrics"] if m["failed"]] == [
+        ("gradient/entropy_relative", [82])]  # fmt: skip
     assert {c for c, s in statuses.items() if s == "pass"} == {
         "logp_gradient[ranks=2]", "logp_gradient[ranks=2,loss_type=grpo]", "logp_gradient[ranks=2,loss_type=bnpo]",
         "logp_gradient[ranks=2,run=top_entropy]", "advantages[ranks=2]", "completion_mask[ranks=2]",

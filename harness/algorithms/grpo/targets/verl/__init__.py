@@ -326,7 +326,7 @@ NOT_APPLICABLE = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
-    "entropy_gradient": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
+    "entropy_gradient*": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
     "prompt_pads=3": config.PROMPTS,
     "reward_order=reversed": config.REWARD_ORDER,
