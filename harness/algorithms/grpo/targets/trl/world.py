@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -14,9 +14,6 @@ from harness.targets.hf import world_size
 from reference_trainers.toy import add_logit_biases as add_logit_biases  # the toy world's own: a frozen head bias
 
 from .config import weights_dtype
-
-if TYPE_CHECKING:
-    from harness.algorithms.grpo.spec import GRPOSpec
 
 VOCAB_SIZE = 32
 PROMPT_LENGTH = 6
@@ -66,9 +63,10 @@ def toy_rewards(spec) -> list[Callable]:
     return funcs[::-1] if getattr(spec, "reward_order", "as_listed") == "reversed" else funcs
 
 
-def prompt_count(spec: GRPOSpec, generations_per_epoch: int) -> int:
+def prompt_count(spec, generations_per_epoch: int) -> int:
     """Prompts in the dataset: `generations_per_epoch` generation batches (each rank's share, every rank)."""
-    completions = spec.per_device_train_batch_size * spec.generation_steps * world_size()
+    steps_per_generation = spec.steps_per_generation or spec.gradient_accumulation_steps
+    completions = spec.per_device_train_batch_size * steps_per_generation * world_size()
     if completions % spec.num_generations:
         raise HarnessConfigError(
             f"trl-grpo target: a generation batch of {completions} completions is not a whole number of "
@@ -77,13 +75,13 @@ def prompt_count(spec: GRPOSpec, generations_per_epoch: int) -> int:
     return generations_per_epoch * completions // spec.num_generations
 
 
-def generations_trained(spec: GRPOSpec) -> int:
+def generations_trained(spec) -> int:
     """Generation batches the run's micro-batches take, the last perhaps in part."""
-    per_generation = spec.generation_steps * spec.num_iterations
+    per_generation = (spec.steps_per_generation or spec.gradient_accumulation_steps) * spec.num_iterations
     return -(-sum(spec.run_windows()) // per_generation)
 
 
-def world_spec(spec: GRPOSpec, generations_per_epoch: int) -> types.SimpleNamespace:
+def world_spec(spec, generations_per_epoch: int) -> types.SimpleNamespace:
     """What `harness.targets.toy.toy_world` builds this target's models and prompts from."""
     return types.SimpleNamespace(
         seed=spec.seed,
