@@ -76,7 +76,8 @@ class GRPOAlgorithm:
         unit_tests=("tests/trainers/test_grpo_config.py",),
         rank_functions=(
             *(f"reference_trainers.grpo:GRPOTrainer.{name}"
-              for name in ("next_prompts", "generate", "score", "micro_step", "window_step", "log_interval")),
+              for name in ("next_prompts", "generate", "score", "micro_step", "window_step", "log_interval",
+                           "entropy_bonus_window", "with_entropy_bonus")),
             "reference_trainers.grpo:high_entropy_mask",
         ),  # fmt: skip
     )
