@@ -51,8 +51,8 @@ def micro_batch_means(rows: Sequence[BonusRow], coef: float) -> list[torch.Tenso
 
 
 def rank_counts(rows: Sequence[BonusRow], coef: float) -> list[torch.Tensor]:
-    """dL/dH of each micro-batch with the window's count taken on its own rank: coef * world / (the acting tokens of
-    the window's micro-batches on that rank)."""
+    """dL/dH of each micro-batch with the window's count taken on its own rank: -coef * world / (the acting tokens
+    of the window's micro-batches on that rank) where the bonus acts, 0 elsewhere."""
     world = len({int(row.record.rank) for row in rows}) or 1
     tokens: dict[tuple[int, int], float] = {}
     for row in rows:
