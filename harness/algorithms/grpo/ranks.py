@@ -91,7 +91,8 @@ def loss_type_run(loss_type: str) -> GRPOSpec:
 
 BONUS = bonus_spec(GRPOSpec())
 """uneven_lengths' run with the entropy bonus (scenarios/entropy.py): each window's bonus tokens on every rank
-together, the ranks' counts unequal, so a count of a rank's own tokens (or their mean over the ranks) shows."""
+together; a count of a rank's own tokens (or their mean over the ranks), a part of every rank's, shows whatever the
+ranks' counts (tests/harness/algorithms/grpo/oracle/test_grpo_entropy_bonus.py)."""
 
 TOP_ENTROPY = loss_type_run("grpo").with_(name="logp_gradient_top_entropy", top_entropy_quantile=TOP_ENTROPY_QUANTILE)
 """The entropy mask across ranks: each micro-batch's threshold is the quantile of every rank's entropies together,

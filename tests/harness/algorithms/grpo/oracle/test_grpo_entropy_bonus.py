@@ -68,6 +68,34 @@ def test_a_common_factor_is_not_named_class_82():
     assert gap.largest > 0.1 and diagnosis is None and why
 
 
+OTHER_RANK = ([[1, 0, 0, 0], [1, 1, 0, 0]], [[1, 1, 1, 0], [0, 0, 0, 0]])
+"""The window's two micro-batches on rank 1: 3 and 3 tokens, against rank 0's 4 and 6 (MASKS)."""
+
+
+def on_two_ranks(count) -> list:
+    """MASKS on rank 0 and OTHER_RANK on rank 1, one window, each micro-batch's dL/dH -coef * 2 * mask / count(rank)
+    (a rank's backward pass, its loss times the number of ranks)."""
+    out = []
+    for rank, masks in enumerate((MASKS, OTHER_RANK)):
+        tokens = count(rank)
+        grads = [-COEF * 2 * torch.tensor(m, dtype=torch.float64) / tokens for m in masks]
+        out += [dataclasses.replace(r, rank=rank) for r in records_with(grads, masks)]
+    return out
+
+
+def test_across_ranks_the_count_is_every_ranks_and_one_kept_on_the_rank_is_named_class_95():
+    tokens = [sum(sum(row) for m in masks for row in m) for masks in (MASKS, OTHER_RANK)]
+    assert tokens == [10, 6]
+    right = entropy_bonus.gaps(on_two_ranks(lambda rank: sum(tokens)), COEF, world=2)
+    assert right.largest < 1e-12 and right.compared == 16
+    own = entropy_bonus.gaps(on_two_ranks(lambda rank: tokens[rank]), COEF, world=2)
+    assert own.largest > 0.1
+    diagnosis, why = wrong.diagnose(own, COEF, "float32")
+    assert why == "" and diagnosis.classes == (wrong.RANK_COUNT,)
+    equal = entropy_bonus.gaps(on_two_ranks(lambda rank: 8), COEF, world=2)  # even a count of half of every rank's
+    assert equal.largest > 0.1 and wrong.diagnose(equal, COEF, "float32")[0] is None
+
+
 def test_micro_batches_of_equal_token_counts_are_not_uneven():
     masks = ([[1, 1, 0, 0], [1, 1, 1, 0]], [[1, 1, 1, 1], [1, 0, 0, 0]])
     gap = entropy_bonus.gaps(records_with(autograd_grads(False, masks), masks), COEF)
