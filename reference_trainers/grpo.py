@@ -576,7 +576,8 @@ class GRPOTrainer:
                 f.to(device).eval()
         self.prompts = prompts
         optimizer = torch.optim.AdamW(
-            policy.parameters(), lr=config.learning_rate, eps=1e-5, weight_decay=config.weight_decay
+            policy.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_epsilon, weight_decay=config.weight_decay,
         )
         self.model, self.optimizer = self.accelerator.prepare(policy, optimizer)
         # stepped by hand after each optimizer step, never prepared: accelerate's prepared scheduler advances once

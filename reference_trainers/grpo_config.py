@@ -46,6 +46,11 @@ class GRPOConfig:
     """Optimizer steps over which the rate rises linearly from 0 (not read by `constant`)."""
     weight_decay: float = 0.0
     """AdamW's decoupled weight decay, on every weight."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    """AdamW's betas: the decay rates of its first and second moment estimates, each in [0, 1)."""
+    adam_epsilon: float = 1e-5
+    """AdamW's eps, added to the root of the second moment (> 0)."""
     max_completion_length: int = 12
     """New tokens sampled per completion; also the constant of the dr_grpo normalisation."""
     temperature: float = 1.0
@@ -159,6 +164,11 @@ class GRPOConfig:
             raise ConfigError(  # pragma: no mutate - message
                 f"lr_scheduler_type must be one of {', '.join(LR_SCHEDULER_TYPES)}, warmup_steps and weight_decay "
                 f">= 0, got {self.lr_scheduler_type!r}, {self.warmup_steps} and {self.weight_decay}"
+            )
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1 and self.adam_epsilon > 0):
+            raise ConfigError(  # pragma: no mutate - message
+                f"adam_beta1 and adam_beta2 must be in [0, 1) and adam_epsilon > 0, got {self.adam_beta1}, "
+                f"{self.adam_beta2} and {self.adam_epsilon}"
             )
         if not 0 <= self.epsilon_low < 1 or self.epsilon_high < 0:
             raise ConfigError(  # pragma: no mutate - message

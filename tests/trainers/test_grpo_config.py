@@ -109,6 +109,20 @@ def test_beta_may_be_zero_not_negative():
         config(beta=-1e-9)
 
 
+@pytest.mark.parametrize("settings", [{"adam_beta1": 1.0}, {"adam_beta1": -1e-9}, {"adam_beta2": 1.0},
+                                      {"adam_beta2": -1e-9}, {"adam_epsilon": 0.0}, {"adam_epsilon": -1e-9}])
+def test_adams_settings_outside_their_range_are_refused(settings):
+    with pytest.raises(ConfigError, match="adam_beta1 and adam_beta2 must be in \\[0, 1\\) and adam_epsilon > 0"):
+        config(**settings)
+
+
+def test_adams_settings_at_their_edges_are_accepted():
+    cfg = config(adam_beta1=0.0, adam_beta2=0.0, adam_epsilon=1e-30)
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon) == (0.0, 0.0, 1e-30)
+    cfg = config(adam_beta1=0.999999, adam_beta2=0.999999)
+    assert (cfg.adam_beta1, cfg.adam_beta2) == (0.999999, 0.999999)
+
+
 @pytest.mark.parametrize("epsilon_low, epsilon_high", [(1.0, 0.2), (-0.01, 0.2), (0.2, -0.01), (1.5, -1.0)])
 def test_clip_bounds_outside_their_range_are_refused(epsilon_low, epsilon_high):
     with pytest.raises(ConfigError, match=f"got {epsilon_low} and {epsilon_high}"):
