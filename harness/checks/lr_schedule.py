@@ -1,11 +1,12 @@
-"""The learning-rate schedule and the weight decay, for any algorithm: each step's settings against the declared ones.
+"""The learning-rate schedule, the weight decay and the optimizer's settings, for any algorithm: each step's against
+the declared ones.
 
 `optimizer_step` (optimizer.py) recomputes each step from the settings the step used, read from the optimizer's
 param groups: it takes them on trust. A trainer whose scheduler advances at every backward pass instead of every
 optimizer step, steps before the optimizer (each step at the next one's rate), ignores the warm-up, or builds its
-optimizer without the configured weight decay passes it. Here, from the same records (the param groups as each
-step used them, harness/instrument/optimizer_steps.py), against the schedule the run declares (its kind, base
-rate, warm-up and steps; harness/oracle/schedules.py):
+optimizer without the configured weight decay, betas or eps passes it. Here, from the same records (the param
+groups as each step used them, harness/instrument/optimizer_steps.py), against the schedule the run declares (its
+kind, base rate, warm-up and steps; harness/oracle/schedules.py) and the settings it declares:
 
 1. `optimizer/lr`: every param group's learning rate at the run's k-th step (0-based) is rate(k), within
    RATE_TOL of the base rate;
@@ -13,7 +14,12 @@ rate, warm-up and steps; harness/oracle/schedules.py):
    one or 0, and the groups at the declared one hold more than half of the weights' elements. Leaving some
    weights undecayed is a definition: transformers' Trainer decays neither biases nor norm weights
    (`get_decay_parameter_names`), a small share of any model's elements; decaying none is not;
-3. `learning_rate` (the logged rate, where the run logs one): the log after the run's n-th step shows rate(n),
+3. `optimizer/settings` (where the run declares them: AdamW's `betas` and `eps`, say): every group's setting of
+   each declared key equals the declared one at every step, within SETTING_TOL. `optimizer_step` recomputes each
+   step from the betas and eps its group holds, so an optimizer built at torch's defaults instead of the
+   configured ones passes there; a correct trainer has no other definition (transformers' Trainer hands `adam_beta1`,
+   `adam_beta2` and `adam_epsilon` to its AdamW as they are);
+4. `learning_rate` (the logged rate, where the run logs one): the log after the run's n-th step shows rate(n),
    the rate once the scheduler has stepped (as transformers' Trainer logs `_get_learning_rate()`), or rate(n - 1),
    the rate the interval's last step used: both are definitions in use, and the bugs of rule 1 move either.
 
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.instrument.grad_trace import GradTrace
 from harness.oracle.schedules import Schedule
@@ -35,6 +41,7 @@ from harness.verdict import Check, Diagnosis, MetricStatus, MetricVerdict, Wordi
 
 RATE = "optimizer/lr"
 DECAY = "optimizer/weight_decay"
+SETTINGS = "optimizer/settings"
 LOGGED = "learning_rate"
 RATE_TOL = 1e-6
 """Relative to the base rate. A scheduler computes each rate in float64 (about 1e-16 off, a chained one gathering
@@ -46,6 +53,12 @@ AHEAD = 90
 """docs/bug-catalogue.md's class of a scheduler stepped before the optimizer (each step at the next one's rate)."""
 NO_DECAY = 91
 """docs/bug-catalogue.md's class of an optimizer built without the configured weight decay."""
+SETTING_TOL = 1e-6
+"""Relative to the declared setting. A setting handed through is the declared float itself; one kept as a float32
+tensor is within 6e-8 of it. The bug moves it to torch's default: betas (0.9, 0.999) and eps 1e-8 against the
+gate's (0.8, 0.99) and 1e-6."""
+UNCONFIGURED = 96
+"""docs/bug-catalogue.md's class of an optimizer built without the configured settings (its betas or eps)."""
 PER_PROCESS = 92
 """docs/bug-catalogue.md's class of a schedule advanced once per process at each optimizer step (accelerate's prepared
 scheduler, its schedule counted in samples)."""
@@ -141,6 +154,38 @@ def judge_decay(trace: GradTrace, declared: float) -> MetricVerdict:
                     f"groups' decays {decays})", (declared, declared, 0.0))  # fmt: skip
 
 
+def _numbers(value) -> tuple[float, ...] | None:
+    """A setting as floats (a number or a tuple of numbers), or None."""
+    items = value if isinstance(value, tuple | list) else (value,)
+    if not items or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in items):
+        return None
+    return tuple(float(v) for v in items)
+
+
+def judge_settings(trace: GradTrace, declared: Mapping[str, object]) -> MetricVerdict:
+    """Rule 3: every param group's setting of each key of `declared` against the declared one, at every step."""
+    worst = 0.0
+    for k, update in enumerate(trace.updates):
+        for g, group in enumerate(update.groups):
+            for key, want in declared.items():
+                have, expected = _numbers(group.get(key)), _numbers(want)
+                if expected is None:
+                    raise ValueError(f"the declared {key} {want!r} is no number or tuple of numbers")
+                if have is None or len(have) != len(expected):
+                    return _verdict(SETTINGS, MetricStatus.FAIL, f"step {k + 1}, param group {g}: no {key} like the "
+                                    f"declared {want!r} among its settings ({sorted(group)})")  # fmt: skip
+                errors = [abs(h - e) / abs(e) if e else abs(h) for h, e in zip(have, expected)]
+                if not max(errors) <= SETTING_TOL:
+                    return _verdict(SETTINGS, MetricStatus.FAIL,
+                                    f"step {k + 1}, param group {g}: {key} {group.get(key)!r}, the run declares "
+                                    f"{want!r}", diagnosis=Diagnosis((UNCONFIGURED,), f"the optimizer's {key} is not "
+                                    f"the configured {want!r}", math.nan, math.nan))  # fmt: skip
+                worst = max(worst, *errors)
+    shown = ", ".join(f"{key} {want!r}" for key, want in declared.items())
+    return _verdict(SETTINGS, MetricStatus.PASS, f"every param group at the declared {shown} at each of the "
+                    f"{len(trace.updates)} steps", (worst, 0.0, SETTING_TOL))  # fmt: skip
+
+
 def judge_logged(logs: Sequence[tuple[int, float]], schedule: Schedule) -> MetricVerdict:
     """Rule 3: each (optimizer steps so far, logged rate) against the rate after those steps or the last one's."""
     tol, kinds = RATE_TOL * schedule.base, set()
@@ -158,10 +203,12 @@ def judge_logged(logs: Sequence[tuple[int, float]], schedule: Schedule) -> Metri
 
 
 def judge_schedule(trace: GradTrace, check: Check, schedule: Schedule, weight_decay: float,
-                   logs: Sequence[tuple[int, float]] | None, where: str = "", world: int = 1) -> None:  # fmt: skip
-    """Hold `trace`'s steps (recorded with the copies) to `schedule` and `weight_decay`, and the logged rates
-    `logs` ((optimizer steps so far, rate) per log; None where the run logs none) to the schedule; `where` names
-    the trace (a rank), `world` the processes of the run (for the diagnosis)."""
+                   logs: Sequence[tuple[int, float]] | None, where: str = "", world: int = 1,
+                   settings: Mapping[str, object] | None = None) -> None:  # fmt: skip
+    """Hold `trace`'s steps (recorded with the copies) to `schedule`, `weight_decay` and the declared `settings`
+    (param-group keys and values: rule 3; None or empty: none declared), and the logged rates `logs` ((optimizer
+    steps so far, rate) per log; None where the run logs none) to the schedule; `where` names the trace (a rank),
+    `world` the processes of the run (for the diagnosis)."""
     prefix = f"{where}: " if where else ""
     if not trace.copies or not trace.updates or len(trace.updates) != len(trace.steps):
         check.fail(f"{prefix}{len(trace.steps)} optimizer steps seen, {len(trace.updates)} with their settings: "
@@ -172,6 +219,8 @@ def judge_schedule(trace: GradTrace, check: Check, schedule: Schedule, weight_de
     verdicts = [judge_rates(trace, schedule, world)]
     if weight_decay:
         verdicts.append(judge_decay(trace, weight_decay))
+    if settings:
+        verdicts.append(judge_settings(trace, settings))
     if logs:
         verdicts.append(judge_logged(logs, schedule))
     else:

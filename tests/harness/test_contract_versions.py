@@ -176,7 +176,8 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
                "logp_gradient[run=short_window,loss_type=bnpo]", "forward_recompute[prompt_pads=3]",
                "advantages[reward_order=reversed]", "reward_stats[reward_order=reversed]",
                "entropy_gradient[run=top_entropy]"}  # fmt: skip
-    # and contract 9's learning-rate schedule (release 0.9.0): its trainer runs a constant rate without decay
+    # and contract 9's learning-rate schedule (release 0.9.0): its trainer runs a constant rate without decay, and
+    # (contract 12, release 0.12.0) AdamW at betas and eps of its own
     scheduled = {"lr_schedule"}
     # and contract 10's windows across generations (release 0.10.0): each of its windows ends with its generation,
     # so the run shows none that holds two (the case fails, saying so)
@@ -187,6 +188,9 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
         lines = failed.pop(check_id)["contract_changes"]
         assert any("(release 0.8.0, CHANGELOG.md)" in line for line in lines), lines
         assert set(lines) <= {c.line("grpo") for c in contract.changes}, lines
+    lines = failed.pop("lr_schedule")["contract_changes"]
+    assert [line.split(") changed")[0].split("(")[-1] for line in lines] == ["release 0.9.0, CHANGELOG.md",
+                                                                             "release 0.12.0, CHANGELOG.md"], lines
     for check_id, check in failed.items():
         assert check["contract_changes"], check_id
         release = {**dict.fromkeys(spanning, "0.10.0"), **dict.fromkeys(scheduled, "0.9.0"),

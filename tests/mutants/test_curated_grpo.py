@@ -27,3 +27,5 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
         assert by_id[dist]["named_failed"] == grpo_ranks, by_id[dist]
     g95 = by_id["g95_entropy_bonus_counted_on_its_rank"]  # the bonus's count kept on the rank: its own check alone
     assert g95["named_failed"] == ["entropy_gradient[ranks=2]"] and g95["diagnosed_classes"] == [95], g95
+    g96 = by_id["g96_optimizer_default_settings"]  # AdamW at torch's defaults: only the run that declares others
+    assert g96["named_failed"] == ["lr_schedule"] and g96["diagnosed_classes"] == [96], g96

@@ -188,7 +188,7 @@ def schedule_across_ranks(ranks: Sequence[Ran], spec: GRPOSpec) -> CheckResult:
     check = Check(CheckId("lr_schedule", (("ranks", len(ranks)),)))
     for rank, ran in enumerate(ranks):
         judge_schedule(ran.grads, check, declared_schedule(spec), spec.weight_decay, logged_rates(ran, spec),
-                       where=f"rank {rank}", world=len(ranks))  # fmt: skip
+                       where=f"rank {rank}", world=len(ranks), settings=spec.optimizer_settings)  # fmt: skip
     return check.finish()
 
 

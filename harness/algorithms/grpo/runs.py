@@ -37,10 +37,12 @@ NO_KL = UNEVEN.with_(name="no_kl", gradient_accumulation_steps=1, steps_per_gene
 # Three generations of 12 completions, each trained in two windows of 3 micro-batches, logged every 2 steps, under a
 # linear schedule with a warm-up of 2 and weight decay 0.1 (lr_schedule): rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base.
 # Windows of 3, so that a schedule advanced per backward pass (0, 3/4, 0, ...) is not one advanced per process on two
-# ranks (0, 1, 1/2, 0, ...).
+# ranks (0, 1, 1/2, 0, ...). AdamW's betas and eps off every trainer's defaults (TRL's 0.9, 0.999, 1e-8; the
+# reference's eps 1e-5), so that an optimizer built without them shows.
 LR_SCHEDULE = UNEVEN.with_(name="lr_schedule", per_device_train_batch_size=2, gradient_accumulation_steps=3,
                            steps_per_generation=6, max_steps=6, logging_steps=2, lr_scheduler_type="linear",
-                           warmup_steps=2, weight_decay=0.1)  # fmt: skip
+                           warmup_steps=2, weight_decay=0.1, adam_beta1=0.8, adam_beta2=0.99,
+                           adam_epsilon=1e-6)  # fmt: skip
 LR0 = UNEVEN.with_(name="partition", learning_rate=0.0, per_device_train_batch_size=4,
                    gradient_accumulation_steps=2, steps_per_generation=2)  # fmt: skip
 # The uneven run at a temperature other than 1, so that log-probs and entropies of unscaled logits would show.

@@ -32,6 +32,8 @@ CUT_INVARIANT_LOSS_TYPES = tuple(t for t in LOSS_TYPES if t != "bnpo")
 SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
                  "vespo_lambda_neg")  # fmt: skip
 """The settings of the sapo and vespo loss types (TRL's names and defaults)."""
+ADAM = ("adam_beta1", "adam_beta2", "adam_epsilon")
+"""AdamW's settings a spec may declare (TRL's names; None: the trainer's own defaults, not handed over)."""
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO)."""
@@ -142,6 +144,12 @@ class GRPOSpec:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     """AdamW's decoupled weight decay (TRL's default 0.0)."""
+    adam_beta1: float | None = None
+    adam_beta2: float | None = None
+    adam_epsilon: float | None = None
+    """AdamW's betas and eps (TRL's names), set together or not at all. None: the trainer's own defaults, not judged
+    (TRL's 0.9, 0.999 and 1e-8; the reference GRPO trainer's eps is 1e-5); set, every param group must hold them
+    (`optimizer_settings`, `lr_schedule`)."""
     # the built-in toy world
     vocab_size: int = 32
     prompt_length: int = 6
@@ -178,6 +186,13 @@ class GRPOSpec:
             return None
         weights = tuple(self.reward_weights)
         return weights[::-1] if self.reward_order == "reversed" else weights
+
+    @property
+    def optimizer_settings(self) -> dict[str, object]:
+        """The param-group settings the run declares ({} where it declares none): AdamW's betas and eps."""
+        if self.adam_beta1 is None:
+            return {}
+        return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_epsilon}
 
     @property
     def generation_steps(self) -> int:
@@ -296,6 +311,13 @@ class GRPOSpec:
             raise HarnessConfigError(f"lr_scheduler_type={self.lr_scheduler_type!r}, warmup_steps={self.warmup_steps}, "
                                      f"weight_decay={self.weight_decay}: expected one of "
                                      f"{', '.join(LR_SCHEDULER_TYPES)}, steps and decay >= 0")  # fmt: skip
+        adam = (self.adam_beta1, self.adam_beta2, self.adam_epsilon)
+        if any(v is not None for v in adam) and not (
+            None not in adam and 0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1 and self.adam_epsilon > 0
+        ):
+            raise HarnessConfigError(f"adam_beta1={self.adam_beta1}, adam_beta2={self.adam_beta2}, "
+                                     f"adam_epsilon={self.adam_epsilon}: set all three or none, betas in [0, 1), "
+                                     "eps > 0")  # fmt: skip
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise HarnessConfigError(f"max_grad_norm={self.max_grad_norm}: must be positive (or none)")
 

@@ -12,7 +12,9 @@ multi_objective_aggregation 'normalize_then_sum' and groups of another size; ver
 generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
 under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
 verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.9.0) the learning-rate schedule and
-the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum.
+the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum; version 10
+(release 0.10.0) windows that run across generations; version 11 (release 0.11.0) the entropy bonus across ranks;
+version 12 (release 0.12.0) the optimizer's betas and eps a run declares.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -298,16 +300,28 @@ BONUS_ACROSS_RANKS = Change(
     "counts unequal, each rank's dL/dH -entropy_coef * world / (the window's tokens on every rank)",
     checks=("entropy_gradient[[]ranks=*]",),
 )
+OPTIMIZER_SETTINGS = Change(
+    version=12,
+    release="0.12.0",
+    subject="the optimizer's betas and eps",
+    old="every run at the trainer's own betas and eps, each step recomputed from those its optimizer held, taken on "
+    "trust",
+    new="also in lr_schedule: AdamW's betas 0.8 and 0.99 and eps 1e-6 (GRPOSpec's adam_beta1, adam_beta2 and "
+    "adam_epsilon, which a target hands its trainer or declares not applicable): every param group's against the "
+    "declared ones at every step (optimizer/settings), in verify-dist's lr_schedule[ranks=2] on every rank",
+    checks=("lr_schedule", "lr_schedule[[]ranks=*]"),
+)
 
 CONTRACT = Contract(
-    version=11,
+    version=12,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
              SEQUENCE_REGIMES, ENTROPY_MASK_REGIMES, AGGREGATION, GROUP_SIZE, ENTROPY_BONUS,
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
-             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS),
+             BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS,
+             OPTIMIZER_SETTINGS),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -1,6 +1,6 @@
 """The learning-rate schedule check: transformers' schedulers stepped once per optimizer step pass it; a schedule
-advanced per backward pass, a scheduler stepped before the optimizer and an optimizer without the configured decay
-fail it, each diagnosed; a run that recorded no step fails it, never passes."""
+advanced per backward pass, a scheduler stepped before the optimizer and an optimizer without the configured decay,
+betas or eps fail it, each diagnosed; a run that recorded no step fails it, never passes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,18 @@ import pytest
 import torch
 from transformers import get_scheduler
 
-from harness.checks.lr_schedule import AHEAD, DECAY, LOGGED, NO_DECAY, PER_BACKWARD, PER_PROCESS, RATE, judge_schedule
+from harness.checks.lr_schedule import (
+    AHEAD,
+    DECAY,
+    LOGGED,
+    NO_DECAY,
+    PER_BACKWARD,
+    PER_PROCESS,
+    RATE,
+    SETTINGS,
+    UNCONFIGURED,
+    judge_schedule,
+)
 from harness.errors import HarnessConfigError
 from harness.instrument.grad import GradRecorder
 from harness.instrument.grad_trace import GradTrace
@@ -20,14 +31,15 @@ from harness.verdict import Check, CheckId, MetricStatus
 BASE, STEPS, WARMUP, PASSES = 1e-2, 6, 2, 2
 
 
-def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS):
+def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS, **adam):
     """A tiny model trained `steps` AdamW steps of PASSES backward passes each under transformers' scheduler
     `kind`, stepped `order` ('after' the optimizer, 'before' it, at every 'backward', or 'twice' after it, as
-    accelerate's prepared scheduler on two processes); the trace and the rates a trainer would log after each step."""
+    accelerate's prepared scheduler on two processes), AdamW built with `adam` (betas, eps; torch's defaults where
+    none); the trace and the rates a trainer would log after each step."""
     torch.manual_seed(0)
     weight, bias = torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))
     params = [{"params": [weight]}, {"params": [bias], "weight_decay": 0.0}] if groups else [weight, bias]
-    optimizer = torch.optim.AdamW(params, lr=BASE, weight_decay=decay)
+    optimizer = torch.optim.AdamW(params, lr=BASE, weight_decay=decay, **adam)
     scheduler = get_scheduler(kind, optimizer, num_warmup_steps=WARMUP, num_training_steps=steps)
     logged = []
     with GradRecorder([weight, bias], optimizer, copies=True) as recorder, warnings.catch_warnings():
@@ -48,9 +60,9 @@ def _train(kind="linear", order="after", decay=0.1, groups=False, steps=STEPS):
     return recorder.trace(), logged
 
 
-def _judge(trace, logs=None, kind="linear", decay=0.1, steps=STEPS, **where):
+def _judge(trace, logs=None, kind="linear", decay=0.1, steps=STEPS, settings=None, **where):
     check = Check(CheckId("lr_schedule"))
-    judge_schedule(trace, check, Schedule(kind, BASE, WARMUP, steps), decay, logs, **where)
+    judge_schedule(trace, check, Schedule(kind, BASE, WARMUP, steps), decay, logs, settings=settings, **where)
     return check.finish()
 
 
@@ -91,6 +103,45 @@ def test_biases_left_undecayed_pass_and_no_decay_fails_diagnosed():
     metric = _metric(result, DECAY)
     assert metric.status is MetricStatus.FAIL and metric.diagnosis.classes == (NO_DECAY,), result.message
     assert _metric(result, RATE).status is MetricStatus.PASS
+
+
+DECLARED = {"betas": (0.8, 0.99), "eps": 1e-6}
+
+
+def test_the_declared_betas_and_eps_pass_and_torchs_defaults_fail_diagnosed():
+    configured = _train(betas=(0.8, 0.99), eps=1e-6)[0]
+    result = _judge(configured, settings=DECLARED)
+    assert result.passed and _metric(result, SETTINGS).status is MetricStatus.PASS, result.message
+    assert SETTINGS not in {m.name for m in _judge(configured).metrics}  # none declared: not judged
+    result = _judge(_train()[0], settings=DECLARED)  # AdamW at torch's defaults: 0.9, 0.999 and 1e-8
+    metric = _metric(result, SETTINGS)
+    assert (not result.passed) and metric.diagnosis is not None and metric.diagnosis.classes == (UNCONFIGURED,)
+    assert "betas (0.9, 0.999), the run declares (0.8, 0.99)" in metric.reason, metric.reason
+    result = _judge(_train(betas=(0.8, 0.99))[0], settings=DECLARED)  # the betas handed over, the eps not
+    assert (not result.passed) and "eps 1e-08, the run declares 1e-06" in _metric(result, SETTINGS).reason
+    assert _metric(result, RATE).status is MetricStatus.PASS and _metric(result, DECAY).status is MetricStatus.PASS
+
+
+def test_a_setting_within_its_tolerance_passes_and_one_beyond_it_fails():
+    trace = _train(betas=(0.8, 0.99), eps=1e-6)[0]
+    near = {"betas": (0.8 * (1 + 1e-8), 0.99), "eps": 1e-6 * (1 - 1e-8)}  # a float32 copy is 6e-8 off at most
+    assert _judge(trace, settings=near).passed
+    far = {"betas": (0.8, 0.99 * (1 + 1e-4)), "eps": 1e-6}
+    assert not _judge(trace, settings=far).passed
+
+
+def test_a_group_without_the_declared_setting_fails_loudly():
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(3))
+    optimizer = torch.optim.SGD([weight], lr=BASE)  # SGD holds no betas
+    with GradRecorder([weight], optimizer, copies=True) as recorder:
+        weight.sum().backward()
+        optimizer.step()
+    check = Check(CheckId("lr_schedule"))
+    judge_schedule(recorder.trace(), check, Schedule("constant", BASE, 0, 1), 0.0, None, settings=DECLARED)
+    result = check.finish()
+    metric = _metric(result, SETTINGS)
+    assert (not result.passed) and metric.diagnosis is None and "no betas like the declared" in metric.reason
 
 
 def test_a_schedule_advanced_per_backward_pass_fails_diagnosed():

@@ -22,8 +22,9 @@ is a whole number of generations' prompts, as here: TRL's sampler drops an epoch
 prompts, so with another prompt count its prompts are used unevenly by design, and the rule is not judged.
 
 `lr_schedule` runs the learning rate's schedule: 6 optimizer steps of 3 micro-batches under a linear schedule
-with a warm-up of 2 and a weight decay of 0.1 (rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base). Each step's rate and
-the decay against the declared ones, each logged rate against the schedule (harness/checks/lr_schedule.py), and
+with a warm-up of 2, a weight decay of 0.1 and AdamW's betas and eps off every trainer's defaults (0.8, 0.99, 1e-6;
+rates 0, 1/2, 1, 3/4, 1/2, 1/4 of the base). Each step's rate, the decay, the betas and eps against the declared
+ones, each logged rate against the schedule (harness/checks/lr_schedule.py), and
 each step recomputed under them (`optimizer_step`'s rules). A schedule advanced per backward pass runs 0, 3/4, 0,
 0, 0, 0; one stepped before the optimizer 1/2, 1, 3/4, ...: the constant rate of every other run shows neither.
 verify-dist runs it on every rank (`lr_schedule[ranks=N]`, ranks.py), where a schedule stepped once per process
@@ -178,15 +179,16 @@ def schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
 
 
 def lr_schedule(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckResult:
-    """Each step's learning rate and weight decay, and the logged rates, against the run's declared schedule; each
-    step recomputed under them."""
+    """Each step's learning rate, weight decay, betas and eps, and the logged rates, against the run's declared
+    schedule and settings; each step recomputed under them."""
     check = Check(case.id)
     with grad_copies():
         obs = cache.get(spec_for(LR_SCHEDULE, run), spy=False)
     if require_ran(obs, check) is None:
         return check.finish()
     spec = obs.spec
-    judge_schedule(obs.ran.grads, check, declared_schedule(spec), spec.weight_decay, logged_rates(obs.ran, spec))
+    judge_schedule(obs.ran.grads, check, declared_schedule(spec), spec.weight_decay, logged_rates(obs.ran, spec),
+                   settings=spec.optimizer_settings)
     judge_steps(obs.ran.grads, check, declared_kind(cache), where="under the schedule")
     return check.finish()
 
@@ -209,6 +211,7 @@ SCHEDULE_SCENARIOS = (
              "(the partial last) and their steps == what the configuration implies, each interval pooled == oracle; "
              "every prompt used once before any twice"),
     Scenario("lr_schedule", lr_schedule, (),
-             "6 steps under a linear schedule (warm-up 2) and weight decay 0.1: each step's rate and decay == the "
-             "declared ones, each logged rate == the schedule's, each step == the float64 AdamW recomputation"),
+             "6 steps under a linear schedule (warm-up 2), weight decay 0.1, betas (0.8, 0.99) and eps 1e-6: each "
+             "step's rate, decay, betas and eps == the declared ones, each logged rate == the schedule's, each step "
+             "== the float64 AdamW recomputation"),
 )  # fmt: skip

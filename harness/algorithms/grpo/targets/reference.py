@@ -31,7 +31,7 @@ from harness.instrument.loss_recorder import LossRecorder
 from harness.instrument.reward_calls import RewardTap
 from harness.targets.logged import LogTap
 
-from ..spec import GRPOSpec
+from ..spec import ADAM, GRPOSpec
 
 
 @dataclass
@@ -142,6 +142,7 @@ def factory(spec, accelerator=None) -> ReferenceGRPORun:
     world = toy_world(spec, prompt_pads=spec.prompt_pads)  # prompt i starts with i % (prompt_pads + 1) pads
     try:
         settings = {name: getattr(spec, name) for name in config_fields(grpo.GRPOConfig)}
+        settings = {k: v for k, v in settings.items() if not (v is None and k in ADAM)}
         # the weights in the order the functions are handed over (reward_order), each function's its own
         config = grpo.GRPOConfig(stop_token_id=world.stop_token_id,
                                  **{**settings, "reward_weights": spec.handed_weights})

@@ -43,8 +43,9 @@ BATCH_STD = ("OpenRLHF's group advantage divides by its group's std (group_norm)
              "batch-wide normalisation (reinforce_baseline) is a token-level whitening, not a batch std")
 WHOLE_WINDOWS = ("OpenRLHF's ppo_train steps DeepSpeed's engine every accumulated_gradient micro-batches over the "
                  "whole replay buffer: a short last window would carry its gradient into the next epoch's first")
-SCHEDULE = ("the target builds OpenRLHF's optimizer at a constant rate without warm-up or weight decay "
-            "(--actor.lr_scheduler constant, --actor.adam.weight_decay 0): it maps no schedule or decay")
+SCHEDULE = ("the target builds OpenRLHF's optimizer at a constant rate without warm-up or weight decay, at "
+            "betas (0.9, 0.95) and eps 1e-8 (--actor.lr_scheduler constant, --actor.adam.weight_decay 0): it maps no "
+            "schedule, decay or Adam settings")
 TO_THE_END = "OpenRLHF trains every replay buffer to its end (ppo_train): a run cannot stop inside a training step"
 ACROSS = "OpenRLHF trains each replay buffer, one generation, in windows of its own: no window holds two generations"
 
@@ -61,7 +62,8 @@ def refusal(spec) -> str | None:
         (getattr(spec, "mask_truncated_completions", False), TRUNCATED),
         (getattr(spec, "top_entropy_quantile", 1.0) < 1, ENTROPY_MASK),
         (getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize", AGGREGATION),
-        (getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0), SCHEDULE),
+        ((getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0)
+          or getattr(spec, "adam_beta1", None) is not None), SCHEDULE),
         (getattr(spec, "windows_across_generations", False), ACROSS),
         (spec.generation_steps % spec.gradient_accumulation_steps != 0,
          f"{WHOLE_WINDOWS} ({spec.generation_steps} micro-batches, windows of {spec.gradient_accumulation_steps})"),

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.errors import HarnessConfigError
 
-from ...spec import SOFT_SETTINGS
+from ...spec import ADAM, SOFT_SETTINGS
 
 SPEC_FIELDS = tuple(
     "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
@@ -47,6 +47,8 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         warmup_steps=getattr(spec, "warmup_steps", 0),
         optim="adamw_torch",
         weight_decay=getattr(spec, "weight_decay", 0.0),
+        # AdamW's betas and eps where the spec declares them (None: transformers' defaults, 0.9, 0.999 and 1e-8)
+        **{name: getattr(spec, name) for name in ADAM if getattr(spec, name, None) is not None},
         max_completion_length=spec.max_completion_length,
         temperature=spec.temperature,
         loss_type=spec.loss_type,

@@ -41,8 +41,9 @@ AGGREGATION = ("verl 0.9.1 normalises one reward per completion (a reward manage
                "compute_grpo_outcome_advantage): it has no per-function normalisation (normalize_then_sum)")
 PROMPTS = ("the target builds its toy world's prompts unpadded (it does not read prompt_pads): every prompt it hands "
            "verl has prompt_length real tokens")
-SCHEDULE = ("the target builds verl's optimizer at a constant rate without warm-up or weight decay "
-            "(FSDPOptimizerConfig): it maps no learning-rate schedule (verl's are constant and cosine) or decay")
+SCHEDULE = ("the target builds verl's optimizer at a constant rate without warm-up or weight decay, at its "
+            "default betas and eps (FSDPOptimizerConfig): it maps no learning-rate schedule (verl's are constant and "
+            "cosine), decay or Adam settings")
 REWARD_ORDER = ("the target weighs and sums its reward functions itself (_score) and hands verl one reward per "
                 "completion: the order of the functions is the target's, not the trainer's to pair with weights")
 
@@ -70,7 +71,8 @@ def refusal(spec) -> str | None:
         return ENTROPY_MASK
     if getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
         return AGGREGATION
-    if getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0):
+    if (getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0)
+            or getattr(spec, "adam_beta1", None) is not None):  # fmt: skip
         return SCHEDULE
     if spec.generation_steps % spec.gradient_accumulation_steps:
         return (

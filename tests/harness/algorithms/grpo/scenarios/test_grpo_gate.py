@@ -115,6 +115,13 @@ def test_the_spec_derives_windows_and_rejects_sizes_that_do_not_divide():
         GRPOSpec(loss_type="gspo").validate()
     with pytest.raises(HarnessConfigError, match="sapo_temperature_pos=0"):
         GRPOSpec(sapo_temperature_pos=0.0).validate()
+    assert GRPOSpec().optimizer_settings == {}  # none declared: the trainer's own, not judged
+    declared = GRPOSpec(adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6)
+    assert declared.optimizer_settings == {"betas": (0.8, 0.99), "eps": 1e-6}
+    for adam in ({"adam_beta1": 0.8}, {"adam_beta1": 1.0, "adam_beta2": 0.99, "adam_epsilon": 1e-6},
+                 {"adam_beta1": 0.8, "adam_beta2": 0.99, "adam_epsilon": 0.0}):  # fmt: skip
+        with pytest.raises(HarnessConfigError, match="set all three or none"):
+            GRPOSpec(**adam).validate()
     assert parse_settings(["loss_type=bnpo", "beta=0"]) == {"loss_type": "bnpo", "beta": 0.0}
     assert parse_settings(["dropout=0.1"]) == {"dropout": 0.1}
     with pytest.raises(HarnessConfigError, match="dropout=1.0"):

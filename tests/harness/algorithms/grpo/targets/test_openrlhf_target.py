@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.algorithms.grpo.runs import SHORT, UNEVEN
+from harness.algorithms.grpo.runs import LR_SCHEDULE, SHORT, UNEVEN
 from harness.algorithms.grpo.targets.openrlhf import build, config, platform
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
@@ -88,6 +88,8 @@ def test_the_specs_openrlhf_cannot_run_are_refused_with_the_reason():
     assert "no entropy mask" in config.refusal(UNEVEN.with_(top_entropy_quantile=0.2))
     assert "gspo" in config.refusal(UNEVEN.with_(importance_sampling_level="sequence"))
     assert "before summing" in config.refusal(UNEVEN.with_(multi_objective_aggregation="normalize_then_sum"))
+    adam = UNEVEN.with_(adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6)
+    assert "Adam settings" in config.refusal(adam) and "Adam settings" in config.refusal(LR_SCHEDULE)
 
 
 def test_the_arguments_are_openrlhfs_names_for_the_spec():

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from harness.algorithms.grpo.runs import SHORT, UNEVEN
+from harness.algorithms.grpo.runs import LR_SCHEDULE, SHORT, UNEVEN
 from harness.algorithms.grpo.targets.verl import NOT_APPLICABLE, build, config
 from harness.errors import HarnessConfigError
 from harness.targets import resolve
@@ -89,6 +89,8 @@ def test_the_specs_verl_cannot_run_are_refused_with_the_reason():
     assert "std" in config.refusal(UNEVEN.with_(scale_rewards="batch"))
     assert "delta" in config.refusal(UNEVEN.with_(delta=2.0))
     assert "no entropy mask" in config.refusal(UNEVEN.with_(top_entropy_quantile=0.2))
+    adam = UNEVEN.with_(adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6)
+    assert "Adam settings" in config.refusal(adam) and "Adam settings" in config.refusal(LR_SCHEDULE)
     for loss_type in ("grpo", "dr_grpo", "dapo", "cispo", "sapo"):
         assert config.refusal(UNEVEN.with_(loss_type=loss_type)) is None
 
