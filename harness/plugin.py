@@ -126,8 +126,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def ppo_gate(pytestconfig: pytest.Config):
-    """The session's `harness.engine.Gate`: `ppo_gate.run(case)` runs one check into the session's report."""
-    return _gate(pytestconfig)
+    """The session's `harness.engine.Gate`: `ppo_gate.run(case)` runs one check into the session's report. Built once
+    (the target's run made for the run-wide spec, which imports its trainer's library), then what the session
+    imported and built stays off the collector until the session ends, as `python -m harness verify` keeps it
+    (harness/heap.py): a library target's runs make full collections (accelerate's `free_memory`)."""
+    from .heap import frozen
+
+    gate = _gate(pytestconfig)
+    gate.build()
+    with frozen():
+        yield gate
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,13 @@ import atexit
 import gc
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from harness import heap
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_frozen_freezes_for_the_block_and_hands_everything_back_after():
@@ -65,12 +70,21 @@ def test_a_gate_process_exits_with_its_code_and_its_output_after_the_exit_freeze
     assert done.stdout == "outhandler after\n"
 
 
-def test_what_building_the_target_imported_is_frozen_while_its_checks_run(tmp_path):
+PROBE = "tests.support.heap_probe:factory"
+GATE_COMMANDS = {
+    "verify": ["-m", "harness", "verify", f"--target={PROBE}", "--check=extremes"],
+    "pytest plugin": ["-m", "pytest", "-p", "no:cacheprovider", "-s", "-q", "--pyargs", "harness.suite",
+                      f"--ppo-target={PROBE}", "--ppo-check=extremes"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", GATE_COMMANDS)
+def test_what_building_the_target_imported_is_frozen_while_its_checks_run(tmp_path, how):
     """A gate process freezes what its imports left before it builds the target, and again after, so that the runs'
-    collections skip the target's library too (a TRL gate spent half its time in accelerate's gc.collect)."""
-    command = [sys.executable, "-m", "harness", "verify", "--target", "tests.support.heap_probe:factory",
-               "--check", "extremes", "--report-dir", str(tmp_path)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    collections skip the target's library too (a TRL gate spent half its time in accelerate's gc.collect); the
+    pytest plugin's session gate builds its target and freezes likewise."""
+    command = [sys.executable, *GATE_COMMANDS[how], *(["--report-dir", str(tmp_path)] if how == "verify" else [])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stdout.splitlines() if line.startswith("heap probe:")]
     assert said and all(line.endswith("during its run: True") for line in said), said

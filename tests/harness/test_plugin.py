@@ -78,3 +78,23 @@ def test_a_cuda_device_the_machine_lacks_stops_the_session_rather_than_skipping(
     result = pytester.runpytest("--ppo-device=cuda")
     assert result.ret == 2
     result.stdout.fnmatch_lines(["*CONFIG ERROR --device cuda but torch * sees no CUDA device*"])
+
+
+def test_a_target_that_cannot_be_built_stops_the_session_saying_so_once(pytester):
+    """The session's gate builds its target before the first check runs it, as `ppo-verify` does: a factory that
+    raises a configuration error is one error, exit 2, not one per check."""
+    pytester.makepyfile(
+        unbuildable="""
+        from harness.errors import HarnessConfigError
+
+        def factory(spec):
+            raise HarnessConfigError("unbuildable: this trainer cannot be built")
+
+        factory.algorithm = "grpo"
+        """
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest("--pyargs", "harness.suite", "--ppo-target=unbuildable:factory", "-q")
+    assert result.ret == 2
+    assert result.parseoutcomes() == {"errors": 1}, result.stdout.str()
+    result.stdout.fnmatch_lines(["CONFIG ERROR unbuildable: this trainer cannot be built"])
