@@ -29,3 +29,7 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
     assert g95["named_failed"] == ["entropy_gradient[ranks=2]"] and g95["diagnosed_classes"] == [95], g95
     g96 = by_id["g96_optimizer_default_settings"]  # AdamW at torch's defaults: only the run that declares others
     assert g96["named_failed"] == ["lr_schedule"] and g96["diagnosed_classes"] == [96], g96
+    for soft in ("sapo", "vespo"):  # their settings at TRL's defaults: only the runs that set others, off policy
+        hard_coded = next(m for i, m in by_id.items() if i.startswith(f"g70_{soft}_"))
+        named = [f"off_policy[loss_type={soft}]", f"logp_gradient[run=off_policy,loss_type={soft}]"]
+        assert hard_coded["named_failed"] == named and hard_coded["diagnosed_classes"] == [70], hard_coded

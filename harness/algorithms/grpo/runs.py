@@ -57,6 +57,14 @@ SOFT = ("cispo", "sapo", "vespo")
 CISPO_CAP = 1.0
 """cispo's epsilon_high in its off-policy run when the run keeps the default 0.2: with ratios spread around 1 some
 weights are capped and some not (at 0.2 every one is, and a weight that carries a gradient would not show)."""
+OFF_DEFAULT_SETTINGS = {
+    "sapo": {"sapo_temperature_pos": 2.0, "sapo_temperature_neg": 0.5},
+    "vespo": {"vespo_k_pos": 3.0, "vespo_lambda_pos": 2.0, "vespo_k_neg": 2.0, "vespo_lambda_neg": 3.0},
+}
+"""sapo's and vespo's settings in their off-policy run, where the run keeps TRL's defaults (1.0 and 1.05; 2, 3, 3
+and 2): each off its default, and the positive side's not the negative side's, so that a loss that hard-codes the
+defaults or swaps the two sides weighs the run's tokens otherwise (on policy neither shows: sapo's gate is 1/2 and
+vespo's phi 1 at a ratio of 1, whatever the settings)."""
 NO_GRADIENT = "no gradient was compared"
 """What a gradient check fails with when it compared no gradient at all."""
 
@@ -198,8 +206,11 @@ def at_cap_spec(run: GRPOSpec) -> GRPOSpec:
 
 
 def off_policy_spec(run: GRPOSpec, loss_type: str) -> GRPOSpec:
-    """The extremes geometry (two passes at LR 0.05: ratios far from 1) under a loss type without a clip."""
+    """The extremes geometry (two passes at LR 0.05: ratios far from 1) under a loss type without a clip: cispo's cap
+    at CISPO_CAP, sapo's and vespo's settings at OFF_DEFAULT_SETTINGS, each where the run keeps its default."""
     spec = spec_for(EXTREME, run).with_(name="off_policy", loss_type=loss_type)
     if loss_type == "cispo" and run.epsilon_high == GRPOSpec().epsilon_high:
         spec = spec.with_(epsilon_high=CISPO_CAP)
-    return spec
+    default = GRPOSpec()
+    kept = {k: v for k, v in OFF_DEFAULT_SETTINGS.get(loss_type, {}).items() if getattr(run, k) == getattr(default, k)}
+    return spec.with_(**kept)

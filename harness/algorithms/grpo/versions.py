@@ -14,7 +14,8 @@ under every loss type, left-padded prompts, reward functions in another order an
 verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.9.0) the learning-rate schedule and
 the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum; version 10
 (release 0.10.0) windows that run across generations; version 11 (release 0.11.0) the entropy bonus across ranks;
-version 12 (release 0.12.0) the optimizer's betas and eps a run declares.
+version 12 (release 0.12.0) the optimizer's betas and eps a run declares, and sapo's and vespo's settings off their
+defaults.
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -311,6 +312,18 @@ OPTIMIZER_SETTINGS = Change(
     "declared ones at every step (optimizer/settings), in verify-dist's lr_schedule[ranks=2] on every rank",
     checks=("lr_schedule", "lr_schedule[[]ranks=*]"),
 )
+SOFT_SETTINGS_OFF_DEFAULT = Change(
+    version=12,
+    release="0.12.0",
+    subject="sapo's and vespo's settings",
+    old="sapo and vespo run at TRL's defaults only (temperatures 1.0 and 1.05; k and lambda 2, 3 and 3, 2), where a "
+    "loss that hard-codes them is exact",
+    new="their off-policy runs (off_policy[loss_type=...] and logp_gradient[run=off_policy,loss_type=...]) set sapo's "
+    "temperatures to 2.0 and 0.5 and vespo's k and lambda to 3, 2 (A >= 0) and 2, 3 (A < 0), where the run keeps the "
+    "defaults: the pooled policy_loss and vespo's phi, and every token's gradient, under the configured settings",
+    checks=("off_policy[[]loss_type=sapo]", "off_policy[[]loss_type=vespo]",
+            "logp_gradient[[]run=off_policy,loss_type=sapo]", "logp_gradient[[]run=off_policy,loss_type=vespo]"),
+)
 
 CONTRACT = Contract(
     version=12,
@@ -321,7 +334,7 @@ CONTRACT = Contract(
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
              BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS,
-             OPTIMIZER_SETTINGS),
+             OPTIMIZER_SETTINGS, SOFT_SETTINGS_OFF_DEFAULT),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

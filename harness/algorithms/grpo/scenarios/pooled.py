@@ -286,5 +286,6 @@ POOLED_SCENARIOS = (
     Scenario("no_kl", no_kl, (), "beta 0, one micro-batch per interval: no `kl` logged, the rest pooled == oracle"),
     PARTITION,
     Scenario("off_policy", off_policy, (("loss_type", SOFT),),
-             "two passes at LR 0.05 under cispo (epsilon_high 1), sapo, vespo: ratios far from 1, pooled == oracle"),
+             "two passes at LR 0.05 under cispo (epsilon_high 1), sapo (temperatures 2, 0.5), vespo (k, lambda 3, 2 "
+             "and 2, 3): ratios far from 1, pooled == oracle"),
 )  # fmt: skip

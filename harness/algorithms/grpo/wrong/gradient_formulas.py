@@ -20,6 +20,8 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
     the padded width            (dr_grpo) divided by the completions' padded width            (class 93)
     the window's first count    (dapo, cispo, vespo) each micro-batch of a window that holds two generations
                                 divided by its first micro-batch's generation's tokens         (class 94)
+    the settings' defaults      (sapo, vespo) the formula with the loss type's own settings at TRL's defaults,
+                                where the run configures others                                (class 70)
 
 The first three are a mechanism; the last two describe a normaliser, so a mechanism that reproduces
 the gradient as well wins (harness/diagnose.py's rule: fewest departures). They never change a
@@ -43,7 +45,7 @@ from ..definitions import GENERATION, IN_THE_LOSS, TOKEN_MEAN_LOSS_TYPES, TOKEN_
 from ..oracle.expect import Settings
 from ..oracle.gradients import METRIC, Compared, Gaps, generation_tokens, mean_scale, relative_gaps, weighted
 from ..oracle.token_gradients import kl_gradient, token_gradient
-from ..spec import CLIPPED_LOSS_TYPES
+from ..spec import CLIPPED_LOSS_TYPES, SOFT_SETTINGS, GRPOSpec
 from ..tolerances import TOLERANCES
 from .profiles import other_values
 
@@ -132,6 +134,22 @@ def entropy_mask_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[t
     return out
 
 
+def default_settings_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[tuple[int, ...], str, list, int]]:
+    """Class 70's, under sapo or vespo where the run configures some of the loss type's own settings off their
+    defaults: the formula with those settings at TRL's defaults (GRPOSpec's), as a trainer that hard-codes them
+    computes it."""
+    default = GRPOSpec()
+    changed = {name: getattr(default, name) for name in SOFT_SETTINGS
+               if name.startswith(f"{s.loss_type}_") and getattr(s, name) != getattr(default, name)}  # fmt: skip
+    if not changed or not rows:
+        return []
+    other = dataclasses.replace(s, **changed)
+    words = ", ".join(f"{name} {fmt(value)}" for name, value in changed.items())
+    return [((70,), f"the formula with {s.loss_type}'s settings at their defaults ({words}), not the configured ones",
+             [dataclasses.replace(r, terms=token_gradient(r.record, other, r.terms.entropy)).want for r in rows],
+             1)]  # fmt: skip
+
+
 def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[torch.Tensor], int]]:
     """(classes, formula, the gradient of each micro-batch, departures) of each known wrong formula that applies."""
     rows = gap.rows
@@ -146,6 +164,7 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
     for words, wants in other_profiles_formulas(gap, s):
         out.append(((), f"the formula with {words}", wants, 1))
     out += entropy_mask_formulas(rows, s)
+    out += default_settings_formulas(rows, s)
     wants = [r.want for r in rows]
     c = fitted(rows, wants)
     if math.isfinite(c) and abs(c - 1) > 1e-6:
