@@ -267,3 +267,14 @@ def test_a_mean_of_micro_batch_means_of_the_gradient_is_named(reference_cache):
     records[0].logp_grad[0, 0] += 1.0
     moved = run_check("logp_gradient[loss_type=dapo]", altered(obs, loss_inputs=tuple(records)))
     assert not moved.passed and diagnosed(moved) == [None]
+
+
+@pytest.mark.parametrize("mutant, loss_type", [("g70_sapo_temperatures_hard_coded", "sapo"),
+                                               ("g70_vespo_settings_hard_coded", "vespo")])  # fmt: skip
+def test_a_loss_types_settings_read_at_their_defaults_are_named(mutant, loss_type):
+    """sapo's temperatures or vespo's k and lambda taken from constants equal to TRL's defaults, in the off-policy
+    run that sets others: the gradient is named class 70, by the formula with the defaults."""
+    check_id = f"logp_gradient[run=off_policy,loss_type={loss_type}]"
+    result = broken(mutant, check_id)[check_id]
+    assert not result.passed and classes(result) == {(70,)}, result.message
+    assert f"the formula with {loss_type}'s settings at their defaults" in terminal(result)
