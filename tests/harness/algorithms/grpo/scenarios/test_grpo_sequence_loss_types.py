@@ -28,9 +28,9 @@ def test_each_case_runs_its_loss_type_at_sequence_level_on_the_off_policy_geomet
         spec = gradient_scenarios.run_spec(GRPOSpec(), case(gradient_id(loss_type), "grpo"))
         assert spec == runs.sequence_level_spec(GRPOSpec(), loss_type)
         assert (spec.importance_sampling_level, spec.loss_type, spec.name) == ("sequence", loss_type, "sequence_level")
-        token = runs.off_policy_spec(GRPOSpec(), loss_type)
-        assert spec.with_(importance_sampling_level="token", name="off_policy",
-                          epsilon_high=token.epsilon_high) == token  # fmt: skip
+        token = runs.off_policy_spec(GRPOSpec(), loss_type)  # its cap and its settings off their defaults aside
+        assert spec.with_(importance_sampling_level="token", name="off_policy", epsilon_high=token.epsilon_high,
+                          **runs.OFF_DEFAULT_SETTINGS.get(loss_type, {})) == token  # fmt: skip
     assert runs.sequence_level_spec(GRPOSpec(), "cispo").epsilon_high == runs.SEQUENCE_CISPO_CAP
     assert runs.sequence_level_spec(GRPOSpec(epsilon_high=2.0), "cispo").epsilon_high == 2.0  # the run's own cap
     vespo = runs.sequence_level_spec(GRPOSpec(beta=0.0, use_bias_correction_kl=False), "vespo")
