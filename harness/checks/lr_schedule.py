@@ -164,13 +164,15 @@ def _numbers(value) -> tuple[float, ...] | None:
 
 def judge_settings(trace: GradTrace, declared: Mapping[str, object]) -> MetricVerdict:
     """Rule 3: every param group's setting of each key of `declared` against the declared one, at every step."""
+    wanted = {key: _numbers(want) for key, want in declared.items()}
+    odd = [key for key, expected in wanted.items() if expected is None]
+    if odd:
+        raise ValueError(f"the declared {odd[0]} {declared[odd[0]]!r} is no number or tuple of numbers")
     worst = 0.0
     for k, update in enumerate(trace.updates):
         for g, group in enumerate(update.groups):
             for key, want in declared.items():
-                have, expected = _numbers(group.get(key)), _numbers(want)
-                if expected is None:
-                    raise ValueError(f"the declared {key} {want!r} is no number or tuple of numbers")
+                have, expected = _numbers(group.get(key)), wanted[key]
                 if have is None or len(have) != len(expected):
                     return _verdict(SETTINGS, MetricStatus.FAIL, f"step {k + 1}, param group {g}: no {key} like the "
                                     f"declared {want!r} among its settings ({sorted(group)})")  # fmt: skip
@@ -187,7 +189,7 @@ def judge_settings(trace: GradTrace, declared: Mapping[str, object]) -> MetricVe
 
 
 def judge_logged(logs: Sequence[tuple[int, float]], schedule: Schedule) -> MetricVerdict:
-    """Rule 3: each (optimizer steps so far, logged rate) against the rate after those steps or the last one's."""
+    """Rule 4: each (optimizer steps so far, logged rate) against the rate after those steps or the last one's."""
     tol, kinds = RATE_TOL * schedule.base, set()
     for n, value in logs:
         after, last = schedule.rate(n), schedule.rate(max(n - 1, 0))
