@@ -318,6 +318,15 @@ def kl_to_reference(
     return per_token_kl if ratio is None else per_token_kl * ratio
 
 
+def off_policy_sequence_mask(per_token_logps, old_per_token_logps, advantages, mask, threshold: float) -> torch.Tensor:
+    """(B, 1) bool: the completions whose policy term stays in the loss under the off-policy sequence mask
+    (DeepSeek-V3.2; TRL's `off_policy_mask_threshold`): those of non-negative advantage, and those whose mean over
+    their mask of old_logp - logp is at most `threshold` (an empty completion's mean is 0)."""
+    gap = (old_per_token_logps - per_token_logps.detach()) * mask
+    mean_kl = gap.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
+    return (advantages >= 0) | (mean_kl <= threshold)
+
+
 def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, quantile: float, accelerator) -> torch.Tensor:
     """(B, T) bool: the tokens of `mask` whose entropy is at or above the (1 - quantile) quantile (torch.quantile's
     linear interpolation) of this micro-batch's masked entropies on every rank; none when no rank has a token.
@@ -696,6 +705,10 @@ class GRPOTrainer:
         else:
             old_per_token_logps = batch.old_per_token_logps[rows]
         per_token_loss, coef_1, flags = token_objective(cfg, per_token_logps, old_per_token_logps, advantages, mask)
+        if cfg.off_policy_mask_threshold is not None:  # the policy term of the completions it keeps; bonus and KL stay
+            per_token_loss = per_token_loss * off_policy_sequence_mask(
+                per_token_logps, old_per_token_logps, advantages, mask, cfg.off_policy_mask_threshold
+            )
         if cfg.entropy_coef != 0:  # the bonus's gradient, at this micro-batch's entropies (EntropyBonus)
             per_token_loss = self.with_entropy_bonus(per_token_loss, logits, mask)
         if cfg.top_entropy_quantile < 1:  # the policy term of the high-entropy tokens alone; the KL on every token

@@ -75,6 +75,10 @@ class GRPOConfig:
     it is scored (TRL's option); its length statistics, reward and advantage stay those of what was sampled."""
     delta: float | None = None
     """When set, the unclipped ratio is also capped at delta (TRL's two-sided clipping, INTELLECT-2)."""
+    off_policy_mask_threshold: float | None = None
+    """When set, a completion of negative advantage whose mean over its mask of old_logp - logp (the KL of the policy
+    that drew it to the current one, estimated at its tokens) exceeds this loses its policy term; the KL term stays
+    (TRL's option, DeepSeek-V3.2's off-policy sequence mask). None (the default): no completion is masked."""
     top_entropy_quantile: float = 1.0
     """Keep the policy term of the loss only at the tokens whose entropy is at or above the (1 - this) quantile of
     the micro-batch's completion tokens, every rank's (TRL's option, "Beyond the 80/20 Rule"); the KL term stays on
@@ -193,6 +197,10 @@ class GRPOConfig:
             )
         if self.delta is not None and self.delta <= 0:
             raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
+        if self.off_policy_mask_threshold is not None and not 0 < self.off_policy_mask_threshold < float("inf"):
+            raise ConfigError(  # pragma: no mutate - message
+                f"off_policy_mask_threshold must be positive and finite or None, got {self.off_policy_mask_threshold}"
+            )
         self.local_generation_batch_size = self.per_device_train_batch_size * self.steps_per_generation
         self.prompts_per_generation = exact_div(
             self.local_generation_batch_size,
