@@ -81,7 +81,7 @@ WHOLE_GATE = ("a whole gate (1-2 min of CPU); the suite holds the same trainer t
 COMMANDS: tuple[Command, ...] = (
     # run here: a few seconds each
     run("python -m harness --version", says=("ppo-stats-harness ", "contract ppo 4 (docs/metrics.md)",
-                                             "contract grpo 12 (docs/grpo-metrics.md)")),  # fmt: skip
+                                             "contract grpo 13 (docs/grpo-metrics.md)")),  # fmt: skip
     run("python -m harness algorithms", says=("ppo reference", "grpo reference-grpo")),
     run("python -m harness verify --target openrlhf", exit=2, says=("openrlhf is not installed", "nox -s openrlhf")),
     run("python -m harness checks", says=("uneven_split[epochs=1]",)),

@@ -182,7 +182,10 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     # and contract 10's windows across generations (release 0.10.0): each of its windows ends with its generation,
     # so the run shows none that holds two (the case fails, saying so)
     spanning = {"logp_gradient[run=across_generations]"}
-    assert set(failed) == duties | bnpo | options | masked | regimes | weights | scheduled | spanning, sorted(failed)
+    # and contract 13's off-policy sequence mask (release 0.13.0): it keeps every completion's policy term
+    off_policy = {"logp_gradient[run=off_policy_mask]"}
+    assert set(failed) == (duties | bnpo | options | masked | regimes | weights | scheduled | spanning
+                           | off_policy), sorted(failed)
     contract = get("grpo").contract
     for check_id in weights:
         lines = failed.pop(check_id)["contract_changes"]
@@ -193,8 +196,8 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
                                                                              "release 0.12.0, CHANGELOG.md"], lines
     for check_id, check in failed.items():
         assert check["contract_changes"], check_id
-        release = {**dict.fromkeys(spanning, "0.10.0"), **dict.fromkeys(scheduled, "0.9.0"),
-                   **dict.fromkeys(regimes, "0.7.0"),
+        release = {**dict.fromkeys(off_policy, "0.13.0"), **dict.fromkeys(spanning, "0.10.0"),
+                   **dict.fromkeys(scheduled, "0.9.0"), **dict.fromkeys(regimes, "0.7.0"),
                    **dict.fromkeys(masked, "0.6.0"), **dict.fromkeys(options, "0.5.0")}.get(check_id, "0.2.0")
         for line in check["contract_changes"]:
             assert f"(release {release}, CHANGELOG.md)" in line and line in {c.line("grpo") for c in contract.changes}

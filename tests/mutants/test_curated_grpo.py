@@ -33,3 +33,6 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
         hard_coded = next(m for i, m in by_id.items() if i.startswith(f"g70_{soft}_"))
         named = [f"off_policy[loss_type={soft}]", f"logp_gradient[run=off_policy,loss_type={soft}]"]
         assert hard_coded["named_failed"] == named and hard_coded["diagnosed_classes"] == [70], hard_coded
+    for g97 in ("g97_off_policy_mask_never_applied", "g97_off_policy_mask_on_kl"):  # the mask's own run alone
+        assert by_id[g97]["named_failed"] == ["logp_gradient[run=off_policy_mask]"], by_id[g97]
+        assert by_id[g97]["diagnosed_classes"] == [97], by_id[g97]

@@ -64,3 +64,19 @@ def altered(obs, **changes):
 
 def grpo_check(check_id, cache):
     return case(check_id, "grpo").run(cache, GRPOSpec())
+
+
+def assert_policy_loss_follows(obs: Observation, without: GRPOSpec) -> None:
+    """Each interval's logged policy_loss of `obs` is the oracle's under its own spec (a mask of the policy term on,
+    say) and at least 1e-4 off the oracle's under `without` (the same records judged with the setting off)."""
+    import pytest
+
+    from harness.algorithms.grpo.view import build_view
+
+    records = recorded(obs.ran).loss_inputs
+    own, other = build_view(records, obs.spec), build_view(records, without)
+    for log, interval, off in zip(obs.ran.logs, own.intervals, other.intervals):
+        want = interval.expected["policy_loss"].value
+        assert log["policy_loss"] == pytest.approx(want, rel=1e-5, abs=1e-7)
+        assert abs(off.expected["policy_loss"].value - want) > 1e-4
+

@@ -44,7 +44,8 @@ from .rank_sampling import sampling_across_ranks
 from .runs import LR_SCHEDULE, TOP_ENTROPY_QUANTILE, UNEVEN
 from .scenarios import masks, reward_inputs
 from .scenarios.entropy import bonus_gradient, bonus_spec
-from .scenarios.gradients import judge, shows_mask
+from .scenarios.gradients import judge
+from .scenarios.policy_masks import shows_mask
 from .scenarios.preconditions import logged_names
 from .scenarios.schedule import declared_schedule, logged_rates
 from .spec import GRPOSpec

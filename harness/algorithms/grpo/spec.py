@@ -61,6 +61,8 @@ REFUSED = {
     "top_entropy_quantile": "the entropy mask's threshold is each micro-batch's own quantile, so the objective depends "
     "on the cut and the partition checks would fail a right trainer: only logp_gradient[run=top_entropy] runs it "
     "(docs/gate.md)",
+    "off_policy_mask_threshold": "the mask drops a completion by how far the policy moved since it was drawn, which "
+    "each check's run decides: only logp_gradient[run=off_policy_mask] runs it (docs/gate.md)",
 }
 """Trainer settings that `--set` refuses, and why."""
 
@@ -104,6 +106,9 @@ class GRPOSpec:
     """TRL's option: only the tokens whose entropy is at or above the (1 - top_entropy_quantile) quantile of their
     micro-batch's tokens (every rank's) keep their policy term in the loss; the KL term stays on every token. 1.0:
     every token keeps it (docs/grpo-metrics.md, section 4)."""
+    off_policy_mask_threshold: float | None = None
+    """TRL's option: a completion of negative advantage whose mean old_logp - logp over its mask exceeds it loses its
+    policy term; the KL term stays (docs/grpo-metrics.md, section 4). None: no completion is masked."""
     entropy_coef: float = 0.0
     """TRL's option: the loss less entropy_coef times the mean per-token entropy of the optimizer step's window, its
     tokens on every rank (docs/grpo-metrics.md, section 4). 0.0: no entropy bonus."""
@@ -305,6 +310,8 @@ class GRPOSpec:
             raise HarnessConfigError(f"{', '.join(positive)}: must be positive")
         if not 0 <= self.top_entropy_quantile <= 1:
             raise HarnessConfigError(f"top_entropy_quantile={self.top_entropy_quantile}: must be in [0, 1]")
+        if self.off_policy_mask_threshold is not None and not 0 < self.off_policy_mask_threshold < float("inf"):
+            raise HarnessConfigError(f"off_policy_mask_threshold={self.off_policy_mask_threshold}: must be positive")
         if not 0 <= self.entropy_coef < float("inf"):
             raise HarnessConfigError(f"entropy_coef={self.entropy_coef}: must be finite and >= 0")
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES or self.warmup_steps < 0 or self.weight_decay < 0:

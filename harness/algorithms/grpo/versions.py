@@ -15,7 +15,7 @@ verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.
 the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum; version 10
 (release 0.10.0) windows that run across generations; version 11 (release 0.11.0) the entropy bonus across ranks;
 version 12 (release 0.12.0) the optimizer's betas and eps a run declares, and sapo's and vespo's settings off their
-defaults.
+defaults; version 13 (release 0.13.0) TRL's off-policy sequence mask (off_policy_mask_threshold).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -324,9 +324,19 @@ SOFT_SETTINGS_OFF_DEFAULT = Change(
     checks=("off_policy[[]loss_type=sapo]", "off_policy[[]loss_type=vespo]",
             "logp_gradient[[]run=off_policy,loss_type=sapo]", "logp_gradient[[]run=off_policy,loss_type=vespo]"),
 )
+OFF_POLICY_MASK = Change(
+    version=13,
+    release="0.13.0",
+    subject="the off-policy sequence mask",
+    old="every completion's policy term in the loss (off_policy_mask_threshold never set)",
+    new="also off_policy_mask_threshold 2.0 (TRL's option, GRPOSpec's field, which a target hands its trainer or "
+    "declares not applicable): in the extremes run, a completion of negative advantage whose mean old_logp - logp "
+    "over its mask exceeds it loses its policy term, the KL term kept; the run must drop some and keep some above 0",
+    checks=("logp_gradient[[]run=off_policy_mask]",),
+)
 
 CONTRACT = Contract(
-    version=12,
+    version=13,
     document="docs/grpo-metrics.md",
     changes=(BNPO, NEW_LOSS_TYPES, MODELS_AND_PROMPTS, REWARD_MODEL, REWARD_INPUTS, OPTIMIZER_STEP, ON_THE_FLY,
              CLIP_BOUNDS, SCHEDULE, SEQUENCE_LEVEL, MASK_TRUNCATED, CLIP_FLAGS, SEQUENCE_LOSS_TYPES, ENTROPY_MASK,
@@ -334,7 +344,7 @@ CONTRACT = Contract(
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
              BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS,
-             OPTIMIZER_SETTINGS, SOFT_SETTINGS_OFF_DEFAULT),
+             OPTIMIZER_SETTINGS, SOFT_SETTINGS_OFF_DEFAULT, OFF_POLICY_MASK),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.algorithms.grpo.oracle.expect import Settings
-from harness.algorithms.grpo.runs import across_generations_spec
+from harness.algorithms.grpo.runs import across_generations_spec, off_policy_mask_spec
 from harness.algorithms.grpo.spec import GRPOSpec
 from harness.instrument.loss import LossRecord
 from harness.live import check_interval, expected_key, live_reference, merge_ranks
@@ -188,8 +188,14 @@ ACROSS = across_generations_spec(GRPOSpec())
 log after both windows: its interval holds three whole generations, so the records count each one's tokens (an
 interval that began or ended inside a generation could not, and names the gradient not checked)."""
 
+OFF_POLICY_MASK = off_policy_mask_spec(GRPOSpec())
+"""The extremes run under TRL's off-policy sequence mask (threshold 2.0): one log after two passes over a
+generation, the second far off policy, so the mask drops some completions' policy terms, which the live oracle's
+settings carry (the pooled policy_loss and each token's gradient)."""
 
-@pytest.mark.parametrize("spec", [SPEC, ACROSS], ids=["uneven", "across_generations"])
+
+@pytest.mark.parametrize("spec", [SPEC, ACROSS, OFF_POLICY_MASK],
+                         ids=["uneven", "across_generations", "off_policy_mask"])  # fmt: skip
 def test_reference_passes(spec, tmp_path):
     from harness.algorithms.grpo.targets.reference import factory
 

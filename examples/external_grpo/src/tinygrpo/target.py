@@ -216,6 +216,8 @@ factory.algorithm = "grpo"  # the gate whose checks it runs: the harness never g
 factory.not_applicable = {"run=sequence_level": "tinygrpo has token-level importance ratios only",
                           "importance_sampling_level=sequence": "tinygrpo has token-level importance ratios only",
                           "run=top_entropy": "tinygrpo keeps every token's policy term: it has no entropy mask",
+                          "run=off_policy_mask": "tinygrpo keeps every completion's policy term: it has no "
+                          "off-policy sequence mask",
                           "entropy_gradient*": "tinygrpo's loss has no entropy bonus",
                           "multi_objective_aggregation=normalize_then_sum": "tinygrpo normalises the weighted sum "
                           "of its rewards: it has no per-function normalisation",

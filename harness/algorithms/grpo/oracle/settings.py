@@ -52,6 +52,9 @@ class Settings:
     top_entropy_quantile: float = 1.0
     """Below 1, each token keeps its policy term only where its entropy is at or above its micro-batch's
     (1 - top_entropy_quantile) quantile (entropy_mask.py); the KL term stays on every token."""
+    off_policy_mask_threshold: float | None = None
+    """When set, a completion of negative advantage whose mean old_logp - logp over its mask exceeds it loses its
+    policy term (off_policy_mask.py); the KL term stays."""
 
     @classmethod
     def of(cls, spec: Any, definitions: Sequence[tuple[str, Any]] = ()) -> Settings:

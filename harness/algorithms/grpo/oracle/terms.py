@@ -18,6 +18,7 @@ from harness.tolerances import margin_of
 from ..definitions import POSITIVE_ADVANTAGE, UPDATE
 from .declared import dual_clipped, k3, kl_weighted
 from .entropy_mask import EntropyMask, entropy_masks, of_record, policy_kept
+from .off_policy_mask import both, off_policy_mask
 from .settings import Settings, log_ratios
 from .vespo import vespo_operands, vespo_phi
 
@@ -53,8 +54,9 @@ class TokenTerms:
     """The ratio and the clip flags are one per completion (every token of a row carries its row's): the flags'
     means pool over completions, every row counted, an empty one included (as TRL's GRPOTrainer counts them)."""
     flips: torch.Tensor | None = None
-    """Under an entropy mask: |policy term| at the tokens within the rounding margin of its threshold (0 elsewhere),
-    which the trainer may or may not have kept (entropy_mask.py); None without a mask."""
+    """Under an entropy mask or the off-policy sequence mask: |policy term| at the tokens within the rounding margin
+    of its threshold (0 elsewhere), which the trainer may or may not have kept (entropy_mask.py, off_policy_mask.py);
+    None without a mask."""
     window: int = 0
     """The optimizer step (accumulation window) of its micro-batch, 0-based over the run (`LossRecord.window`)."""
 
@@ -73,7 +75,8 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
     clipped loss types, cispo's -min(r, epsilon_high) A logp, sapo's -sigmoid(tau (r - 1)) 4 / tau A, vespo's
     -phi A logp (docs/grpo-metrics.md, section 4); kl, the dual clip and whether l_t holds beta kl as the target's
     definitions fix them (declared.py); the policy term under the entropy mask (`entropy`, its micro-batch's on
-    every rank; the record's own when not given) where top_entropy_quantile is below 1."""
+    every rank; the record's own when not given) where top_entropy_quantile is below 1, and under the off-policy
+    sequence mask where off_policy_mask_threshold is set (off_policy_mask.py)."""
     mask = record.completion_mask.bool()
     logps = record.logps.double()
     old = record.old_logps.double() if record.old_logps is not None else logps
@@ -117,9 +120,9 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
         near_low = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
         near_high = ((ratio - upper).abs() <= margin * upper) & (adv > 0)
         uncertain = ((near_low | near_high) & inexact).double()
-    entropy = of_record(record, s.top_entropy_quantile, entropy)
-    flips = None if entropy is None else loss.abs() * entropy.uncertain
-    (loss,) = policy_kept(entropy, loss)
+    policy = both(of_record(record, s.top_entropy_quantile, entropy), off_policy_mask(record, s))
+    flips = None if policy is None else loss.abs() * policy.uncertain
+    (loss,) = policy_kept(policy, loss)
     kl = None
     operands = {"loss": loss_ops}
     if phi is not None:

@@ -16,7 +16,8 @@ and, where the target declares them (declared.py), 0 for the policy term where A
 KL's 1 - exp(ref - logp) 0 where k3 is above kl_clamp (k3 the clamp's value), and no correcting ratio where
 kl_importance_weighting is 'never'. The tokens within the dtype's rounding margin of either bound are uncertain.
 With top_entropy_quantile below 1 the policy term is 0 at every token the entropy mask leaves out, the KL term kept
-(entropy_mask.py); the tokens within the rounding margin of the mask's threshold are uncertain too.
+(entropy_mask.py), and with off_policy_mask_threshold set at every token of a completion the off-policy sequence mask
+drops (off_policy_mask.py); the tokens within the rounding margin of either mask's threshold are uncertain too.
 
 for the loss types with a hard clip (grpo, bnpo, dr_grpo, dapo, luspo). The others have no clip and
 correct the KL by the uncapped r:
@@ -46,6 +47,7 @@ from ..spec import CLIPPED_LOSS_TYPES
 from .declared import beyond_dual_clip, held_by_clamp, k3, kl_weighted, near_clamp, near_dual_clip
 from .entropy_mask import EntropyMask, of_record, policy_kept
 from .expect import Settings, log_ratios
+from .off_policy_mask import both, off_policy_mask
 from .vespo import vespo_phi
 
 SATURATED = 1e4
@@ -107,9 +109,10 @@ def soft_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None =
         uncertain = mask & (1 - gate < min(SATURATED * s.margin, 0.1))
     else:
         direct = -vespo_phi(logps - old, mask.double(), adv, s) * adv
-    direct, through_ratio = policy_kept(entropy, direct, through_ratio)
-    if entropy is not None:
-        uncertain = uncertain | entropy.uncertain
+    policy = both(entropy, off_policy_mask(record, s))
+    direct, through_ratio = policy_kept(policy, direct, through_ratio)
+    if policy is not None:
+        uncertain = uncertain | policy.uncertain
     if s.beta != 0:
         kl_direct, kl_through = kl_parts(record, logps, ratio, ratio, s)
         direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
@@ -176,21 +179,22 @@ def token_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None 
     dual = beyond_dual_clip(capped, adv, s)
     if s.dual_clip_ratio is not None:
         d_ratio = torch.where(dual, torch.zeros_like(d_ratio), d_ratio)
-    direct, through_ratio = policy_kept(entropy, torch.zeros_like(ratio), -adv * d_ratio)
+    policy = both(entropy, off_policy_mask(record, s))
+    direct, through_ratio = policy_kept(policy, torch.zeros_like(ratio), -adv * d_ratio)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
     near |= ((ratio - upper).abs() <= margin * upper) & (adv > 0)
     if s.delta is not None:
         near |= (ratio - s.delta).abs() <= margin * s.delta
     near |= near_dual_clip(capped, adv, s, margin)
-    if entropy is not None:
-        near |= entropy.uncertain
+    if policy is not None:
+        near |= policy.uncertain
     if s.beta != 0:
         kl_direct, kl_through = kl_parts(record, logps, capped, d_capped, s)
         direct, through_ratio = direct + s.beta * kl_direct, through_ratio + s.beta * kl_through
         near |= kl_uncertain(record, logps, s)
     value, shared = split(direct, through_ratio, s)
-    policy = mask if entropy is None else entropy.kept  # the tokens whose policy term is in the loss
+    policy = mask if policy is None else policy.kept  # the tokens whose policy term is in the loss
     zeroed = policy & (clipped_term < unclipped_term) & (d_clipped == 0) & (adv != 0)
     capped_away = policy & (unclipped_term < clipped_term) & (d_capped == 0) & (adv != 0)
     held = policy & dual if s.dual_clip_ratio is not None else None

@@ -5,9 +5,10 @@ per window, after exactly its backward passes).
 Most of its runs are the gate's own (uneven_lengths for each loss type, short_window, extremes, off_policy for
 cispo, sapo and vespo, extremes' sequence-level runs of grpo and cispo, and reward_stats' small groups, the one
 run that stores no old log-probs), so they cost nothing more; the sequence-level runs of sapo and vespo are this
-check's alone (scenarios/sequence.py says what each sequence-level run must show); five more runs, of the extremes
-geometry (two passes at LR 0.05, tokens clipped), cover beta 0, a KL without the bias correction, delta's cap and
-clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6) and TRL's entropy mask (top_entropy_quantile 0.2),
+check's alone (scenarios/sequence.py says what each sequence-level run must show); six more runs, of the extremes
+geometry (two passes at LR 0.05, tokens clipped), cover beta 0, a KL without the bias correction, delta's cap,
+clip bounds that differ (epsilon_low 0.05, epsilon_high 0.6), TRL's entropy mask (top_entropy_quantile 0.2) and its
+off-policy sequence mask (off_policy_mask_threshold 2.0; policy_masks.py says what each mask's run must show),
 and two small ones (grpo, dr_grpo) windows of a single completion, where a count clamped at the wrong floor shows;
 dr_grpo on completions shorter than the maximum; dapo in windows that run on across generations (a target whose
 windows end with their generation declares that run not applicable). gradients.py has the formula.
@@ -36,6 +37,7 @@ from ..spec import CLIPPED_LOSS_TYPES, CUT_INVARIANT_LOSS_TYPES, LOSS_TYPES, GRP
 from ..tolerances import TOLERANCES
 from ..wrong import gradient_formulas
 from . import sequence
+from .policy_masks import shows_mask, shows_sequence_mask
 from .preconditions import definitions, require_records, untrained_micro_batches, window_sizes
 from .preconditions import require_short_generation as short_generation
 from .preconditions import require_spanning_window as spanning_window
@@ -58,6 +60,9 @@ RUNS = {
     "top_entropy": f"the extremes run with top_entropy_quantile {runs.TOP_ENTROPY_QUANTILE:g}: the policy term only at "
     "each micro-batch's tokens of entropy at or above its quantile, the KL term at every token; some tokens of "
     "non-zero advantage masked out, some kept",
+    "off_policy_mask": f"the extremes run with off_policy_mask_threshold {runs.OFF_POLICY_MASK_THRESHOLD:g}: the "
+    "policy term of each completion of negative advantage whose KL estimate (its mean old_logp - logp) exceeds it "
+    "left out, the KL term kept; some such completions dropped, some kept off policy",
 }
 """The runs of the cases without a loss type (those are uneven_lengths' runs, one per loss type); off_policy and
 sequence_level also run cispo, sapo and vespo, named by their loss type."""
@@ -100,7 +105,7 @@ def base_spec(run: GRPOSpec, case: Case) -> GRPOSpec:
         return runs.asymmetric_clip_spec(run)
     if name == "sequence_level":
         return runs.sequence_level_spec(run, case.param("loss_type", "grpo"))
-    if name in ("top_entropy", "short_completions", "across_generations"):
+    if name in ("top_entropy", "off_policy_mask", "short_completions", "across_generations"):
         return getattr(runs, f"{name}_spec")(run)
     spec = clipping(run)
     if name == "beta0":
@@ -148,6 +153,8 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         check.note(f"{count} {what}")
     if case.param("run") == "top_entropy" and not shows_mask(check, gap, spec):
         return check.finish()
+    if case.param("run") == "off_policy_mask" and not shows_sequence_mask(check, gap, spec):
+        return check.finish()
     shown = {"short_completions": short_generation, "across_generations": spanning_window}.get(case.param("run"))
     if shown is not None and not shown(recorded(obs.ran).loss_inputs, spec, check):
         return check.finish()
@@ -164,30 +171,6 @@ def logp_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> CheckRe
         return check.finish()
     judge(check, gap, spec, f"{spec.split_label} {gap.where}")
     return check.finish()
-
-
-def shows_mask(check: Check, gap: gradients.Gaps, spec: GRPOSpec) -> bool:
-    """Whether the run left some policy terms of non-zero advantage out by the entropy mask and kept some (a note),
-    else a failure: a run without either cannot tell a threshold of every rank's tokens from another."""
-    out, kept = entropy_masked(gap)
-    said = f"{out} tokens of non-zero advantage whose policy term the entropy mask leaves out, {kept} it keeps"
-    if not out or not kept:
-        check.fail(f"{said}: the run did not show the mask (top_entropy_quantile {spec.top_entropy_quantile:g})")
-        return False
-    check.note(said)
-    return True
-
-
-def entropy_masked(gap: gradients.Gaps) -> tuple[int, int]:
-    """(left out, kept): compared tokens of non-zero advantage (their policy term has a gradient) whose policy term
-    the formula's entropy mask leaves out or keeps, none within rounding of the threshold (0, 0 without a mask)."""
-    out = kept = 0
-    for row in gap.rows:
-        mask = row.terms.entropy
-        if mask is not None:
-            live = row.record.completion_mask.bool() & ~mask.uncertain & (row.record.advantages != 0).unsqueeze(1)
-            out, kept = out + int((live & ~mask.kept).sum()), kept + int((live & mask.kept).sum())
-    return out, kept
 
 
 def bounds_told_apart(gap: gradients.Gaps, spec: GRPOSpec) -> int:
@@ -318,7 +301,8 @@ LOGP_GRADIENT = Scenario(
     "that differ; old log-probs not stored; sequence-level ratios; windows of one completion; cispo, sapo, vespo "
     "off policy, and at sequence level: cispo's capped ratios, sapo's bent gate, vespo's KL corrected by the "
     "sequence ratio; the policy term under the entropy mask of top_entropy_quantile, also with entropies in "
-    "bfloat16; delta's cap on each completion's ratio at sequence level; dr_grpo on completions shorter than the max; "
+    "bfloat16; the policy term under the off-policy sequence mask; delta's cap on each completion's ratio at sequence "
+    "level; dr_grpo on completions shorter than the max; "
     "dapo in windows that run across generations)",
     (
         *((("run", name),) for name in RUNS),

@@ -17,6 +17,8 @@ relative to the token's |formula| floored at the mean |formula|, as the check me
                                 one count over the window, as GRPO contract 1 defined bnpo  (class 14)
     the entropy mask wrong      (top_entropy_quantile q < 1) the formula without the mask, with its threshold at
                                 the q quantile, or with the KL term masked too                (class 77)
+    the off-policy mask wrong   (off_policy_mask_threshold set) the formula without the mask, with its threshold
+                                at 0, or with the KL term masked too                           (class 97)
     the padded width            (dr_grpo) divided by the completions' padded width            (class 93)
     the window's first count    (dapo, cispo, vespo) each micro-batch of a window that holds two generations
                                 divided by its first micro-batch's generation's tokens         (class 94)
@@ -44,6 +46,7 @@ from harness.verdict import Diagnosis
 from ..definitions import GENERATION, IN_THE_LOSS, TOKEN_MEAN_LOSS_TYPES, TOKEN_MEAN_SCOPE
 from ..oracle.expect import Settings
 from ..oracle.gradients import METRIC, Compared, Gaps, generation_tokens, mean_scale, relative_gaps, weighted
+from ..oracle.off_policy_mask import off_policy_mask
 from ..oracle.token_gradients import kl_gradient, token_gradient
 from ..spec import CLIPPED_LOSS_TYPES, SOFT_SETTINGS, GRPOSpec
 from ..tolerances import TOLERANCES
@@ -134,6 +137,26 @@ def entropy_mask_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[t
     return out
 
 
+def off_policy_mask_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[tuple[int, ...], str, list, int]]:
+    """Under the off-policy sequence mask (off_policy_mask_threshold set), class 97's: the formula without the mask,
+    with its threshold at 0 (every completion of negative advantage and positive KL estimate dropped), and (token
+    level) with the KL term of the completions it drops masked too."""
+    if s.off_policy_mask_threshold is None or not rows:
+        return []
+    want = lambda r, other: dataclasses.replace(r, terms=token_gradient(r.record, other, r.terms.entropy)).want  # noqa: E731
+    unmasked = dataclasses.replace(s, off_policy_mask_threshold=None)
+    out = [((97,), "the formula without the off-policy sequence mask (every completion's policy term kept)",
+            [want(r, unmasked) for r in rows], 1),
+           ((97,), "the formula with the off-policy sequence mask's threshold at 0",
+            [want(r, dataclasses.replace(s, off_policy_mask_threshold=0.0)) for r in rows], 1)]  # fmt: skip
+    if s.beta != 0 and not s.sequence_level:  # the KL term, the full formula less its policy-only part, masked too
+        policy_only = dataclasses.replace(s, beta=0.0)
+        kept = [off_policy_mask(r.record, s).kept for r in rows]
+        out.append(((97,), "the formula with the off-policy sequence mask on the KL term too",
+                    [r.want - (r.want - want(r, policy_only)) * ~k for r, k in zip(rows, kept)], 1))  # fmt: skip
+    return out
+
+
 def default_settings_formulas(rows: Sequence[Compared], s: Settings) -> list[tuple[tuple[int, ...], str, list, int]]:
     """Class 70's, under sapo or vespo where the run configures some of the loss type's own settings off their
     defaults: the formula with those settings at TRL's defaults (GRPOSpec's), as a trainer that hard-codes them
@@ -164,6 +187,7 @@ def candidates(gap: Gaps, s: Settings) -> list[tuple[tuple[int, ...], str, list[
     for words, wants in other_profiles_formulas(gap, s):
         out.append(((), f"the formula with {words}", wants, 1))
     out += entropy_mask_formulas(rows, s)
+    out += off_policy_mask_formulas(rows, s)
     out += default_settings_formulas(rows, s)
     wants = [r.want for r in rows]
     c = fitted(rows, wants)

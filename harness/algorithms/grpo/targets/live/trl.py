@@ -99,6 +99,7 @@ def trl_settings(trainer: Any) -> Settings:
         delta=getattr(args, "delta", None),
         max_completion_length=int(args.max_completion_length),
         dtype=model_dtype(trainer),
+        off_policy_mask_threshold=getattr(args, "off_policy_mask_threshold", None),
         **soft,
     )
 

@@ -59,6 +59,7 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         delta=getattr(spec, "delta", None),
         importance_sampling_level=getattr(spec, "importance_sampling_level", "token"),
         top_entropy_quantile=getattr(spec, "top_entropy_quantile", 1.0),
+        off_policy_mask_threshold=getattr(spec, "off_policy_mask_threshold", None),
         entropy_coef=getattr(spec, "entropy_coef", 0.0),
         # sapo's and vespo's settings (TRL 1.12.0 and later have them all), when the spec has them
         **{name: getattr(spec, name) for name in SOFT_SETTINGS if hasattr(spec, name)},

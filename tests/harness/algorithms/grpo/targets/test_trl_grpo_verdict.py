@@ -84,6 +84,9 @@ TRL_GRPO_PASSES = {
     # (gathered across processes, get_high_entropy_mask), the KL term added after the mask on every token
     "logp_gradient[run=top_entropy]",
     "logp_gradient[run=top_entropy,dtype=bfloat16]",  # the same with its entropies in bfloat16 (its quantile float32)
+    # off_policy_mask_threshold 2.0: get_off_policy_mask drops a completion of negative advantage whose mean
+    # old_logp - logp exceeds it, and _compute_loss masks the policy term before it adds the KL term
+    "logp_gradient[run=off_policy_mask]",
     "logp_gradient[run=delta,importance_sampling_level=sequence]",  # delta caps the completion's ratio, coef_1
     # dr_grpo divides by max_completion_length, not by the width it pads a generation to (its longest completion)
     "logp_gradient[run=short_completions]",

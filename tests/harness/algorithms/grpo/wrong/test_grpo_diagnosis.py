@@ -278,3 +278,17 @@ def test_a_loss_types_settings_read_at_their_defaults_are_named(mutant, loss_typ
     result = broken(mutant, check_id)[check_id]
     assert not result.passed and classes(result) == {(70,)}, result.message
     assert f"the formula with {loss_type}'s settings at their defaults" in terminal(result)
+
+
+OFF_POLICY_MASK_MUTANTS = [("g97_off_policy_mask_never_applied", "without the off-policy sequence mask"),
+                           ("g97_off_policy_mask_on_kl", "with the off-policy sequence mask on the KL term too")]
+
+
+@pytest.mark.parametrize("mutant, formula", OFF_POLICY_MASK_MUTANTS)
+def test_an_off_policy_mask_not_applied_or_on_the_kl_term_is_named(mutant, formula):
+    """The off-policy sequence mask never applied, or applied after the KL term is added: the gradient of the mask's
+    own run is named class 97, by the formula that reproduces it."""
+    check_id = "logp_gradient[run=off_policy_mask]"
+    result = broken(mutant, check_id)[check_id]
+    assert not result.passed and classes(result) == {(97,)}, result.message
+    assert f"the formula {formula}" in terminal(result)
