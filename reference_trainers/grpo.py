@@ -599,6 +599,15 @@ class GRPOTrainer:
         """Micro-batches of a generation not yet trained, with their batch (windows across generations)."""
         self.bonus_window: tuple[float, int] = (0.0, 0)
         """The entropy bonus's window: (its tokens on every rank, its micro-batches here), set by window_step."""
+        self.entropy_coef = config.entropy_coef
+        """The entropy bonus's coefficient, adjusted after each step under use_adaptive_entropy."""
+        self.last_window_entropy = math.inf
+        """The mean entropy of the last window's bonus tokens on every rank (adaptive control; none before a step)."""
+        self.applied_coef = 0.0
+        """The coefficient the current window applies (window_step): entropy_coef, or under adaptive control 0 where
+        the last window's mean entropy lay above entropy_target."""
+        self.window_entropy = torch.zeros((), dtype=torch.float64)
+        """The sum of the current window's entropies at its bonus tokens on this rank (adaptive control)."""
         self.interval = Interval()
         self.history: list[dict[str, float]] = []
         self.prompt_order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(config.seed))
@@ -709,7 +718,7 @@ class GRPOTrainer:
             per_token_loss = per_token_loss * off_policy_sequence_mask(
                 per_token_logps, old_per_token_logps, advantages, mask, cfg.off_policy_mask_threshold
             )
-        if cfg.entropy_coef != 0:  # the bonus's gradient, at this micro-batch's entropies (EntropyBonus)
+        if self.bonus_enabled:  # the bonus's gradient, at this micro-batch's entropies (EntropyBonus)
             per_token_loss = self.with_entropy_bonus(per_token_loss, logits, mask)
         if cfg.top_entropy_quantile < 1:  # the policy term of the high-entropy tokens alone; the KL on every token
             kept = high_entropy_mask(entropy_from_logits(logits.detach()), mask, cfg.top_entropy_quantile,
@@ -756,6 +765,9 @@ class GRPOTrainer:
         optimizer step. A micro-batch's loss is divided by its own generation's counts (a window may hold two)."""
         cfg, acc = self.config, self.accelerator
         self.bonus_window = self.entropy_bonus_window(micro_batches)
+        gated = cfg.use_adaptive_entropy and not self.last_window_entropy <= cfg.entropy_target
+        self.applied_coef = 0.0 if gated else self.entropy_coef
+        self.window_entropy = torch.zeros((), dtype=torch.float64, device=acc.device)
         for i, (batch, rows) in enumerate(micro_batches):
             counts = WindowCounts(
                 completions=float(sum(len(rows) for _, rows in micro_batches) * acc.num_processes),
@@ -776,6 +788,26 @@ class GRPOTrainer:
         self.optimizer.step()
         self.lr_scheduler.step()
         self.optimizer.zero_grad()
+        if cfg.use_adaptive_entropy:
+            self.adapt_entropy_coef()
+
+    @property
+    def bonus_enabled(self) -> bool:
+        """Whether the loss carries an entropy bonus: a coefficient set, or adaptive control (TRL's)."""
+        return self.config.entropy_coef != 0 or self.config.use_adaptive_entropy
+
+    def adapt_entropy_coef(self) -> None:
+        """Adaptive entropy control after a step (TRL's `_compute_loss`): the window's mean entropy over its bonus
+        tokens on every rank; the coefficient up by entropy_coef_delta (at most entropy_coef_max) where that is at or
+        below entropy_target, else down by it (at least entropy_coef_min)."""
+        cfg, acc = self.config, self.accelerator
+        tokens, _ = self.bonus_window
+        mean = acc.reduce(self.window_entropy.reshape(1), reduction="sum").item() / max(tokens, 1.0)
+        if mean <= cfg.entropy_target:
+            self.entropy_coef = min(self.entropy_coef + cfg.entropy_coef_delta, cfg.entropy_coef_max)
+        else:
+            self.entropy_coef = max(self.entropy_coef - cfg.entropy_coef_delta, cfg.entropy_coef_min)
+        self.last_window_entropy = mean
 
     def micro_batches(self, batch: GenerationBatch) -> list[torch.Tensor]:
         """Rows of every micro-batch of one generation, in training order: num_iterations passes of one shuffle."""
@@ -799,7 +831,7 @@ class GRPOTrainer:
         (0, n) without a bonus. Under the entropy mask each micro-batch's tokens are known from its entropies only, so
         they are computed here first, from the window's weights (no step runs before its last micro-batch)."""
         cfg, acc = self.config, self.accelerator
-        if cfg.entropy_coef == 0:
+        if not self.bonus_enabled:
             return 0.0, len(micro_batches)
         counts = torch.zeros((), dtype=torch.float64, device=acc.device)
         for batch, rows in micro_batches:
@@ -815,13 +847,15 @@ class GRPOTrainer:
     def with_entropy_bonus(self, per_token_loss: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor
                            ) -> torch.Tensor:  # fmt: skip
         """`per_token_loss`, its backward also bringing the entropy bonus's gradient to this micro-batch's entropies:
-        dL/dH_t = -entropy_coef * world / (the window's bonus tokens on every rank) at each token the bonus acts on,
-        0 elsewhere, so that data parallelism's mean over the ranks makes it the window mean's."""
-        cfg = self.config
+        dL/dH_t = -coef * world / (the window's bonus tokens on every rank) at each token the bonus acts on, 0
+        elsewhere, so that data parallelism's mean over the ranks makes it the window mean's; coef the window's
+        applied coefficient (`applied_coef`). Under adaptive control it also adds the tokens' entropies to the
+        window's sum."""
         entropies = entropy_from_logits(logits)
         acting = self.entropy_bonus_mask(entropies, mask)
         tokens, _ = self.bonus_window
-        weight = cfg.entropy_coef * self.accelerator.num_processes / max(tokens, 1.0)
+        weight = self.applied_coef * self.accelerator.num_processes / max(tokens, 1.0)
+        self.window_entropy = self.window_entropy + (entropies.detach() * acting).double().sum()
         return EntropyBonus.apply(per_token_loss, entropies, acting.to(entropies.dtype) * weight)
 
     def train_one_generation(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .ppo_config import ConfigError, exact_div
@@ -87,6 +88,21 @@ class GRPOConfig:
     """Weight of the entropy bonus (TRL's option): the loss is the policy objective minus entropy_coef times the mean
     per-token entropy of the optimizer step's window, its completion tokens on every rank (those of the policy term
     under the entropy mask), so the micro-batch cut never moves it. 0.0 (the default): no bonus."""
+    use_adaptive_entropy: bool = False
+    """Adjust the entropy bonus's coefficient after every optimizer step (TRL's option, Skywork-OR1's adaptive
+    entropy control), entropy_coef its first value: up by entropy_coef_delta (at most entropy_coef_max) where the
+    step's window's mean entropy over its bonus tokens on every rank is at or below entropy_target, else down by it
+    (at least entropy_coef_min). A window applies the coefficient only where the previous window's mean entropy was
+    at or below the target: none before the first step."""
+    entropy_coef_min: float = 0.0
+    """The adaptive coefficient's floor (TRL's default)."""
+    entropy_coef_max: float = 1.0
+    """The adaptive coefficient's ceiling (TRL's default)."""
+    entropy_coef_delta: float = 0.005
+    """The adaptive coefficient's step (TRL's default)."""
+    entropy_target: float = 0.2
+    """The mean per-token entropy, in nats, at or below which the adaptive coefficient is applied and grows (TRL's
+    default)."""
     sapo_temperature_pos: float = 1.0
     """sapo's gate temperature for tokens of positive advantage (TRL's default)."""
     sapo_temperature_neg: float = 1.05
@@ -194,6 +210,13 @@ class GRPOConfig:
         if not 0 <= self.entropy_coef < float("inf"):
             raise ConfigError(  # pragma: no mutate - message
                 f"entropy_coef must be finite and >= 0, got {self.entropy_coef}"
+            )
+        adaptive = (self.entropy_coef_min, self.entropy_coef_max, self.entropy_coef_delta, self.entropy_target)
+        if not (all(math.isfinite(v) for v in adaptive) and 0 <= self.entropy_coef_min <= self.entropy_coef_max
+                and self.entropy_coef_delta >= 0):  # fmt: skip
+            raise ConfigError(  # pragma: no mutate - message
+                f"entropy_coef_min, entropy_coef_max, entropy_coef_delta and entropy_target must be finite, with "
+                f"0 <= min <= max and delta >= 0, got {adaptive}"
             )
         if self.delta is not None and self.delta <= 0:
             raise ConfigError(f"delta must be positive or None, got {self.delta}")  # pragma: no mutate - message
