@@ -182,8 +182,10 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     # and contract 10's windows across generations (release 0.10.0): each of its windows ends with its generation,
     # so the run shows none that holds two (the case fails, saying so)
     spanning = {"logp_gradient[run=across_generations]"}
-    # and contract 13's off-policy sequence mask (release 0.13.0): it keeps every completion's policy term
-    off_policy = {"logp_gradient[run=off_policy_mask]"}
+    # and contract 13's off-policy sequence mask and adaptive entropy control (release 0.13.0): it keeps every
+    # completion's policy term, and has no entropy bonus (no gradient reaches its entropies: not recomputable)
+    off_policy = {"logp_gradient[run=off_policy_mask]", "entropy_gradient[run=adaptive]",
+                  "entropy_gradient[run=adaptive_gated]"}
     assert set(failed) == (duties | bnpo | options | masked | regimes | weights | scheduled | spanning
                            | off_policy), sorted(failed)
     contract = get("grpo").contract

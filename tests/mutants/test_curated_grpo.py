@@ -36,3 +36,8 @@ def test_curated_runner_kills_every_catalogued_grpo_mutant(tmp_path, capsys):
     for g97 in ("g97_off_policy_mask_never_applied", "g97_off_policy_mask_on_kl"):  # the mask's own run alone
         assert by_id[g97]["named_failed"] == ["logp_gradient[run=off_policy_mask]"], by_id[g97]
         assert by_id[g97]["diagnosed_classes"] == [97], by_id[g97]
+    gate = by_id["g98_adaptive_entropy_gate_ignored"]  # adaptive control: both of its runs see the gate ignored
+    assert gate["named_failed"] == ["entropy_gradient[run=adaptive]", "entropy_gradient[run=adaptive_gated]"], gate
+    early = by_id["g98_adaptive_entropy_moved_before_the_last_micro_batch"]  # the gated run's gate stays shut
+    assert early["named_failed"] == ["entropy_gradient[run=adaptive]"], early
+    assert gate["diagnosed_classes"] == early["diagnosed_classes"] == [98], (gate, early)

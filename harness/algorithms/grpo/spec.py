@@ -10,6 +10,7 @@ independently of any trainer's config class, and sizes that cannot work are a us
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,6 +35,8 @@ SOFT_SETTINGS = ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", 
 """The settings of the sapo and vespo loss types (TRL's names and defaults)."""
 ADAM = ("adam_beta1", "adam_beta2", "adam_epsilon")
 """AdamW's settings a spec may declare (TRL's names; None: the trainer's own defaults, not handed over)."""
+ADAPTIVE = ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
+"""TRL's adaptive entropy control (its names and defaults), handed over where use_adaptive_entropy is on."""
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 """TRL's `importance_sampling_level`: a ratio per token, or one per completion (GSPO)."""
@@ -112,6 +115,14 @@ class GRPOSpec:
     entropy_coef: float = 0.0
     """TRL's option: the loss less entropy_coef times the mean per-token entropy of the optimizer step's window, its
     tokens on every rank (docs/grpo-metrics.md, section 4). 0.0: no entropy bonus."""
+    use_adaptive_entropy: bool = False
+    """TRL's option (Skywork-OR1): entropy_coef is the bonus's first coefficient, moved by entropy_coef_delta after
+    each step (up where the window's mean entropy is at or below entropy_target, else down, within entropy_coef_min
+    and entropy_coef_max) and applied only after a window at or below the target (docs/grpo-metrics.md, section 4)."""
+    entropy_coef_min: float = 0.0
+    entropy_coef_max: float = 1.0
+    entropy_coef_delta: float = 0.005
+    entropy_target: float = 0.2
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
     vespo_k_pos: float = 2.0
@@ -314,6 +325,10 @@ class GRPOSpec:
             raise HarnessConfigError(f"off_policy_mask_threshold={self.off_policy_mask_threshold}: must be positive")
         if not 0 <= self.entropy_coef < float("inf"):
             raise HarnessConfigError(f"entropy_coef={self.entropy_coef}: must be finite and >= 0")
+        adaptive = (self.entropy_coef_min, self.entropy_coef_max, self.entropy_coef_delta, self.entropy_target)
+        if not (all(math.isfinite(v) for v in adaptive) and 0 <= adaptive[0] <= adaptive[1] and adaptive[2] >= 0):
+            raise HarnessConfigError(f"entropy_coef_min, entropy_coef_max, entropy_coef_delta, entropy_target="
+                                     f"{adaptive}: need finite values, 0 <= min <= max and delta >= 0")  # fmt: skip
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES or self.warmup_steps < 0 or self.weight_decay < 0:
             raise HarnessConfigError(f"lr_scheduler_type={self.lr_scheduler_type!r}, warmup_steps={self.warmup_steps}, "
                                      f"weight_decay={self.weight_decay}: expected one of "

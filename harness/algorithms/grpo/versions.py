@@ -1,21 +1,8 @@
 """The GRPO contract's version and its history (harness/contract.py): what changed since version 1, and when.
 
-Version 1 is the contract of release 0.1.0. Version 2 (release 0.2.0) redefined bnpo, added four loss types, and
-gave a GRPO target three duties; each is a section of CHANGELOG.md's 0.2.0 entry, with its migration note. Version
-3 (release 0.4.0) holds each optimizer step to the optimizer's own update (`optimizer_step`) and checks the gradient
-in a run that stores no old log-probs. Version 4 (release 0.5.0) runs sequence-level importance sampling under grpo,
-truncated completions left out of the loss and clip bounds off the default; version 5 (release 0.6.0) runs the
-sequence level under cispo, sapo and vespo too, and version 6 (release 0.6.0) TRL's entropy mask of the policy loss
-(top_entropy_quantile); version 7 (release 0.7.0) the regimes of both that no check ran (delta and vespo's pooled
-weight at sequence level, cispo's flag at its cap there, the mask in bfloat16 and on two ranks), TRL's
-multi_objective_aggregation 'normalize_then_sum' and groups of another size; version 8 (release 0.8.0) the cuts of a
-generation batch with the weights moving, the reward weights under 'normalize_then_sum', the short windows' gradient
-under every loss type, left-padded prompts, reward functions in another order and each rank's own random stream in
-verify-dist, and the entropy bonus under the entropy mask; version 9 (release 0.9.0) the learning-rate schedule and
-the weight decay a run declares (`lr_schedule`) and dr_grpo on completions shorter than the maximum; version 10
-(release 0.10.0) windows that run across generations; version 11 (release 0.11.0) the entropy bonus across ranks;
-version 12 (release 0.12.0) the optimizer's betas and eps a run declares, and sapo's and vespo's settings off their
-defaults; version 13 (release 0.13.0) TRL's off-policy sequence mask (off_policy_mask_threshold).
+Version 1 is the contract of release 0.1.0; each change below names the version that made it and the release that
+shipped it, whose entry in CHANGELOG.md holds its migration note (version 13, release 0.13.0: TRL's off-policy
+sequence mask and its adaptive entropy control).
 Light at import (no torch): `python -m harness --version` reads it.
 """
 
@@ -335,6 +322,18 @@ OFF_POLICY_MASK = Change(
     checks=("logp_gradient[[]run=off_policy_mask]",),
 )
 
+ADAPTIVE_ENTROPY = Change(
+    version=13,
+    release="0.13.0",
+    subject="the adaptive entropy control",
+    old="the entropy bonus at a constant entropy_coef (use_adaptive_entropy never set)",
+    new="also TRL's use_adaptive_entropy (GRPOSpec's fields, which a target hands its trainer or declares not "
+    "applicable): entropy_gradient[run=adaptive] and [run=adaptive_gated], each window's coefficient the control's "
+    "(none before the first step, then moved by the last window's mean entropy within its floor and ceiling, applied "
+    "only at or below entropy_target), its target above every window's mean and below every one",
+    checks=("entropy_gradient[[]run=adaptive]", "entropy_gradient[[]run=adaptive_gated]"),
+)
+
 CONTRACT = Contract(
     version=13,
     document="docs/grpo-metrics.md",
@@ -344,7 +343,7 @@ CONTRACT = Contract(
              CUTS_WITH_THE_WEIGHTS_MOVING, WEIGHTS_NORMALISED_FIRST, SHORT_WINDOWS,
              LEFT_PADDED_PROMPTS, REWARD_ORDER, RANK_SAMPLING,
              BONUS_UNDER_THE_MASK, LR_SCHEDULE, SHORT_COMPLETIONS, ACROSS_GENERATIONS, BONUS_ACROSS_RANKS,
-             OPTIMIZER_SETTINGS, SOFT_SETTINGS_OFF_DEFAULT, OFF_POLICY_MASK),
+             OPTIMIZER_SETTINGS, SOFT_SETTINGS_OFF_DEFAULT, OFF_POLICY_MASK, ADAPTIVE_ENTROPY),
     metrics=NAMES,
 )
 """GRPO's contract: the version a GRPO target may pin (`factory.contract_version`)."""

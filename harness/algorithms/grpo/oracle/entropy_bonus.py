@@ -10,6 +10,10 @@ the entropy mask where top_entropy_quantile < 1 (TRL's `_compute_loss`: `effecti
 it acts on the same tokens" as the policy term; entropy_mask.py); a window holding a token within rounding of its
 micro-batch's entropy threshold has an uncertain N_W and is not compared.
 
+Under adaptive entropy control (use_adaptive_entropy) coef is each window's own, the one the control applies
+(adaptive_entropy.py): 0 where it holds the bonus off. A run whose every window holds it off is compared at the
+size its first coefficient would have (the mean |formula| is 0 there).
+
 The targets record that gradient per micro-batch (`entropy_grad`, a hook on the entropies the loss used); a record
 without it is not recomputable. Each token's gap is relative to its own size floored at the mean |formula| over the
 masked tokens, as the gradient at the log-probs' (gradients.py).
@@ -25,6 +29,7 @@ import torch
 from harness.errors import NotRecomputable
 from harness.instrument.loss import LossRecord
 
+from .adaptive_entropy import Control, applied, window_means
 from .entropy_mask import entropy_masks
 from .gradients import Token, mean_scale, relative_gaps
 
@@ -41,6 +46,8 @@ class BonusRow:
     acting: torch.Tensor
     """(B, T) bool: the tokens the bonus acts on (the mask, under the entropy mask its kept tokens)."""
     record: LossRecord
+    coef: float = 0.0
+    """The coefficient its window applies (entropy_coef, or adaptive control's)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,10 @@ class BonusGaps:
     rows: tuple[BonusRow, ...] = ()
     worst: Token | None = None
     skipped: int = 0
-    """Windows not compared: a token within rounding of an entropy threshold makes their count uncertain."""
+    """Windows not compared: a token within rounding of an entropy threshold makes their count uncertain, or (adaptive
+    control) an earlier window's mean entropy within rounding of the target their coefficient."""
+    means: dict[int, float] | None = None
+    """Under adaptive control, each window's mean entropy over its bonus tokens (None without it)."""
 
 
 def recorded(record: LossRecord, where: str) -> torch.Tensor:
@@ -90,13 +100,15 @@ def acting_tokens(records: Sequence[LossRecord], quantile: float) -> tuple[list[
     return acting, uncertain
 
 
-def window_weights(records: Sequence[LossRecord], acting: Sequence[torch.Tensor], coef: float, world: int
-                   ) -> list[torch.Tensor]:  # fmt: skip
-    """dL/dH of each record's tokens: -coef * world / (its window's acting tokens on every rank) where it acts."""
+def window_weights(records: Sequence[LossRecord], acting: Sequence[torch.Tensor], coefs: dict[int, float],
+                   world: int) -> list[torch.Tensor]:  # fmt: skip
+    """dL/dH of each record's tokens: -coef * world / (its window's acting tokens on every rank) where it acts, coef
+    its window's (`coefs`)."""
     tokens: dict[int, float] = {}
     for record, act in zip(records, acting):
         tokens[int(record.window)] = tokens.get(int(record.window), 0.0) + float(act.sum())
-    return [-coef * world * act.double() / max(tokens[int(r.window)], 1.0) for r, act in zip(records, acting)]
+    return [-coefs[int(r.window)] * world * act.double() / max(tokens[int(r.window)], 1.0)
+            for r, act in zip(records, acting)]  # fmt: skip
 
 
 def uneven_windows(records: Sequence[LossRecord], acting: Sequence[torch.Tensor]) -> int:
@@ -107,18 +119,29 @@ def uneven_windows(records: Sequence[LossRecord], acting: Sequence[torch.Tensor]
     return len({w for (w, _), seen in counts.items() if len(seen) > 1})
 
 
-def gaps(records: Sequence[LossRecord], coef: float, world: int = 1, quantile: float = 1.0) -> BonusGaps:
-    """Recorded dL/dH against the formula over every micro-batch of every window (every rank's records together)."""
+def gaps(records: Sequence[LossRecord], coef: float, world: int = 1, quantile: float = 1.0,
+         control: Control | None = None) -> BonusGaps:  # fmt: skip
+    """Recorded dL/dH against the formula over every micro-batch of every window (every rank's records together):
+    the coefficient `coef`, or each window's under adaptive `control`."""
     if not records:
         raise NotRecomputable("the target recorded no loss inputs")
     labels = [f"window {int(r.window) + 1} micro-batch {i + 1}" for i, r in enumerate(records)]
     got = [recorded(r, label) for r, label in zip(records, labels)]
     acting, uncertain = acting_tokens(records, quantile)
     skip = {int(r.window) for r, u in zip(records, uncertain) if u}
-    wants = window_weights(records, acting, coef, world)
-    rows = tuple(BonusRow(label, g, w, a, r) for label, g, w, a, r in zip(labels, got, wants, acting, records)
-                 if int(r.window) not in skip)  # fmt: skip
+    means = window_means(records, acting) if control is not None else None
+    coefs = {int(r.window): coef for r in records}
+    if control is not None:
+        coefs, unsure = applied(means, control)
+        skip |= unsure
+    wants = window_weights(records, acting, coefs, world)
+    rows = tuple(BonusRow(label, g, w, a, r, coefs[int(r.window)])
+                 for label, g, w, a, r in zip(labels, got, wants, acting, records) if int(r.window) not in skip)
     scale = mean_scale([row.want for row in rows], [row.record for row in rows])
+    if scale == 0 and control is not None:  # every window holds the bonus off: the size its first coefficient has
+        first = window_weights(records, acting, {w: control.initial for w in coefs}, world)
+        scale = mean_scale([f for f, r in zip(first, records) if int(r.window) not in skip],
+                           [r for r in records if int(r.window) not in skip])  # fmt: skip
     largest, where, worst, compared = 0.0, "", None, 0
     for row in rows:
         relative = relative_gaps(row.got, row.want, torch.ones_like(row.acting), scale)
@@ -131,4 +154,4 @@ def gaps(records: Sequence[LossRecord], coef: float, world: int = 1, quantile: f
             largest, where = gap, row.label
         compared += int(row.record.completion_mask.sum())
     uneven = uneven_windows([row.record for row in rows], [row.acting for row in rows])
-    return BonusGaps(largest, where, scale, compared, uneven, rows, worst, len(skip))
+    return BonusGaps(largest, where, scale, compared, uneven, rows, worst, len(skip), means)

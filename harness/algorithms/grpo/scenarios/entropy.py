@@ -26,6 +26,7 @@ from harness.verdict import Check, CheckResult, MetricStatus, MetricVerdict, Wor
 
 from ..instruments import recorded
 from ..oracle import entropy_bonus, gradients
+from ..oracle.adaptive_entropy import Control
 from ..runs import TOP_ENTROPY_QUANTILE, UNEVEN, spec_for
 from ..spec import GRPOSpec
 from ..tolerances import TOLERANCES
@@ -36,6 +37,14 @@ from .preconditions import definitions, require_records
 ENTROPY_COEF = 0.01
 """entropy_coef of the run: a small bonus, as used in practice (Skywork-OR1's adaptive control starts near it); the
 gradient at the entropies is linear in it, so any non-zero value tells the window's mean from a micro-batch's."""
+ADAPTIVE_TARGETS = {"adaptive": 5.0, "adaptive_gated": 0.5}
+"""entropy_target of the adaptive control's runs (TRL's use_adaptive_entropy): above every window's mean entropy
+(the toy vocabulary's entropy is at most ln 32 = 3.47 nats), so the control applies the coefficient from the second
+step on and moves it up to its ceiling; below every one (the toy policies' means lie near 2.5), so it holds the
+bonus off throughout. Each run must show it: a window on the wrong side of its target fails the case."""
+ADAPTIVE_CONTROL = {"entropy_coef_delta": 0.005, "entropy_coef_max": 0.02, "max_steps": 4}
+"""The rest of those runs: from ENTROPY_COEF up by 0.005 to the ceiling 0.02, four windows (0, 0.015, 0.02 and 0.02
+applied under the first target: none, a step up, a step up to the ceiling, the ceiling held)."""
 
 
 def bonus_spec(run: GRPOSpec, case: Case | None = None) -> GRPOSpec:
@@ -43,8 +52,11 @@ def bonus_spec(run: GRPOSpec, case: Case | None = None) -> GRPOSpec:
     under the entropy mask too (top_entropy_quantile TOP_ENTROPY_QUANTILE), where the bonus acts on the tokens the
     mask keeps, counted over the window before its first micro-batch's backward pass."""
     spec = spec_for(UNEVEN, run).with_(name="entropy_bonus", entropy_coef=ENTROPY_COEF)
-    if case is not None and case.param("run", None) == "top_entropy":
+    name = case.param("run", None) if case is not None else None
+    if name == "top_entropy":
         spec = spec.with_(top_entropy_quantile=TOP_ENTROPY_QUANTILE)
+    if name in ADAPTIVE_TARGETS:
+        spec = spec.with_(use_adaptive_entropy=True, entropy_target=ADAPTIVE_TARGETS[name], **ADAPTIVE_CONTROL)
     return spec
 
 
@@ -57,17 +69,20 @@ def entropy_gradient(cache: ObservationCache, run: GRPOSpec, case: Case) -> Chec
     if require_ran(obs, check) is None or require_records(obs, check, declared) is None:
         return check.finish()
     spec, records = obs.spec, recorded(obs.ran).loss_inputs
-    bonus_gradient(check, records, spec, len({int(r.rank) for r in records}) or 1, declared, spec.split_label)
+    bonus_gradient(check, records, spec, len({int(r.rank) for r in records}) or 1, declared, spec.split_label,
+                   opens=case.param("run", None) == "adaptive")  # fmt: skip
     return check.finish()
 
 
 def bonus_gradient(check: Check, records: Sequence[LossRecord], spec: GRPOSpec, world: int,
-                   declared: Sequence[tuple[str, Any]], where: str) -> None:  # fmt: skip
+                   declared: Sequence[tuple[str, Any]], where: str, opens: bool = False) -> None:  # fmt: skip
     """Judge the bonus's dL/dH of every token of `records` (every rank's) against -entropy_coef * world / (its
     window's acting tokens on every rank), and dL/dlogp against the policy objective's formula, on `check`; a run
-    that shows no window of unequal micro-batches fails it. Shared with verify-dist's entropy_gradient[ranks=N]."""
+    that shows no window of unequal micro-batches fails it, and under adaptive control one that does not show the
+    control open (`opens`) or holding the bonus off (shows_control). Shared with verify-dist's
+    entropy_gradient[ranks=N]."""
     try:
-        gap = entropy_bonus.gaps(records, spec.entropy_coef, world, spec.top_entropy_quantile)
+        gap = entropy_bonus.gaps(records, spec.entropy_coef, world, spec.top_entropy_quantile, Control.of(spec))
         policy = gradients.gaps(records, gradients.WindowWeights.of(spec, world, definitions=declared))
     except NotRecomputable as why:
         check.fail(f"not recomputable: {why}")
@@ -82,6 +97,8 @@ def bonus_gradient(check: Check, records: Sequence[LossRecord], spec: GRPOSpec, 
         return
     check.note(f"{gap.uneven} windows whose micro-batches hold unequal token counts; {gap.compared} tokens' dL/dH "
                f"compared")  # fmt: skip
+    if gap.means is not None and not shows_control(check, gap, spec, opens):
+        return
     logged = {entropy_bonus.METRIC: gap.largest}
     expected = {entropy_bonus.METRIC: Expectation(entropy_bonus.METRIC, 0.0, scale=1.0)}
     verdicts = compare(logged, expected, spec.dtype, TOLERANCES, kind="formula", where=f"{where} {gap.where}")
@@ -93,10 +110,28 @@ def explained(verdict: MetricVerdict, gap: entropy_bonus.BonusGaps, spec: GRPOSp
     """A failing verdict with its token in words and the known wrong form that reproduces it; any other as it is."""
     if verdict.status is not MetricStatus.FAIL:
         return verdict
-    diagnosis, why = wrong.diagnose(gap, spec.entropy_coef, spec.dtype)
+    diagnosis, why = wrong.diagnose(gap, spec.dtype, Control.of(spec))
     words = wrong.worded(gap, spec.dtype)
     said = {"reason": words, "wording": Wording.CHECK} if words else {}
     return dataclasses.replace(verdict, where=where, diagnosis=diagnosis, diagnosis_reason=why, **said)
+
+
+def shows_control(check: Check, gap: entropy_bonus.BonusGaps, spec: GRPOSpec, opens: bool) -> bool:
+    """Whether every window's mean entropy lies on the side of entropy_target its run is for (at or below it where
+    the control `opens`, else above it), and an open control reaches the ceiling (a note); else a failure: the run
+    did not show what it is for."""
+    means, target = gap.means or {}, spec.entropy_target
+    wrong_side = [w + 1 for w, m in sorted(means.items()) if (m <= target) != opens]
+    coefs = [row.coef for row in gap.rows]
+    said = ", ".join(f"{m:.4g}" for _, m in sorted(means.items()))
+    if not means or wrong_side or (opens and spec.entropy_coef_max not in coefs):
+        check.fail(f"the windows' mean entropies {said} against entropy_target {target:g} (windows {wrong_side} on "
+                   f"the other side; applied coefficients {sorted(set(coefs))}): the run did not show the adaptive "
+                   f"control {'open' if opens else 'holding the bonus off'}")  # fmt: skip
+        return False
+    check.note(f"adaptive control: the windows' mean entropies {said}, entropy_target {target:g}; applied "
+               f"coefficients {', '.join(f'{c:g}' for c in sorted(set(coefs)))}")  # fmt: skip
+    return True
 
 
 ENTROPY_SCENARIOS = (
@@ -104,6 +139,7 @@ ENTROPY_SCENARIOS = (
              f"dL/dH per token == -entropy_coef * world / (the window's tokens, every rank), 0 off the mask, and "
              f"dL/dlogp the policy objective's (uneven lengths with entropy_coef {ENTROPY_COEF:g}: the micro-batches "
              f"of a window hold unequal token counts; also under the entropy mask, top_entropy_quantile "
-             f"{TOP_ENTROPY_QUANTILE:g}: the bonus's tokens those the mask keeps)",
-             ((), (("run", "top_entropy"),))),
+             f"{TOP_ENTROPY_QUANTILE:g}: the bonus's tokens those the mask keeps; under adaptive entropy control, "
+             f"each window's coefficient, its entropy_target above every window's mean and below every one)",
+             ((), (("run", "top_entropy"),), (("run", "adaptive"),), (("run", "adaptive_gated"),))),
 )  # fmt: skip

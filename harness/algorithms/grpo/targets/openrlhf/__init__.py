@@ -284,6 +284,7 @@ build.not_applicable = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "run=off_policy_mask": config.OFF_POLICY_MASK,
     "entropy_gradient*": "the target leaves --actor.entropy_coef unset and keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
     "prompt_pads=3": "the target builds its toy world's prompts unpadded (it does not read prompt_pads): every "

@@ -37,6 +37,8 @@ ENTROPY_MASK = ("OpenRLHF 0.11.2 has no entropy mask of the policy loss: PolicyL
                 "the entropy enters the loss only as a bonus (--actor.entropy_coef)")
 OFF_POLICY_MASK = ("OpenRLHF 0.11.2 has no off-policy sequence mask of the old policy's KL: PolicyLoss keeps every "
                    "sequence's term whatever its drift")
+ADAPTIVE_ENTROPY = ("the target leaves OpenRLHF's --actor.entropy_coef unset: it maps no entropy bonus, so no "
+                    "adaptive control of one")
 DELTA = "OpenRLHF's ppo policy loss has no upper bound delta on the ratio (its --actor.dual_clip bounds negative ones)"
 AGGREGATION = ("OpenRLHF 0.11.2's reward is one number per completion and its advantage normalises that sum "
                "(compute_advantages_and_returns): no option normalises each reward function's scores before summing")
@@ -64,6 +66,7 @@ def refusal(spec) -> str | None:
         (getattr(spec, "mask_truncated_completions", False), TRUNCATED),
         (getattr(spec, "top_entropy_quantile", 1.0) < 1, ENTROPY_MASK),
         (getattr(spec, "off_policy_mask_threshold", None) is not None, OFF_POLICY_MASK),
+        (getattr(spec, "use_adaptive_entropy", False), ADAPTIVE_ENTROPY),
         (getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize", AGGREGATION),
         ((getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0)
           or getattr(spec, "adam_beta1", None) is not None), SCHEDULE),

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.errors import HarnessConfigError
 
-from ...spec import ADAM, SOFT_SETTINGS
+from ...spec import ADAM, ADAPTIVE, SOFT_SETTINGS
 
 SPEC_FIELDS = tuple(
     "per_device_train_batch_size gradient_accumulation_steps steps_per_generation num_generations num_iterations "
@@ -61,6 +61,8 @@ def trl_args(spec, output_dir: str, extra: dict[str, Any]) -> dict[str, Any]:
         top_entropy_quantile=getattr(spec, "top_entropy_quantile", 1.0),
         off_policy_mask_threshold=getattr(spec, "off_policy_mask_threshold", None),
         entropy_coef=getattr(spec, "entropy_coef", 0.0),
+        # adaptive entropy control (TRL 1.12.0 and later have it) where the spec turns it on
+        **{name: getattr(spec, name) for name in ADAPTIVE if getattr(spec, "use_adaptive_entropy", False)},
         # sapo's and vespo's settings (TRL 1.12.0 and later have them all), when the spec has them
         **{name: getattr(spec, name) for name in SOFT_SETTINGS if hasattr(spec, name)},
         scale_rewards=getattr(spec, "scale_rewards", "group"),

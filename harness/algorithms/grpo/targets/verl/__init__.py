@@ -303,11 +303,9 @@ def _bias(module: torch.nn.Module, biases: dict[int, float]) -> None:
     head.register_forward_hook(lambda _module, _inputs, output: output + values.to(output.dtype))
 
 
-WHOLE_MINI_BATCHES = (
-    "verl cuts a training step's batch into whole mini-batches (TrainingWorker.train_mini_batch: "
-    "tensordict_utils.make_iterator asserts the batch is a multiple of the mini-batch), so no window "
-    "of a generation is short (3+1)"
-)
+WHOLE_MINI_BATCHES = ("verl cuts a training step's batch into whole mini-batches (TrainingWorker.train_mini_batch: "
+                      "tensordict_utils.make_iterator asserts the batch is a multiple of the mini-batch), so no window "
+                      "of a generation is short (3+1)")
 TO_THE_END = "verl trains every generation to its end: a run cannot stop after part of a training step's mini-batches"
 NOT_APPLICABLE = {
     "loss_type=bnpo": "verl 0.9.1 has no per-micro-batch token mean: its token-mean divides by the mini-batch's tokens "
@@ -326,6 +324,7 @@ NOT_APPLICABLE = {
     "run=sequence_level": config.SEQUENCE_LEVEL,
     "mask_truncated_completions=True": config.TRUNCATED,
     "run=top_entropy": config.ENTROPY_MASK,
+    "run=off_policy_mask": config.OFF_POLICY_MASK,
     "entropy_gradient*": "the target sets entropy_coeff 0 and its recorder keeps no gradient at the entropies",
     "multi_objective_aggregation=normalize_then_sum": config.AGGREGATION,
     "prompt_pads=3": config.PROMPTS,

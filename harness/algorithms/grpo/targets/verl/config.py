@@ -51,8 +51,9 @@ REWARD_ORDER = ("the target weighs and sums its reward functions itself (_score)
 ACROSS = "verl trains each training step's batch, one generation, in mini-batches of its own: no window holds two"
 
 OFF_POLICY_MASK = ("verl 0.9.1 has no off-policy sequence mask of the old policy's KL: its policy losses keep every "
-                   "response's term whatever its drift (its rollout correction rejects by the rollout's ratio, "
-                   "another quantity, which this target does not run)")
+                   "response's term whatever its drift (its rollout correction, another quantity, is not run by this "
+                   "target)")
+ADAPTIVE_ENTROPY = "the target sets verl's entropy_coeff 0: it maps no entropy bonus, so no adaptive control of one"
 
 
 def refusal(spec) -> str | None:
@@ -75,6 +76,8 @@ def refusal(spec) -> str | None:
         return ENTROPY_MASK
     if getattr(spec, "off_policy_mask_threshold", None) is not None:
         return OFF_POLICY_MASK
+    if getattr(spec, "use_adaptive_entropy", False):
+        return ADAPTIVE_ENTROPY
     if getattr(spec, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
         return AGGREGATION
     if (getattr(spec, "lr_scheduler_type", "constant") != "constant" or getattr(spec, "weight_decay", 0.0)

@@ -58,13 +58,13 @@ def test_the_window_means_gradient_is_the_formula():
 def test_trls_per_micro_batch_mean_fails_and_is_named_class_82():
     gap = entropy_bonus.gaps(records_with(autograd_grads(per_micro_batch=True)), COEF)
     assert gap.largest > 0.1
-    diagnosis, why = wrong.diagnose(gap, COEF, "float32")
+    diagnosis, why = wrong.diagnose(gap, "float32")
     assert why == "" and diagnosis.classes == (wrong.MICRO_BATCH_MEAN,)
 
 
 def test_a_common_factor_is_not_named_class_82():
     gap = entropy_bonus.gaps(records_with([2 * g for g in autograd_grads(per_micro_batch=False)]), COEF)
-    diagnosis, why = wrong.diagnose(gap, COEF, "float32")
+    diagnosis, why = wrong.diagnose(gap, "float32")
     assert gap.largest > 0.1 and diagnosis is None and why
 
 
@@ -90,10 +90,10 @@ def test_across_ranks_the_count_is_every_ranks_and_one_kept_on_the_rank_is_named
     assert right.largest < 1e-12 and right.compared == 16
     own = entropy_bonus.gaps(on_two_ranks(lambda rank: tokens[rank]), COEF, world=2)
     assert own.largest > 0.1
-    diagnosis, why = wrong.diagnose(own, COEF, "float32")
+    diagnosis, why = wrong.diagnose(own, "float32")
     assert why == "" and diagnosis.classes == (wrong.RANK_COUNT,)
     equal = entropy_bonus.gaps(on_two_ranks(lambda rank: 8), COEF, world=2)  # even a count of half of every rank's
-    assert equal.largest > 0.1 and wrong.diagnose(equal, COEF, "float32")[0] is None
+    assert equal.largest > 0.1 and wrong.diagnose(equal, "float32")[0] is None
 
 
 def test_micro_batches_of_equal_token_counts_are_not_uneven():

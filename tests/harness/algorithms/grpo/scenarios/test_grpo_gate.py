@@ -368,9 +368,10 @@ def test_checks_of_the_grpo_gate_and_their_docs():
     # run under normalize_then_sum, the short windows' gradient under the 7 loss types but the default, and the
     # forward recompute on left-padded prompts, the two reward checks with the functions in another order, and the
     # entropy bonus under the entropy mask; contract 9's learning-rate schedule and dr_grpo's short completions;
-    # contract 10's windows across generations; contract 13's off-policy sequence mask
+    # contract 10's windows across generations; contract 13's off-policy sequence mask and the entropy bonus's two
+    # runs under adaptive control
     assert len(cases("grpo")) == (16 + 7 + 6 + 8 + 1 + 5 + 2 + 6 + 4 + 1 + 1 + 2 + 2 + 1 + 1 + 2 + 4 + 4 + 1
-                                  + 3 + 2 + 2 + 1 + 2 + 7 + 1 + 2 + 1 + 1 + 1 + 1 + 1) == 99  # fmt: skip
+                                  + 3 + 2 + 2 + 1 + 2 + 7 + 1 + 2 + 1 + 1 + 1 + 1 + 1 + 2) == 101  # fmt: skip
 
 
 def test_verify_reference_grpo_exits_0_and_a_bad_setting_exits_2(tmp_path):

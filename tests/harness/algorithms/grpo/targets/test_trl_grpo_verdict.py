@@ -53,6 +53,8 @@ TRL_GRPO_FAILS = {
     # gradient at the log-probs, in the same run, is right
     "entropy_gradient",
     "entropy_gradient[run=top_entropy]",  # the same under the entropy mask (class 82)
+    # and under adaptive entropy control, each window's coefficient the contract's (class 82)
+    "entropy_gradient[run=adaptive]",
 }
 HALF_PRECISION_NOT_APPLICABLE = {"partition[run=clipping]"}
 """The failing checks that cannot judge in half precision (scenarios/cuts.py, HALF): the update's rounding follows the
@@ -87,6 +89,8 @@ TRL_GRPO_PASSES = {
     # off_policy_mask_threshold 2.0: get_off_policy_mask drops a completion of negative advantage whose mean
     # old_logp - logp exceeds it, and _compute_loss masks the policy term before it adds the KL term
     "logp_gradient[run=off_policy_mask]",
+    # adaptive entropy control holding the bonus off at every window (the gate shut): no gradient at the entropies
+    "entropy_gradient[run=adaptive_gated]",
     "logp_gradient[run=delta,importance_sampling_level=sequence]",  # delta caps the completion's ratio, coef_1
     # dr_grpo divides by max_completion_length, not by the width it pads a generation to (its longest completion)
     "logp_gradient[run=short_completions]",

@@ -292,3 +292,15 @@ def test_an_off_policy_mask_not_applied_or_on_the_kl_term_is_named(mutant, formu
     result = broken(mutant, check_id)[check_id]
     assert not result.passed and classes(result) == {(97,)}, result.message
     assert f"the formula {formula}" in terminal(result)
+
+
+@pytest.mark.parametrize("mutant, form", [("g98_adaptive_entropy_gate_ignored", "(the gate ignored)"),
+                                          ("g98_adaptive_entropy_moved_before_the_last_micro_batch",
+                                           "the last micro-batch of each window applying")])  # fmt: skip
+def test_an_adaptive_entropy_control_gone_wrong_is_named(mutant, form):
+    """Adaptive entropy control applying its coefficient whatever the last mean, or moving it before a window's last
+    micro-batch: the bonus's gradient of the open run is named class 98, by the form that reproduces it."""
+    check_id = "entropy_gradient[run=adaptive]"
+    result = broken(mutant, check_id)[check_id]
+    assert not result.passed and classes(result) == {(98,)}, result.message
+    assert form in terminal(result)
