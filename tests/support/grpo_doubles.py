@@ -80,3 +80,11 @@ def assert_policy_loss_follows(obs: Observation, without: GRPOSpec) -> None:
         assert log["policy_loss"] == pytest.approx(want, rel=1e-5, abs=1e-7)
         assert abs(off.expected["policy_loss"].value - want) > 1e-4
 
+
+def ignoring(obs: Observation, **off) -> Observation:
+    """The reference GRPO trainer's run of `obs`'s spec with the settings `off` (a trainer that ignores them), judged
+    as `obs`'s run: its spec, the other run's outcome."""
+    from tests.support.gates import reference
+
+    return Observation(obs.spec, reference("grpo").get(obs.spec.with_(**off), spy=False).outcome)
+

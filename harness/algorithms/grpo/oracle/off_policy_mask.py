@@ -23,7 +23,7 @@ from harness.instrument.loss import LossRecord
 from harness.oracle.precision import coarsest
 from harness.tolerances import margin_of
 
-from .entropy_mask import EntropyMask
+from .entropy_mask import EntropyMask, of_record
 from .settings import Settings
 
 
@@ -60,6 +60,13 @@ def both(entropy: EntropyMask | None, sequence: EntropyMask | None) -> EntropyMa
     if entropy is None or sequence is None:
         return entropy if sequence is None else sequence
     return EntropyMask(entropy.kept & sequence.kept, entropy.uncertain | sequence.uncertain, entropy.threshold)
+
+
+def policy_mask(record: LossRecord, s: Settings, entropy: EntropyMask | None = None) -> EntropyMask | None:
+    """The mask of `record`'s policy term: its entropy mask (`entropy`, its micro-batch's on every rank, else the
+    record's own where top_entropy_quantile is below 1; entropy_mask.py) with its off-policy sequence mask; None where
+    neither is set."""
+    return both(of_record(record, s.top_entropy_quantile, entropy), off_policy_mask(record, s))
 
 
 def dropped(record: LossRecord, s: Settings) -> tuple[int, int]:

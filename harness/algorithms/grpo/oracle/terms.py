@@ -17,8 +17,8 @@ from harness.tolerances import margin_of
 
 from ..definitions import POSITIVE_ADVANTAGE, UPDATE
 from .declared import dual_clipped, k3, kl_weighted
-from .entropy_mask import EntropyMask, entropy_masks, of_record, policy_kept
-from .off_policy_mask import both, off_policy_mask
+from .entropy_mask import EntropyMask, entropy_masks, policy_kept
+from .off_policy_mask import policy_mask
 from .settings import Settings, log_ratios
 from .vespo import vespo_operands, vespo_phi
 
@@ -120,7 +120,7 @@ def token_terms(record: LossRecord, s: Settings, entropy: EntropyMask | None = N
         near_low = ((ratio - lower).abs() <= margin * lower) & (adv < 0)
         near_high = ((ratio - upper).abs() <= margin * upper) & (adv > 0)
         uncertain = ((near_low | near_high) & inexact).double()
-    policy = both(of_record(record, s.top_entropy_quantile, entropy), off_policy_mask(record, s))
+    policy = policy_mask(record, s, entropy)
     flips = None if policy is None else loss.abs() * policy.uncertain
     (loss,) = policy_kept(policy, loss)
     kl = None

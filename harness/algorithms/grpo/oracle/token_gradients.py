@@ -47,7 +47,7 @@ from ..spec import CLIPPED_LOSS_TYPES
 from .declared import beyond_dual_clip, held_by_clamp, k3, kl_weighted, near_clamp, near_dual_clip
 from .entropy_mask import EntropyMask, of_record, policy_kept
 from .expect import Settings, log_ratios
-from .off_policy_mask import both, off_policy_mask
+from .off_policy_mask import policy_mask
 from .vespo import vespo_phi
 
 SATURATED = 1e4
@@ -109,7 +109,7 @@ def soft_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None =
         uncertain = mask & (1 - gate < min(SATURATED * s.margin, 0.1))
     else:
         direct = -vespo_phi(logps - old, mask.double(), adv, s) * adv
-    policy = both(entropy, off_policy_mask(record, s))
+    policy = policy_mask(record, s, entropy)
     direct, through_ratio = policy_kept(policy, direct, through_ratio)
     if policy is not None:
         uncertain = uncertain | policy.uncertain
@@ -179,7 +179,7 @@ def token_gradient(record: LossRecord, s: Settings, entropy: EntropyMask | None 
     dual = beyond_dual_clip(capped, adv, s)
     if s.dual_clip_ratio is not None:
         d_ratio = torch.where(dual, torch.zeros_like(d_ratio), d_ratio)
-    policy = both(entropy, off_policy_mask(record, s))
+    policy = policy_mask(record, s, entropy)
     direct, through_ratio = policy_kept(policy, torch.zeros_like(ratio), -adv * d_ratio)
     margin = s.margin
     near = ((ratio - lower).abs() <= margin * lower) & (adv < 0)

@@ -98,12 +98,11 @@ def adaptive_forms(gap: BonusGaps, control: Control | None) -> list[tuple[int, o
     def form(coefs: dict[int, float]):
         return lambda rows: window_weights(records, [r.acting for r in rows], coefs, world)
 
-    def last_moved(rows):  # the last micro-batch of each window on its rank under the early control, the rest not
-        on_time = form(applied(gap.means, control)[0])(rows)
+    def last_moved(rows):  # the last micro-batch of each window on its rank under the early control, the rest as is
         early = form(applied(gap.means, control, lag=False)[0])(rows)
         last = {(int(r.record.window), int(r.record.rank)): i for i, r in enumerate(rows)}
-        return [e if last[(int(r.record.window), int(r.record.rank))] == i else o
-                for i, (r, o, e) in enumerate(zip(rows, on_time, early))]  # fmt: skip
+        return [e if last[(int(r.record.window), int(r.record.rank))] == i else r.want
+                for i, (r, e) in enumerate(zip(rows, early))]  # fmt: skip
 
     variants = ((f"entropy_coef {fmt(control.initial)} at every window (the adaptive control off)",
                  form({w: control.initial for w in gap.means})),

@@ -22,7 +22,7 @@ from harness.errors import HarnessConfigError
 from harness.instrument.observe import Observation
 from reference_trainers import ConfigError, grpo
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache, record
+from tests.support.grpo_doubles import FixedCache, ignoring, record
 
 OPEN, GATED = "entropy_gradient[run=adaptive]", "entropy_gradient[run=adaptive_gated]"
 CONTROL = Control(initial=0.01, minimum=0.0, maximum=0.02, delta=0.005, target=1.0)
@@ -109,8 +109,7 @@ def test_the_reference_passes_and_says_what_its_run_showed(runs, check):
 def test_a_trainer_without_the_control_fails_and_is_named(runs, check):
     """The run of a trainer that ignores use_adaptive_entropy (entropy_coef at every window), judged as the case's:
     it fails, named class 98 by the form with the first coefficient throughout."""
-    spec = runs[check].spec
-    constant = Observation(spec, reference("grpo").get(spec.with_(use_adaptive_entropy=False), spy=False).outcome)
+    constant = ignoring(runs[check], use_adaptive_entropy=False)
     result = case(check, "grpo").run(FixedCache.of(constant), GRPOSpec())
     assert not result.passed, result.message
     diagnoses = [m.diagnosis for m in result.metrics if m.diagnosis is not None]

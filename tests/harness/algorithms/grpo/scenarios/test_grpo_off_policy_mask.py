@@ -25,7 +25,7 @@ from harness.errors import HarnessConfigError
 from harness.instrument.observe import Observation
 from reference_trainers import ConfigError, grpo
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache, assert_policy_loss_follows, record
+from tests.support.grpo_doubles import FixedCache, assert_policy_loss_follows, ignoring, record
 
 CHECK = "logp_gradient[run=off_policy_mask]"
 MASK = [[True, True, True], [True, True, False], [True, True, True], [False, False, False]]
@@ -125,8 +125,7 @@ def masked():
 @pytest.fixture(scope="module")
 def unmasked(masked):
     """The run by a trainer that ignores off_policy_mask_threshold, judged as the case's run."""
-    spec = masked.spec
-    return Observation(spec, reference("grpo").get(spec.with_(off_policy_mask_threshold=None), spy=False).outcome)
+    return ignoring(masked, off_policy_mask_threshold=None)
 
 
 def test_the_reference_passes_and_says_what_its_run_showed(masked):

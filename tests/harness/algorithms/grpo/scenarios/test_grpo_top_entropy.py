@@ -15,7 +15,7 @@ from harness.errors import HarnessConfigError
 from harness.instrument.observe import Observation
 from reference_trainers import ConfigError, grpo
 from tests.support.gates import reference
-from tests.support.grpo_doubles import FixedCache, assert_policy_loss_follows
+from tests.support.grpo_doubles import FixedCache, assert_policy_loss_follows, ignoring
 
 CHECK = "logp_gradient[run=top_entropy]"
 
@@ -44,8 +44,7 @@ def masked():
 @pytest.fixture(scope="module")
 def unmasked(masked):
     """The run by a trainer that ignores top_entropy_quantile, judged as the case's run."""
-    spec = masked.spec
-    return Observation(spec, reference("grpo").get(spec.with_(top_entropy_quantile=1.0), spy=False).outcome)
+    return ignoring(masked, top_entropy_quantile=1.0)
 
 
 def test_the_reference_passes_and_says_what_its_run_showed(masked):
