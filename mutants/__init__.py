@@ -4,7 +4,7 @@
 classes in classes.toml, one TOML file and one unified diff per mutant in entries/),
 read by catalogue/load.py and patched in by catalogue/patches.py. Its runner is
 runner.py: the gate's run in a scratch copy in harness_run.py (on Linux forked from
-the preloaded process of gate_server.py), the verdicts in verdicts.py, the controls in
+the preloaded process of gate_server.py, which gate_client.py starts), the verdicts in verdicts.py, the controls in
 controls.py, what it prints and writes in curated_output.py. The mutmut driver is
 mutmut_run.py: its scratch project in mutmut_scratch.py, the records read back from
 mutmut in mutmut_collect.py, with the pytest plugin it copies into the scratch project

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from . import catalogue
-from .harness_run import GateServer, log_tail, run_harness
+from .gate_client import GateServer, log_tail
+from .harness_run import run_harness
 from .model import ControlResult
 from .project import ROOT, copy_project, scratch_env
 

@@ -1,6 +1,6 @@
 """The gate server: one process imports the gate's heavy modules once, then forks a child per gate run.
 
-Run by harness_run.GateServer as `python -c <runpy of this file> CONFIG_JSON`, with its cwd and
+Run by gate_client.GateServer as `python -c <runpy of this file> CONFIG_JSON`, with its cwd and
 PYTHONPATH a pristine copy of the project (the *base*). It imports only the standard library
 itself (it must not find this package or the project's own `reference_trainers`). At start it
 imports every module the config's `preload` names, checks that none of its `forbidden` packages
@@ -8,10 +8,13 @@ imports every module the config's `preload` names, checks that none of its `forb
 `{"ready": true, "seconds": S}` or `{"error": WHY}`.
 
 Then each line on stdin is one run, `{"id", "root", "module", "args", "log", "timeout", "record",
-"imports", "preimport"}`, and it forks a child that does what `python -m MODULE ARGS` with cwd and
-PYTHONPATH `root` would: its own process group, stdin from /dev/null, stdout and stderr into `log`,
-`root` in place of the base on sys.path (the root's `reference_trainers` is the one imported, since
-the server never imported one), the `preimport` modules imported from there (one that fails to
+"imports", "preimport"}` and optionally `"env"`, `"path"` and `"stderr"`, and it forks a child that does
+what `python -m MODULE ARGS` with cwd `root` and PYTHONPATH `path` (default: `root`) would: its own process
+group, stdin from /dev/null, stdout into `log` and stderr there too (or into `stderr`), `env` (when given)
+as its whole environment, `path` in place of the server's PYTHONPATH on sys.path (the root's
+`reference_trainers` is the one imported, since the server never imported one; the environment
+variables that the preloaded modules read as they were imported are the server's: a caller sends
+a run here only where those agree), the `preimport` modules imported from there (one that fails to
 import is left for the run to import, and fail, itself: for the children the run forks, which
 inherit them), MODULE run as `__main__`, then the names and files of the modules
 of the `record` packages it loaded written to `imports` (JSON), its exit handlers (atexit) run and
@@ -91,16 +94,21 @@ def child(request: dict, base: str, replies: int) -> NoReturn:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    for fd, name in ((1, "log"), (2, "stderr" if request.get("stderr") else "log")):
+        out = os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
     root = request["root"]
     os.chdir(root)
-    os.environ["PYTHONPATH"] = root
-    sys.path[:] = [root if entry == base else entry for entry in sys.path]
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    path = request.get("path") or [root]
+    if request.get("env") is not None:  # the run's whole environment, as a fresh process would have it
+        os.environ.clear()
+        os.environ.update(request["env"])
+    os.environ["PYTHONPATH"] = os.pathsep.join(path)
+    served = [entry for entry in base.split(os.pathsep) if entry]
+    at = next((i for i, entry in enumerate(sys.path) if entry in served), 1 if sys.path[:1] == [""] else 0)
+    sys.path[:] = [entry for entry in sys.path if entry not in served]
+    sys.path[at:at] = path  # where PYTHONPATH's entries stand, after the cwd's
     importlib.invalidate_caches()
     for name in request.get("preimport", ()):
         try:

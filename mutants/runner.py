@@ -7,7 +7,7 @@ PYTHONPATH pointing at it (so that the scratch copy's `reference_trainers` is th
 imported; the runner checks this once per session, and after every forked run). On Linux
 each run (`verify`, and `verify-dist`, whose ranks are forked from it in turn) is a child
 forked from one gate server that imported torch, transformers, accelerate and the
-harness once but no trainer (harness_run.py, gate_server.py): the same run, without each
+harness once but no trainer (harness_run.py, gate_client.py, gate_server.py): the same run, without each
 run's seconds of imports; `fork=False` (`--no-fork`) starts a fresh process for every run
 instead. The verdict comes from the
 run's exit code and its `verify.json`:
@@ -47,7 +47,8 @@ from . import catalogue
 from .catalogue import Mutant
 from .controls import CONTROLS, control_name, has_command, run_control
 from .curated_output import print_summary, write_curated_json
-from .harness_run import TRAINER_PACKAGES, GateServer, can_fork, log_tail, run_harness
+from .gate_client import TRAINER_PACKAGES, GateServer, can_fork, log_tail
+from .harness_run import run_harness
 from .model import ControlResult, CuratedResult, CuratedRun, CuratedStatus
 from .project import ROOT, copy_project
 from .verdicts import diagnosed_classes, judge
@@ -116,7 +117,7 @@ def run_all(
 ) -> tuple[list[CuratedResult], dict[str, ControlResult]]:
     """Run the controls and the mutants in a pool of `jobs` threads; (results in catalogue order, controls).
 
-    With `fork` (and where harness_run.can_fork), every run is forked from one gate server.
+    With `fork` (and where gate_client.can_fork), every run is forked from one gate server.
     """
     server = GateServer() if fork and can_fork() else None
     try:

@@ -286,7 +286,7 @@ def test_the_graph_sees_what_the_bench_and_live_mode_load():
     assert "harness.algorithms.grpo.targets.live.reference" in graph["harness.algorithms.grpo.algorithm"]  # Live
     assert "harness.algorithms.ppo.targets.scaled" in graph["harness.algorithms.ppo.bench"]  # "...scaled:medium"
     assert "harness.algorithms.ppo.bench" in graph["harness.algorithms.ppo.algorithm"]  # its Bench
-    assert "harness.verify_command" in graph["mutants.harness_run"]  # a preload list's module names
+    assert "harness.verify_command" in graph["mutants.gate_client"]  # a preload list's module names
 
 
 def package(root: Path, files: dict[str, str]) -> Path:

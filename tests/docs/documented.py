@@ -116,7 +116,7 @@ COMMANDS: tuple[Command, ...] = (
     *not_run(SUITE, "python3 -m pip install 'nox[uv]' && nox -s tests", "nox -s tests", "nox -Rs tests",
              'nox -Rs tests -- -m "not slow"', "pytest tests -n auto --dist loadfile",
              "pytest tests -n auto --dist loadfile --durations=15", "pytest tests -q --durations=0",
-             "pytest tests -q --durations=0 -p no:cacheprovider"),  # fmt: skip
+             "pytest tests -q --durations=0 -p no:cacheprovider", "PPO_HARNESS_FRESH_PROCESSES=1 nox -Rs tests"),
     *not_run(GATE_VENV, "python3 -m pip install 'nox[uv]' && nox -s verify",
              "python3 -m pip install nox && nox -s verify", "nox -s verify", "nox -Rs verify",
              "nox -s verify -- -v"),  # fmt: skip

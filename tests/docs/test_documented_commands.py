@@ -14,6 +14,7 @@ import pytest
 
 from tests.docs import documented
 from tests.docs.documented import BY_TEST, NOT_RUN, ROOT, RUN
+from tests.support import forked
 
 REGISTRY = documented.registry()
 
@@ -75,7 +76,7 @@ def run_here(line: str, cwd: Path) -> subprocess.CompletedProcess:
     # the command's own PYTHONPATH first (relative, as in a clone), then the project, then the one inherited
     path = [assigned.pop("PYTHONPATH", ""), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env.update(assigned, PYTHONPATH=os.pathsep.join(filter(None, path)))
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return forked.run(args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

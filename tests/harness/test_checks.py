@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 from harness.algorithms import case, cases, check_ids
 from harness.verdict import CheckId
 from tests.docs import documented
+from tests.support import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_a_sweep_that_is_not_a_product_lists_its_points():
 
 def test_docs_checks_md_is_what_the_cli_prints():
     _, args = documented.argv("python -m harness checks --markdown", __file__)  # as docs/checks.md says
-    printed = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    printed = forked.run(args, cwd=ROOT, check=True).stdout
     assert (ROOT / "docs" / "checks.md").read_text(encoding="utf-8") == printed, (
         "docs/checks.md is stale: python -m harness checks --markdown > docs/checks.md"
     )
@@ -58,10 +58,8 @@ def test_the_mutant_catalogue_names_the_generated_ids():
 
 
 def test_an_unknown_check_id_is_a_usage_error(tmp_path):
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, "-m", "harness", "verify", "--check", "uneven_split[epochs=9]", "--report-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
         cwd=ROOT,
     )
     assert proc.returncode == 2 and "unknown check id(s) uneven_split[epochs=9]" in proc.stdout + proc.stderr

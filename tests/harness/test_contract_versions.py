@@ -15,6 +15,7 @@ from harness.contract import Change, Contract, with_changes
 from harness.errors import HarnessConfigError
 from harness.report.format import check_failure_lines
 from harness.verdict import CheckId, CheckResult, CheckStatus
+from tests.support import forked
 from tests.support.gate_run import verify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,8 +102,8 @@ def test_every_change_has_its_changelog_entry(name):
 
 
 def test_version_prints_the_package_and_each_contract():
-    out = subprocess.run([sys.executable, "-m", "harness", "--version"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120, check=True).stdout.splitlines()  # fmt: skip
+    out = forked.run([sys.executable, "-m", "harness", "--version"], cwd=ROOT, timeout=120, check=True).stdout
+    out = out.splitlines()
     import tomllib
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -146,9 +147,8 @@ def test_a_target_written_for_0_1_0_fails_only_where_the_contract_changed(tmp_pa
     one line with its changelog entry; bnpo's are diagnosed as contract 1's bnpo. It really has none of today's
     duties, holds bnpo to contract 1's definition and knows neither sequence-level ratios, truncated completions left
     out nor the entropy mask (nor, so, the regimes of contract 7); it has no other defect, and the gate finds none."""
-    every = subprocess.run([sys.executable, "-m", "harness", "checks", "--target", "reference-grpo"],
-                           capture_output=True, text=True, cwd=ROOT, timeout=120,
-                           check=True).stdout.split()  # fmt: skip
+    every = forked.run([sys.executable, "-m", "harness", "checks", "--target", "reference-grpo"], cwd=ROOT,
+                       timeout=120, check=True).stdout.split()  # fmt: skip
     runnable = [c for c in every if not any(f"loss_type={t}" in c for t in NEW_LOSS_TYPES)]
     assert len(every) - len(runnable) == 27  # 4 more of contract 8's short windows (cispo, sapo, luspo, vespo)
     code, report, out = verify(tmp_path, "--target", OLD_TARGET, *(f"--check={c}" for c in runnable),

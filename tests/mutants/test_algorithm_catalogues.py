@@ -19,6 +19,7 @@ import pytest
 
 from mutants import catalogue
 from mutants.catalogue import load
+from tests.support import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 THIRD = ROOT / "tests" / "support" / "third_algorithm"
@@ -76,9 +77,9 @@ def test_a_third_algorithm_brings_its_own_mutants(registered):
 @pytest.mark.slow
 def test_its_mutant_fails_its_gate(registered, tmp_path):
     _, copy = registered
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, "-m", "harness", "verify", "--target", "tokenmean-reference", "--report-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=tmp_path, env=env_with(copy / THIRD.relative_to(ROOT), ROOT), timeout=300,
+        cwd=tmp_path, env=env_with(copy / THIRD.relative_to(ROOT), ROOT), timeout=300,
     )  # fmt: skip
     report = json.loads((tmp_path / "verify.json").read_text())
     assert proc.returncode == 1, proc.stdout + proc.stderr

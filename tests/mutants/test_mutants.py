@@ -24,6 +24,7 @@ import pytest
 from mutants import (
     catalogue,
     curated_output,
+    gate_client,
     harness_run,
     html_page,
     locate,
@@ -350,7 +351,7 @@ def fake_gate(root: Path, value: str) -> Path:
 
 def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tmp_path):
     a, b = fake_gate(tmp_path / "a", "a"), fake_gate(tmp_path / "b", "b")
-    with harness_run.GateServer(preload=("json",)) as server:
+    with gate_client.GateServer(preload=("json",)) as server:
         assert server.started() == ""
 
         def run(root: Path, how: str, timeout: float = 60.0) -> tuple[int | None, str, str]:
@@ -385,7 +386,7 @@ def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(t
     (a / "reference_trainers" / "broken.py").write_text("raise ImportError('a patch broke it')\n", encoding="utf-8")
     modules = harness_run.trainer_modules(a)
     assert modules == ("reference_trainers", "reference_trainers.broken", "reference_trainers.ppo")
-    with harness_run.GateServer(preload=("json",)) as server:
+    with gate_client.GateServer(preload=("json",)) as server:
         code, problem = server.run(a, ["0"], a / "run.log", 60.0, a / "imports.json", module="fakegate",
                                    preimport=modules)  # fmt: skip
         assert (code, problem) == (0, ""), (a / "run.log").read_text(encoding="utf-8")
@@ -399,10 +400,10 @@ def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(t
 
 
 def test_the_gate_server_preloads_no_trainer_and_checks_where_each_run_got_it(tmp_path):
-    preloaded = harness_run.preload_modules()
+    preloaded = gate_client.preload_modules()
     assert {"harness.algorithms.ppo.scenarios.pooled", "harness.algorithms.grpo.scenarios.pooled"} <= set(preloaded)
-    assert not {name.partition(".")[0] for name in preloaded} & set(harness_run.TRAINER_PACKAGES)
-    with harness_run.GateServer(preload=("json", "reference_trainers")) as server:
+    assert not {name.partition(".")[0] for name in preloaded} & set(gate_client.TRAINER_PACKAGES)
+    with gate_client.GateServer(preload=("json", "reference_trainers")) as server:
         why = server.started()
     assert "preloading imported reference_trainers" in why and "each run must import its own" in why
     mine = str(tmp_path / "reference_trainers" / "ppo.py")

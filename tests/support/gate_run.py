@@ -1,14 +1,15 @@
-"""`python -m harness verify ARGS` as a user runs it, for the tests that hold the gate to its exit codes."""
+"""`python -m harness verify ARGS` as a user runs it, for the tests that hold the gate to its exit codes (each run
+forked from the worker's gate server where it is the same run: tests/support/forked.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.docs import documented
+from tests.support import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,14 +23,8 @@ def verify(report_dir: Path, *args: str, timeout: float = 1800, pythonpath: Path
     path = os.pathsep.join([*([str(pythonpath)] if pythonpath is not None else []), str(ROOT), *inherited])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "GITHUB_STEP_SUMMARY": "",
            "TRL_EXPERIMENTAL_SILENCE": "1"}  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify", "--report-dir", str(report_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
+    proc = forked.run([sys.executable, "-m", "harness", "verify", "--report-dir", str(report_dir), *args],
+                      cwd=ROOT, env=env, timeout=timeout)  # fmt: skip
     path = report_dir / "verify.json"
     return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
 
@@ -37,14 +32,9 @@ def verify(report_dir: Path, *args: str, timeout: float = 1800, pythonpath: Path
 def verify_dist(tmp_path, target: str, *extra: str) -> tuple[int, dict, str]:
     """`python -m harness verify-dist --target TARGET ARGS` from the project's root: (exit code, dist/verify.json as
     data or {} when none was written, stdout and stderr)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir", str(tmp_path), *extra],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-    )
+    proc = forked.run([sys.executable, "-m", "harness", "verify-dist", "--target", target, "--report-dir",
+                       str(tmp_path), *extra], cwd=ROOT, timeout=600,
+                      env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})  # fmt: skip
     path = tmp_path / "dist" / "verify.json"
     return proc.returncode, (json.loads(path.read_text()) if path.exists() else {}), proc.stdout + proc.stderr
 
@@ -58,7 +48,6 @@ def documented_run(line: str, test_file: str, report_dir: Path, timeout: float =
     path = os.pathsep.join([*filter(None, [assigned.pop("PYTHONPATH", "")]), str(ROOT), *inherited])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1",
            **assigned, "PYTHONPATH": path}  # fmt: skip
-    proc = subprocess.run([*args, "--report-dir", str(report_dir)], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env)  # fmt: skip
+    proc = forked.run([*args, "--report-dir", str(report_dir)], cwd=ROOT, env=env, timeout=timeout)
     report = report_dir / ("dist" if "verify-dist" in args else "") / "verify.json"
     return proc.returncode, (json.loads(report.read_text()) if report.exists() else {}), proc.stdout + proc.stderr

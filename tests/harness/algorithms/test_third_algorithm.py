@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import forked
+
 HERE = Path(__file__).resolve().parents[3] / "tests" / "support" / "third_algorithm"
 pytestmark = pytest.mark.slow  # three processes, as a user runs them, with the algorithm registered
 
@@ -21,8 +23,7 @@ pytestmark = pytest.mark.slow  # three processes, as a user runs them, with the 
 def harness(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
            "GITHUB_STEP_SUMMARY": "", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)  # fmt: skip
+    return forked.run([sys.executable, "-m", "harness", *args], env=env, cwd=tmp_path, timeout=300)
 
 
 @pytest.fixture(scope="module")

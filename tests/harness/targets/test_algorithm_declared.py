@@ -22,6 +22,7 @@ from harness.algorithms.ppo.targets.reference import factory as ppo_factory
 from harness.errors import HarnessConfigError
 from harness.preflight import preflight
 from harness.targets import resolve
+from tests.support import forked
 from tests.support.gate_run import ROOT
 
 HERE = "tests.harness.targets.test_algorithm_declared"
@@ -67,8 +68,7 @@ declared_ppo.algorithm = "ppo"
 def harness(*args: str) -> subprocess.CompletedProcess:
     """`python -m harness ARGS` from the repository root, as a user runs it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": ""}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=600)  # fmt: skip
+    return forked.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, timeout=600)
 
 
 def test_a_factory_that_names_no_algorithm_is_one_line_and_exit_2():

@@ -65,7 +65,7 @@ def test_clipping_and_temperature_at_float64_on_three_seeds(seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target, seed", zip(CORRECT, SEEDS))
+@pytest.mark.parametrize("target, seed", list(zip(CORRECT, SEEDS)))
 def test_correct_variants_pass_every_check_each_at_a_seed_of_its_own(target, seed):
     """Each correct variant's whole gate at one of the three seeds, the seeds shared out so that each is run (the
     reference runs all three above): nine whole gates cost two minutes of the suite's CPU for what three show, a

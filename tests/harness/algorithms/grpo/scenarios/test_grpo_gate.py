@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from harness.algorithms.grpo.scenarios import pooled as scenarios
 from harness.algorithms.grpo.spec import GRPOSpec, parse_settings
 from harness.errors import HarnessConfigError
 from harness.instrument.observe import Crashed, Observation, ObservationCache
+from tests.support import forked
 from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
 from tests.support.grpo_doubles import FixedCache, altered, grpo_check, ran, record
@@ -346,10 +346,9 @@ def test_a_flat_mean_of_micro_batch_means_is_caught(reference_cache):
 
 
 def test_checks_of_the_grpo_gate_and_their_docs():
-    printed = subprocess.run(
-        [sys.executable, "-m", "harness", "checks", "--target", "reference-grpo", "--markdown"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    ).stdout  # fmt: skip
+    printed = forked.run(
+        [sys.executable, "-m", "harness", "checks", "--target", "reference-grpo", "--markdown"], cwd=ROOT, check=True
+    ).stdout
     assert (ROOT / "docs" / "checks-grpo.md").read_text(encoding="utf-8") == printed, (
         "docs/checks-grpo.md is stale: python -m harness checks --target reference-grpo --markdown"
     )

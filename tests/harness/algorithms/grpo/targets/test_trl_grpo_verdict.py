@@ -11,12 +11,12 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 
 import pytest
 
 from harness.algorithms.grpo.spec import LOSS_TYPES
 from tests.docs import documented
+from tests.support import forked
 
 pytestmark = pytest.mark.trl
 
@@ -150,10 +150,8 @@ def verdict_at(tmp_path_factory, line: str):
             pytest.fail("trl==1.12.0 is not installed in CI's test session (nox -s tests installs the trl extra)")
         pytest.skip("trl is not installed: pip install 'ppo-stats-harness[trl]'")
     out = tmp_path_factory.mktemp("verify-trl-grpo")
-    proc = subprocess.run(
+    proc = forked.run(
         [*documented.argv(line, __file__)[1], "--report-dir", str(out)],
-        capture_output=True,
-        text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )

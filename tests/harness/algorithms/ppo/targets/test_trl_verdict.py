@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests.support import forked
 from tests.support.gates import gate
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]  # a whole TRL gate, and the reference's
@@ -83,10 +83,8 @@ TRL_PASSES = {
 
 def verify(target: str, tmp_path_factory) -> tuple[int, dict, str]:
     out = tmp_path_factory.mktemp(f"verify-{target}")
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, "-m", "harness", "verify", "--target", target, "--report-dir", str(out)],
-        capture_output=True,
-        text=True,
         timeout=900,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
