@@ -230,8 +230,9 @@ def bench(size: Size, device: str, dtype: str, repeat: int, seed: int, copies: b
     return figures
 
 
-def small_extras(device: str) -> None:
-    """The small size's older figures: recording memory against the vocabulary, the verify gate's wall time."""
+def small_extras(device: str, verify: bool = True) -> None:
+    """The small size's older figures: recording memory against the vocabulary, the verify gate's wall time (unless
+    not `verify`)."""
     from harness.targets import resolve
 
     from .measure import recording_bytes
@@ -241,7 +242,7 @@ def small_extras(device: str) -> None:
     factory = resolve(SMALL.target).factory
     small, large = (recording_bytes(factory, SMALL.spec.with_(vocab_size=v, device=device)) for v in (256, 32000))
     print(f"recording  vocab 256: {small} B | vocab 32000: {large} B | ratio {large / small:.3f} (goal within 10%)")
-    if device == "cpu":
+    if device == "cpu" and verify:
         wall, code = verify_wall_time()
         print(f"verify     wall {wall:.1f} s, exit {code} (goal < 60 s)")
 
@@ -264,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out the spied run that keeps the steps' .grad copies (a third of the timed runs)",
     )
+    parser.add_argument("--no-verify", action="store_true",
+                        help="small: leave out the wall time of `python -m harness verify` (a whole gate's process)")
     parser.add_argument(
         "--live", action="store_true", help="also: the live check's overhead on the medium GRPO run (bench/live.py)"
     )
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     gate = bench(size, args.device, args.dtype, args.repeat or size.repeat, args.seed, copies=not args.no_copies)
     if size.name == "small":
-        small_extras(args.device)
+        small_extras(args.device, verify=not args.no_verify)
     if args.live:
         from .live import GOAL as LIVE_GOAL
         from .live import bench_live
