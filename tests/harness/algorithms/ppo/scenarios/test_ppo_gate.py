@@ -163,8 +163,8 @@ def test_an_exception_inside_a_check_fails_that_check_and_keeps_its_row(monkeypa
 
 def test_the_reference_trainer_passes_every_check_of_the_gate():
     """The whole PPO gate (`python -m harness verify`'s checks, in process; its runs shared with the modules that
-    read the same scenarios, and its verdict with the reference's in
-    tests/harness/algorithms/ppo/targets/test_trl_verdict.py)."""
+    read the same scenarios). tests/harness/algorithms/ppo/targets/test_trl_verdict.py holds TRL's verdict to the
+    same checks, and so relies on this test for the reference's."""
     report = gate("reference")
     assert report["algorithm"] == "ppo" and len(report["checks"]) == len(cases("ppo"))
     failed = [f"{c['id']}: {c['message']}" for c in report["checks"] if c["status"] != "pass"]
