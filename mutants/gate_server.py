@@ -11,7 +11,8 @@ Then each line on stdin is one run, `{"id", "root", "module", "args", "log", "ti
 "imports", "preimport"}` and optionally `"env"`, `"path"` and `"stderr"`, and it forks a child that does
 what `python -m MODULE ARGS` with cwd `root` and PYTHONPATH `path` (default: `root`) would: its own process
 group, stdin from /dev/null, stdout into `log` and stderr there too (or into `stderr`), `env` (when given)
-as its whole environment, `path` in place of the server's PYTHONPATH on sys.path (the root's
+as its whole environment (else the server's, PYTHONPATH set to `path`), `path` in place of the server's
+PYTHONPATH on sys.path (the root's
 `reference_trainers` is the one imported, since the server never imported one; the environment
 variables that the preloaded modules read as they were imported are the server's: a caller sends
 a run here only where those agree), the `preimport` modules imported from there (one that fails to
@@ -100,11 +101,12 @@ def child(request: dict, base: str, replies: int) -> NoReturn:
         os.close(out)
     root = request["root"]
     os.chdir(root)
-    path = request.get("path") or [root]
-    if request.get("env") is not None:  # the run's whole environment, as a fresh process would have it
+    path = request.get("path", [root])
+    if request.get("env") is not None:  # the run's whole environment, its PYTHONPATH too, as a fresh process has it
         os.environ.clear()
         os.environ.update(request["env"])
-    os.environ["PYTHONPATH"] = os.pathsep.join(path)
+    else:
+        os.environ["PYTHONPATH"] = os.pathsep.join(path)
     served = [entry for entry in base.split(os.pathsep) if entry]
     at = next((i for i, entry in enumerate(sys.path) if entry in served), 1 if sys.path[:1] == [""] else 0)
     sys.path[:] = [entry for entry in sys.path if entry not in served]
