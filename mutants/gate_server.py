@@ -12,12 +12,11 @@ Then each line on stdin is one run, `{"id", "root", "module", "args", "log", "ti
 what `python -m MODULE ARGS` with cwd `root` and PYTHONPATH `path` (default: `root`) would: its own process
 group, stdin from /dev/null, stdout into `log` and stderr there too (or into `stderr`), `env` (when given)
 as its whole environment (else the server's, PYTHONPATH set to `path`), `path` in place of the server's
-PYTHONPATH on sys.path (the root's
-`reference_trainers` is the one imported, since the server never imported one; the environment
-variables that the preloaded modules read as they were imported are the server's: a caller sends
-a run here only where those agree), the `preimport` modules imported from there (one that fails to
-import is left for the run to import, and fail, itself: for the children the run forks, which
-inherit them), MODULE run as `__main__`, then the names and files of the modules
+PYTHONPATH on sys.path (the root's `reference_trainers` is the one imported, since the server never
+imported one; the environment variables that the preloaded modules read as they were imported are the
+server's: a caller sends a run here only where those agree), the `preimport` modules imported from
+there (one that fails to import is left for the run to import, and fail, itself: for the children
+the run forks, which inherit them), MODULE run as `__main__`, then the names and files of the modules
 of the `record` packages it loaded written to `imports` (JSON), its exit handlers (atexit) run and
 its standard streams flushed, and `os._exit` with the module's exit code (the teardown of the modules
 the server preloaded is not the run's; the server froze them, `gc.freeze`, so that the collections
@@ -95,9 +94,11 @@ def child(request: dict, base: str, replies: int) -> NoReturn:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    for fd, name in ((1, "log"), (2, "stderr" if request.get("stderr") else "log")):
+    # one open file for both streams unless stderr has its own (two opens of one file would overwrite each other)
+    for fds, name in (((1, 2), "log"),) if not request.get("stderr") else (((1,), "log"), ((2,), "stderr")):
         out = os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(out, fd)
+        for fd in fds:
+            os.dup2(out, fd)
         os.close(out)
     root = request["root"]
     os.chdir(root)

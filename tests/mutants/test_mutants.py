@@ -369,6 +369,12 @@ def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tm
         assert (code, problem) == (-11, "") and "own a" in log  # killed by SIGSEGV, its output kept
         code, problem, log = run(a, "raise")
         assert code == 1 and "RuntimeError: the gate broke" in log
+        assert log.startswith("own a") and "\nbuffered " in log  # stdout and stderr in one file, neither overwritten
+        err = a / "raise.err"
+        code, _ = server.run(a, ["raise"], a / "raise.out", 60.0, a / "imports.json", module="fakegate", stderr=err)
+        out = (a / "raise.out").read_text(encoding="utf-8")
+        assert code == 1 and out.startswith("own a") and "Traceback" not in out  # each stream to its own file
+        assert "RuntimeError: the gate broke" in err.read_text(encoding="utf-8")
         code, problem, log = run(a, "sleep", timeout=1.0)
         assert (code, problem) == (None, "timed out after 1 s") and "own a" in log
         assert run(a, "0")[:2] == (0, "")  # the server outlives what its children did
