@@ -9,12 +9,11 @@ environment, with its own stdout and stderr, and its exit code (a signal as -N) 
 subprocess.run gives them.
 
 A run goes to a fresh process instead when the server cannot serve it as that process would: another program or
-module than `python -m harness`, an environment that differs from the server's in
-a variable the preloaded modules may have read as they were imported (anything but RUN_TIME and the harness's own
-`PPO_HARNESS_*`), no fork (not Linux), a server that could not start (a warning says why), or
-PPO_HARNESS_FRESH_PROCESSES set (`nox -s tests -- ...` with it set runs every gate as a fresh process). The
-tests that are about the process itself (the heap a gate process freezes, a gate without pytest installed) call
-subprocess.run themselves.
+module than `python -m harness`, an environment that differs from the server's in a variable the preloaded
+modules may have read as they were imported (anything but RUN_TIME and the harness's own `PPO_HARNESS_*`), no
+fork (not Linux), a server that could not start (a warning says why), or PPO_HARNESS_FRESH_PROCESSES set
+(`PPO_HARNESS_FRESH_PROCESSES=1 nox -Rs tests` runs every gate as a fresh process). The tests that are about the
+process itself (the heap a gate process freezes, a gate without pytest installed) call subprocess.run themselves.
 """
 
 from __future__ import annotations
