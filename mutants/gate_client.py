@@ -9,6 +9,7 @@ test suite's gate processes (tests/support/forked.py) go through it.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -65,7 +66,9 @@ class GateServer:
 
     The server runs from a pristine copy of the project (its `base`, made here), with the
     environment of a scratch run there (project.scratch_env), so every preloaded module was
-    imported as a fresh gate process would import it. `close` ends it and every run still in it.
+    imported as a fresh gate process would import it; or, given `base` and `env`, from the caller's
+    folder in the caller's environment (the test suite's, tests/support/forked.py). `close` ends it
+    and every run still in it.
     """
 
     def __init__(
@@ -80,8 +83,9 @@ class GateServer:
         if self.owned:
             copy_project(self.base)
         self.start_timeout = start_timeout
-        self._log_path = Path(tempfile.mkstemp(prefix="ppo-gate-server-", suffix=".log")[1])
-        self._log = open(self._log_path, "w", encoding="utf-8")  # noqa: SIM115 - open until close()
+        fd, log_path = tempfile.mkstemp(prefix="ppo-gate-server-", suffix=".log")
+        self._log_path = Path(log_path)
+        self._log = os.fdopen(fd, "w", encoding="utf-8")  # open until close()
         modules = preload_modules() if preload is None else preload
         config = json.dumps({"preload": list(modules), "forbidden": list(forbidden)})
         self.env = scratch_env(self.base) if env is None else dict(env)

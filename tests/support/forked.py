@@ -55,9 +55,12 @@ def fresh() -> bool:
 
 
 def server() -> GateServer | None:
-    """This worker's gate server, started on first use; None where it could not start (warned once)."""
+    """This worker's gate server, started on first use; None where every run is a fresh process (`fresh`, the
+    server's start refused among its reasons: warned once)."""
     global _server, _refused
-    if _server is None and not fresh():
+    if fresh():
+        return None
+    if _server is None:
         env = {**os.environ, **SERVER_ENV, "PYTHONPATH": str(ROOT)}
         _server = GateServer(preload=(*preload_modules(), *PRELOAD_TOO), base=ROOT, env=env, forbidden=FORBIDDEN)
         atexit.register(_server.close)
@@ -86,19 +89,20 @@ def run(
     """`subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=check)`, forked
     from this worker's gate server where that is the same run (the module's docstring says where)."""
     env = dict(os.environ if env is None else env)
-    own = None if fresh() else server()
+    own = server()
     if own is None or not servable(args, env, own.env):
         return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
                               check=check)  # fmt: skip
+    limit = 3600.0 if timeout is None else timeout
     with tempfile.TemporaryDirectory(prefix="ppo-forked-") as folder:
         out, err, imports = (Path(folder) / name for name in ("stdout", "stderr", "imports.json"))
         path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
         where = Path(os.getcwd() if cwd is None else cwd).resolve()
-        code, problem = own.run(where, list(args[3:]), out, timeout or 3600.0, imports, env=env, path=path,
+        code, problem = own.run(where, list(args[3:]), out, limit, imports, env=env, path=path,
                                 stderr=err)  # fmt: skip
         stdout, stderr = (p.read_text(encoding="utf-8", errors="replace") if p.exists() else "" for p in (out, err))
     if problem.startswith("timed out"):
-        raise subprocess.TimeoutExpired(list(args), timeout or 3600.0, stdout, stderr)
+        raise subprocess.TimeoutExpired(list(args), limit, stdout, stderr)
     if code is None:
         raise RuntimeError(f"the suite's gate server lost a run of {' '.join(args[1:])}: {problem}")
     done = subprocess.CompletedProcess(list(args), code, stdout, stderr)
