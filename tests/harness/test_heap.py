@@ -21,8 +21,12 @@ def test_frozen_freezes_for_the_block_and_hands_everything_back_after():
     with heap.frozen():
         frozen = gc.get_freeze_count()
         assert frozen >= len(kept)
-        young = [[] for _ in range(5)]
-        assert gc.get_freeze_count() == frozen and young  # what the block makes is not frozen
+        young = []
+        # What the block makes is not frozen: the collector still sees it. The count itself may fall meanwhile (a
+        # frozen object freed by its last reference, on another thread too: pytest-xdist's), but never grows.
+        assert any(tracked is young for tracked in gc.get_objects())
+        assert gc.get_freeze_count() <= frozen
+        assert not any(tracked is kept for tracked in gc.get_objects())  # what was alive before the block is frozen
     assert gc.get_freeze_count() == 0  # an in-process caller's objects are collectable again
 
 
