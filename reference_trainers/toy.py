@@ -6,6 +6,8 @@ Nothing here downloads: models are built from a config, the tokenizer from the
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -96,7 +98,21 @@ def build_world(
     `dropout` is the attention dropout of every model (Llama's `attention_dropout`, applied
     while a model is in training mode; Llama has no other dropout), so that a trainer that
     leaves dropout on can be told from one that does not.
+
+    Each call returns a world of its own, a deep copy of the one these arguments built first in this process
+    (`pristine_world`): the same values, tensor for tensor, as building it again, and nothing shared with another
+    call's world. A copy costs less than a build (transformers' model constructors and initialisers).
     """
+    return copy.deepcopy(pristine_world(seed, vocab_size, prompt_length, num_prompts, str(device), dtype,
+                                        independent_ref, pad_logit_bias, prompt_pads, dropout, stop_logit_bias))
+
+
+@functools.lru_cache(maxsize=8)
+def pristine_world(seed, vocab_size, prompt_length, num_prompts, device, dtype, independent_ref, pad_logit_bias,
+                   prompt_pads, dropout, stop_logit_bias) -> ToyWorld:  # fmt: skip
+    """The world of `build_world`'s arguments (the device a string), built; the last eight kept in this process and
+    never handed out (`build_world` copies them). No global random state is read or moved: each model is drawn under
+    its own seed inside `torch.random.fork_rng`, the prompts from a generator of their own."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     tokenizer = build_tokenizer(vocab_size)
