@@ -73,11 +73,12 @@ class GateServer:
 
     def __init__(
         self, preload: tuple[str, ...] | None = None, start_timeout: float = 600.0, base: Path | None = None,
-        env: dict[str, str] | None = None, forbidden: tuple[str, ...] = TRAINER_PACKAGES,
+        env: dict[str, str] | None = None, forbidden: tuple[str, ...] = TRAINER_PACKAGES, poll: float | None = None,
     ) -> None:  # fmt: skip
         """`base` and `env`: a project folder of the caller's and the server's environment (its PYTHONPATH among
         them), instead of a pristine copy made here and a scratch run's environment there; `forbidden`: the
-        packages preloading must not import."""
+        packages preloading must not import; `poll`: the seconds between the server's looks at its children's
+        deadlines (gate_server.py's POLL when None; a child's end is answered at once whatever it is)."""
         self.owned = base is None
         self.base = Path(tempfile.mkdtemp(prefix="ppo-mutant-server-")) if base is None else base
         if self.owned:
@@ -87,7 +88,8 @@ class GateServer:
         self._log_path = Path(log_path)
         self._log = os.fdopen(fd, "w", encoding="utf-8")  # open until close()
         modules = preload_modules() if preload is None else preload
-        config = json.dumps({"preload": list(modules), "forbidden": list(forbidden)})
+        config = json.dumps({"preload": list(modules), "forbidden": list(forbidden),
+                             **({} if poll is None else {"poll": poll})})  # fmt: skip
         self.env = scratch_env(self.base) if env is None else dict(env)
         self._proc = subprocess.Popen(
             [sys.executable, "-c", BOOT, str(SERVER), config],

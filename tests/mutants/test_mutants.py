@@ -10,6 +10,7 @@ test_curated_ppo.py and test_curated_grpo.py, one algorithm each.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import html
 import json
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -380,6 +382,33 @@ def test_forked_runs_are_fresh_runs_of_their_own_folder_and_keep_their_output(tm
         assert run(a, "0")[:2] == (0, "")  # the server outlives what its children did
     assert not server.base.exists()
     assert server.run(a, ["0"], a / "late.log", 60.0, a / "imports.json", module="fakegate")[0] is None
+
+
+def test_a_run_is_answered_as_it_ends_not_at_the_servers_next_look(tmp_path):
+    """The server looks at its children's deadlines every `poll` seconds; a child's end wakes it at once (SIGCHLD
+    on its wake-up pipe). With a poll of 20 s, runs that end at once are answered at once, each of them (one
+    after another, and two at a time), and what the runs themselves start and wait for is theirs as in a fresh
+    process (the SIGCHLD handler and the pipe are not inherited)."""
+    a = fake_gate(tmp_path / "a", "a")
+    (a / "spawns.py").write_text(
+        "import signal, subprocess, sys\n"
+        "assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL and signal.set_wakeup_fd(-1) == -1\n"
+        "sys.exit(subprocess.run([sys.executable, '-c', 'raise SystemExit(4)']).returncode)\n",
+        encoding="utf-8",
+    )
+    with gate_client.GateServer(preload=("json",), poll=20.0) as server:
+        assert server.started() == ""
+        started = time.monotonic()
+        for how in ("0", "3", "5"):
+            code, problem = server.run(a, [how], a / "run.log", 600.0, a / "imports.json", module="fakegate")
+            assert (code, problem) == (int(how), "")
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            both = pool.map(lambda how: server.run(a, [how], a / f"{how}.log", 600.0, a / f"{how}.json",
+                                                   module="fakegate"), ("6", "7"))  # fmt: skip
+            assert list(both) == [(6, ""), (7, "")]
+        code, problem = server.run(a, [], a / "spawns.log", 600.0, a / "imports.json", module="spawns")
+        assert (code, problem) == (4, ""), (a / "spawns.log").read_text(encoding="utf-8")
+        assert time.monotonic() - started < 10.0  # six runs: answered at the poll, they would take 20 s or more
 
 
 def test_a_forked_run_imports_its_copys_trainer_first_where_asked_and_lists_it(tmp_path):
