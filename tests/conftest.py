@@ -1,4 +1,4 @@
-"""Hypothesis profiles, and the order pytest-xdist hands the modules out in.
+"""Hypothesis profiles, the order pytest-xdist hands the modules out in, and the suite's allocator setting.
 
 Hypothesis: `ci` (derandomized, no deadline, no example database) is loaded when CI is set.
 
@@ -13,9 +13,13 @@ import os
 
 from hypothesis import settings
 
+from tests.support.forked import NO_ALLOCATOR_THREAD
+
 settings.register_profile("ci", derandomize=True, deadline=None, database=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+os.environ.update(NO_ALLOCATOR_THREAD)  # before any gate server starts: every run's environment is the server's
 
 COSTLY_FIRST = (
     "test_curated_ppo.py",  # the curated catalogue, one algorithm's half on each worker: about 45 gates each

@@ -27,6 +27,7 @@ SERVED = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)
     (HARNESS + ["verify"], {}, True),
     (HARNESS + ["verify"], {"PYTHONPATH": "/elsewhere", "PYTEST_CURRENT_TEST": "t", "PPO_HARNESS_X": "1"}, True),
     (HARNESS + ["verify"], {"GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}, True),
+    (HARNESS + ["verify"], {"TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}, True),  # set by importing TRL in the test's process
     (HARNESS + ["verify"], {"OMP_NUM_THREADS": "2"}, False),  # torch read it when the server imported it
     (HARNESS + ["verify"], {"HF_HUB_OFFLINE": None}, False),  # as huggingface_hub did, unset
     (HARNESS + ["verify"], {"SOMETHING_NEW": "1"}, False),  # unknown: what reads it is not known
@@ -87,3 +88,26 @@ def test_with_the_switch_set_every_run_is_a_fresh_process(monkeypatch):
     done = forked.run([*HARNESS, "--version"], cwd=ROOT, timeout=120, check=True)
     assert done.stdout.startswith("ppo-stats-harness ")
     assert server is None or server.requests == before  # nothing went to the server
+
+
+@pytest.mark.slow  # a fresh process that imports TRL's trainer beside a forked one
+@pytest.mark.skipif(not forked.can_fork(), reason="gates are forked on Linux only")
+def test_a_forked_trl_run_over_the_preloaded_pandas_and_datasets_is_the_fresh_process_run(tmp_path, monkeypatch):
+    pytest.importorskip("trl.trainer.grpo_trainer", reason="TRL's GRPO trainer does not import")
+    monkeypatch.delenv("PPO_HARNESS_FRESH_PROCESSES", raising=False)
+    assert {"pandas", "datasets"} <= set(forked.PRELOAD_TOO)
+    assert os.environ.items() >= forked.NO_ALLOCATOR_THREAD.items()  # else the server would not have started
+    server = forked.server()
+    assert server is not None, "the suite's gate server did not start"
+    env = {**os.environ, **forked.SERVER_ENV, "PYTHONPATH": str(ROOT)}
+    runs = {}
+    for how in ("fresh", "forked"):
+        args = [*HARNESS, "verify", "--target", "trl-grpo", "--check", "extremes",
+                "--check", "uneven_lengths[loss_type=dapo]", "--report-dir", str(tmp_path / how)]  # fmt: skip
+        before = server.requests
+        done = (subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                if how == "fresh" else forked.run(args, cwd=tmp_path, env=env, timeout=600))  # fmt: skip
+        assert server.requests == before + (how == "forked")
+        runs[how] = done.returncode, checks(tmp_path / how / "verify.json")
+    assert runs["fresh"][0] == 1  # TRL's entropy pooling fails both (class 16): failures compared too
+    assert runs["forked"] == runs["fresh"]

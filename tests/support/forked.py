@@ -1,12 +1,12 @@
 """`python -m harness ...` as the suite's tests run it: a child forked from one preloaded process per pytest worker.
 
 A gate process spends 2 to 3 s importing torch, transformers and accelerate before it runs a check (5 s more for
-TRL's trainer, whose module imports pandas, datasets and transformers' processing utilities), and the suite starts
-about ninety of them outside the curated catalogue (which forks its own: mutants/gate_client.py). `run` hands each
-to one gate server per pytest worker (the curated runner's, mutants/gate_server.py, with the project itself as its
-base and the test's environment): the child does what the fresh process would, from the same cwd, PYTHONPATH and
-environment, with its own stdout and stderr, and its exit code (a signal as -N) and a timeout come back as
-subprocess.run gives them.
+TRL's trainer, whose module imports pandas, datasets and transformers' processing utilities: PRELOAD_TOO), and the
+suite starts about ninety of them outside the curated catalogue (which forks its own: mutants/gate_client.py).
+`run` hands each to one gate server per pytest worker (the curated runner's, mutants/gate_server.py, with the
+project itself as its base and the test's environment): the child does what the fresh process would, from the same
+cwd, PYTHONPATH and environment, with its own stdout and stderr, and its exit code (a signal as -N) and a timeout
+come back as subprocess.run gives them.
 
 A run goes to a fresh process instead when the server cannot serve it as that process would: another program or
 module than `python -m harness`, an environment that differs from the server's in a variable the preloaded
@@ -31,16 +31,24 @@ from mutants.gate_client import TRAINER_PACKAGES, GateServer, can_fork, preload_
 
 ROOT = Path(__file__).resolve().parents[2]
 
-RUN_TIME = frozenset({"PYTHONPATH", "PYTEST_CURRENT_TEST", "GITHUB_STEP_SUMMARY", "TRL_EXPERIMENTAL_SILENCE"})
+RUN_TIME = frozenset({"PYTHONPATH", "PYTEST_CURRENT_TEST", "GITHUB_STEP_SUMMARY", "TRL_EXPERIMENTAL_SILENCE",
+                      "TORCHINDUCTOR_CACHE_DIR"})  # fmt: skip
 """Variables only a run reads (the harness, or TRL as the run imports it), never a preloaded module: a run may set
-them otherwise than the server."""
+them otherwise than the server. TORCHINDUCTOR_CACHE_DIR is set in the test's own process by importing TRL's
+trainer there (torch's inductor writes it where its `cache_dir()` is first asked, and reads it only then)."""
 
 SERVER_ENV = {"OMP_NUM_THREADS": "1", "GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}
 """What the suite's gate runs set (tests/support/gate_run.py), so that the server's environment is theirs."""
 
-PRELOAD_TOO = ("transformers.image_processing_utils",)
-"""Besides every gate's imports (gate_client.preload_modules): what TRL's trainer module imports that costs most
-and starts no thread (pandas, which it imports too, starts one: a fork would copy its lock, not the thread)."""
+NO_ALLOCATOR_THREAD = {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
+"""Set for the whole suite (tests/conftest.py, before any server starts, so that every run's environment has it
+too): pyarrow's bundled jemalloc, which pandas and datasets load, then starts no background thread to purge its
+pages, and a process that imported them can fork. It changes no number: only when arrow's buffers return memory."""
+
+PRELOAD_TOO = ("transformers.image_processing_utils", "pandas", "datasets")
+"""Besides every gate's imports (gate_client.preload_modules): what TRL's trainer module imports that costs most,
+whatever the TRL release (a run of TRL's imports it in 0.5 s instead of 2 s). pandas and datasets start a thread
+(jemalloc's) unless NO_ALLOCATOR_THREAD is set; where it is not, the server refuses to start, warning why."""
 
 FORBIDDEN = (*TRAINER_PACKAGES, "trl", "tests", "tinyppo", "tinygrpo", "verl", "openrlhf")
 """Packages a run imports from its own PYTHONPATH (TRL's newest release, a patched copy): never preloaded."""
