@@ -13,6 +13,12 @@ of the collector's reach; new objects are collected as usual.
   the build imported: a target's library (TRL's trainers, datasets) is imported then, and accelerate's
   `free_memory`, which `transformers.Trainer.train` calls at the end of every run, makes a full collection
   that walked those objects each time (half of a TRL gate's time, docs/development.md).
+- `settle()`: inside a `frozen()` block, collect what is garbage now and freeze what survives. The gate calls it as
+  each scenario's observation is kept (harness/instrument/observe.py): the observations it keeps, and what each
+  run left alive, then stay off the later collections, which would walk them all again (a gate's automatic
+  collections, and the full collection accelerate's `free_memory` makes at the end of every `Trainer.train`:
+  before, 6 % of a reference gate's time and 15-23 % of a TRL gate's, docs/development.md). Outside a block it
+  does nothing: freezing an in-process caller's objects would keep their cycles from the collector for good.
 - `no_teardown_walk()`: at the interpreter's exit (atexit, which runs before the teardown), freeze
   what is left. Objects reachable from modules are still torn down and finalized by their reference
   counts as before; only garbage cycles left at exit go unfinalized, their memory the system's.
@@ -28,6 +34,8 @@ import gc
 from collections.abc import Iterator
 
 _registered = False
+_blocks = 0
+"""How many `frozen()` blocks are open (`settle` acts only inside one)."""
 
 
 @contextlib.contextmanager
@@ -37,13 +45,24 @@ def frozen() -> Iterator[None]:
     Where something froze the heap before (a process forked from a gate server that froze its own), what
     the block froze stays frozen: `gc.unfreeze` cannot tell the two apart, and would hand the outer
     freeze's objects back to the collector too."""
+    global _blocks
     outer = gc.get_freeze_count() > 0
     gc.freeze()
+    _blocks += 1
     try:
         yield
     finally:
+        _blocks -= 1
         if not outer:
-            gc.unfreeze()
+            gc.unfreeze()  # what `settle` froze inside the block too
+
+
+def settle() -> None:
+    """Inside a `frozen()` block: a full collection, then what survives it frozen (garbage is never frozen, so
+    nothing is kept that the collector would have freed). Outside one: nothing."""
+    if _blocks:
+        gc.collect()
+        gc.freeze()
 
 
 def no_teardown_walk() -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harness.errors import HarnessConfigError
+from harness.heap import settle
 
 from .grad import GradTrace
 
@@ -307,4 +308,5 @@ class ObservationCache:
         except Exception as exc:  # a trainer that crashes fails every check of this run, loudly
             why = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
             self._seen[key] = Observation(spec, Crashed(why))
+        settle()  # what the cache keeps, and what the run left alive, off later collections (harness/heap.py)
         return self._seen[key]

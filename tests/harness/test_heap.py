@@ -6,6 +6,7 @@ import atexit
 import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,46 @@ def test_garbage_made_inside_the_block_is_still_collected():
         a.other, b.other = b, a  # a cycle: only the collector frees it
         del a, b
         assert gc.collect() >= 2
+
+
+def test_settle_outside_a_block_freezes_nothing():
+    assert gc.get_freeze_count() == 0
+    heap.settle()
+    assert gc.get_freeze_count() == 0  # an in-process caller's objects stay the collector's
+
+
+def test_settle_frees_the_garbage_and_freezes_what_lives_until_the_block_ends():
+    class Node:
+        pass
+
+    with heap.frozen():
+        kept = [Node()]
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        freed = weakref.ref(a)
+        del a, b
+        heap.settle()
+        assert freed() is None  # the cycle was collected, never frozen
+        assert not any(tracked is kept for tracked in gc.get_objects())  # what lives is frozen
+    assert gc.get_freeze_count() == 0 and any(tracked is kept for tracked in gc.get_objects())
+
+
+def test_the_observation_cache_settles_once_for_each_run_it_makes(monkeypatch):
+    from harness.algorithms.ppo.scenarios import pooled
+    from harness.instrument import observe
+
+    settled = []
+    monkeypatch.setattr(observe, "settle", lambda: settled.append(1))
+
+    def factory(spec):
+        raise RuntimeError("the trainer broke")
+
+    cache = observe.ObservationCache(factory)
+    crashed = cache.get(pooled.LR0)
+    assert crashed.ran is None and settled == [1]  # a crashed run is kept too
+    assert cache.get(pooled.LR0) is crashed and settled == [1]  # served from the cache: nothing new to settle
+    cache.get(pooled.LR0.with_(name="another"))
+    assert settled == [1, 1]
 
 
 def test_the_exit_freeze_is_registered_once():
