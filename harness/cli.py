@@ -152,13 +152,19 @@ def without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
-    """The gate once per seed, each a subprocess with its own reports under DIR/seed-N; one overall verdict.
+    """The gate once per seed, each a process of its own with its own reports under DIR/seed-N; one overall verdict.
 
+    Each seed's process is a child forked from this one, which imports torch, transformers and accelerate once for
+    every seed (what verify-dist's forked ranks import first, harness/dist_launch.py), and runs
+    `python -m harness verify ... --seed N` as a fresh interpreter would; where this process cannot fork (no fork
+    on the system, a thread running: `dist_launch.fork_refused`), each seed is a fresh `python -m harness`.
     Exit 2 if any seed's run was a usage error, else 1 if any seed failed a check, else 0.
     """
     import json
     import subprocess
     from pathlib import Path
+
+    from .dist_launch import fork_refused
 
     try:
         seeds = parse_seeds(args.seeds)
@@ -170,10 +176,13 @@ def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     rest = without_options(argv, ("--seeds", "--seed", "--report-dir"))
     codes: dict[int, int] = {}
+    refused = fork_refused()
+    if refused:
+        print(f"verify --seeds: each seed runs as a fresh process: {refused}", file=sys.stderr)
     for seed in seeds:
         report_dir = Path(args.report_dir) / f"seed-{seed}"
-        command = [sys.executable, "-m", "harness", *rest, "--seed", str(seed), "--report-dir", str(report_dir)]
-        code = subprocess.call(command)
+        one = [*rest, "--seed", str(seed), "--report-dir", str(report_dir)]
+        code = subprocess.call([sys.executable, "-m", "harness", *one]) if refused else forked_seed(one)
         codes[seed] = code if code in (0, 1) else 2
         print(f"seed {seed}: {VERDICT[codes[seed]]}", flush=True)
     overall = 2 if 2 in codes.values() else (1 if 1 in codes.values() else 0)
@@ -183,6 +192,27 @@ def verify_seeds(args: argparse.Namespace, argv: list[str]) -> int:
     each = ", ".join(f"{s}: {VERDICT[c]}" for s, c in codes.items())
     print(f"seeds {','.join(map(str, seeds))}: {VERDICT[overall].upper()} ({each})")
     return overall
+
+
+def forked_seed(argv: list[str]) -> int:
+    """`python -m harness ARGV` in a child forked from this process; its exit code (negative: killed by a signal)."""
+    import multiprocessing
+
+    sys.stdout.flush()  # what this process buffered is its own to write, not the child's
+    sys.stderr.flush()
+    child = multiprocessing.get_context("fork").Process(target=_seed_child, args=(argv,), name="seed")
+    child.start()
+    child.join()
+    return child.exitcode
+
+
+def _seed_child(argv: list[str]) -> None:
+    """The forked child's run: sys.argv as `python -m harness ARGV` has it, the exit code its `main`'s."""
+    sys.argv = [sys.argv[0], *argv]
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
 
 
 VERDICT = {0: "pass", 1: "fail", 2: "error"}

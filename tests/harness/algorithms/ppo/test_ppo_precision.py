@@ -7,6 +7,10 @@ cry wolf or go blind; each is a regression test. The README states the measured 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,8 @@ from harness.report.format import check_failure_lines
 from harness.verdict import Check, CheckId
 from tests.support.gate_run import verify
 from tests.support.gates import gate, reference
+
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope="module")
@@ -96,5 +102,30 @@ def test_seeds_accept_ranges_and_name_each_verdict(tmp_path):
         assert report["seed"] == seed and report["dtype"] == "float64" and [c["id"] for c in report["checks"]] == [
             "freshness"
         ]
+    # each seed forked from the process that took --seeds, and run as a fresh `--seed N` process runs it
+    assert "each seed runs as a fresh process" not in output
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": ""}
+    fresh = subprocess.run([sys.executable, "-m", "harness", "verify", *args[2:], "--seed", "1",
+                            "--report-dir", str(tmp_path / "fresh")], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    numbers = [json.loads((tmp_path / where / "verify.json").read_text())["checks"] for where in ("seed-1", "fresh")]
+    forked_seed, fresh_seed = ([(c["id"], c["status"], c["metrics"]) for c in checks] for checks in numbers)
+    assert forked_seed == fresh_seed
     code, _, output = verify(tmp_path, "--seeds", "a-b")
     assert code == 2 and "--seeds 'a-b'" in output
+
+
+def test_seeds_where_this_process_cannot_fork_run_each_as_a_fresh_process(tmp_path, monkeypatch, capsys):
+    from harness import cli, dist_launch
+
+    commands = []
+    monkeypatch.setattr(dist_launch, "fork_refused", lambda: "threads are running (busy)")
+    monkeypatch.setattr(subprocess, "call", lambda command: commands.append(command) or (1 if "3" in command else 0))
+    argv = ["verify", "--seeds", "2-3", "--check", "freshness", "--report-dir", str(tmp_path)]
+    assert cli.verify_seeds(cli.parse(argv)[0], argv) == 1
+    assert commands == [[sys.executable, "-m", "harness", "verify", "--check", "freshness", "--seed", str(seed),
+                         "--report-dir", str(tmp_path / f"seed-{seed}")] for seed in (2, 3)]  # fmt: skip
+    said = capsys.readouterr()
+    assert "each seed runs as a fresh process: threads are running (busy)" in said.err
+    assert "seeds 2,3: FAIL (2: pass, 3: fail)" in said.out
