@@ -12,15 +12,22 @@ import dataclasses
 import types
 
 import pytest
+import torch
 
-pytest.importorskip("trl")
-pytest.importorskip("trl.trainer.grpo_trainer", reason="TRL's GRPO trainer does not import (it needs `requests`)")
+from harness.algorithms.grpo.targets import trl as trl_grpo
+from harness.errors import HarnessConfigError
+
 pytestmark = pytest.mark.trl
 
-import torch  # noqa: E402
 
-from harness.algorithms.grpo.targets import trl as trl_grpo  # noqa: E402
-from harness.errors import HarnessConfigError  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def trl_grpo_trainer():
+    """TRL's GRPO trainer, imported as the module's first test runs, not as pytest collects it (each pytest-xdist
+    worker collects every module: the one that never runs these would pay its 3 s of imports too)."""
+    pytest.importorskip("trl")
+    return pytest.importorskip("trl.trainer.grpo_trainer", reason="TRL's GRPO trainer does not import (it needs "
+                               "`requests`)")  # fmt: skip
+
 
 KEYS = {
     "held",
