@@ -16,9 +16,10 @@ of the collector's reach; new objects are collected as usual.
 - `settle()`: inside a `frozen()` block, collect what is garbage now and freeze what survives. The gate calls it as
   each scenario's observation is kept (harness/instrument/observe.py): the observations it keeps, and what each
   run left alive, then stay off the later collections, which would walk them all again (a gate's automatic
-  collections, and the full collection accelerate's `free_memory` makes at the end of every `Trainer.train`:
-  before, 6 % of a reference gate's time and 15-23 % of a TRL gate's, docs/development.md). Outside a block it
-  does nothing: freezing an in-process caller's objects would keep their cycles from the collector for good.
+  collections, and the full collection accelerate's `free_memory` makes at the end of every `Trainer.train`: 15-23 %
+  of a TRL gate's time before, about a third of that after; a reference gate's 6 % about as it was,
+  docs/development.md). Outside a block it does nothing: freezing an in-process caller's objects would keep their
+  cycles from the collector for good.
 - `no_teardown_walk()`: at the interpreter's exit (atexit, which runs before the teardown), freeze
   what is left. Objects reachable from modules are still torn down and finalized by their reference
   counts as before; only garbage cycles left at exit go unfinalized, their memory the system's.

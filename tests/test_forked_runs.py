@@ -27,7 +27,7 @@ SERVED = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)
     (HARNESS + ["verify"], {}, True),
     (HARNESS + ["verify"], {"PYTHONPATH": "/elsewhere", "PYTEST_CURRENT_TEST": "t", "PPO_HARNESS_X": "1"}, True),
     (HARNESS + ["verify"], {"GITHUB_STEP_SUMMARY": "", "TRL_EXPERIMENTAL_SILENCE": "1"}, True),
-    (HARNESS + ["verify"], {"TORCHINDUCTOR_CACHE_DIR": "inductor-cache"}, True),  # set by importing TRL in the test's process
+    (HARNESS + ["verify"], {"TORCHINDUCTOR_CACHE_DIR": "inductor-cache"}, True),  # importing TRL in a test sets it
     (HARNESS + ["verify"], {"OMP_NUM_THREADS": "2"}, False),  # torch read it when the server imported it
     (HARNESS + ["verify"], {"HF_HUB_OFFLINE": None}, False),  # as huggingface_hub did, unset
     (HARNESS + ["verify"], {"SOMETHING_NEW": "1"}, False),  # unknown: what reads it is not known

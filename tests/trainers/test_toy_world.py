@@ -3,6 +3,8 @@ though it is a copy of the one its arguments built first."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -14,9 +16,9 @@ ARGS = {"seed": 5, "independent_ref": True, "pad_logit_bias": 1.5, "prompt_pads"
 
 def fresh(**kwargs) -> toy.ToyWorld:
     """The world built anew, past the cache: the builder `pristine_world` wraps."""
-    spec = {**dict(zip(toy.build_world.__code__.co_varnames, toy.build_world.__defaults__)), **kwargs}
-    spec["device"] = str(spec["device"])
-    return toy.pristine_world.__wrapped__(**spec)
+    spec = inspect.signature(toy.build_world).bind(**kwargs)
+    spec.apply_defaults()
+    return toy.pristine_world.__wrapped__(**{**spec.arguments, "device": str(spec.arguments["device"])})
 
 
 def assert_same_world(a: toy.ToyWorld, b: toy.ToyWorld) -> None:
